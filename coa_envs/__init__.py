@@ -1,0 +1,1 @@
+"""coa-envs: Chain-of-Agents environments (placeholder until the foundation lands)."""
