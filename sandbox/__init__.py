@@ -1,16 +1,54 @@
 """Isolated execution of untrusted, model-written code.
 
-One API whatever the backend: ``run(code, stdin=None, limits=Limits()) -> ExecResult``.
+One API whatever the backend: ``run(code, stdin=None, limits=Limits()) -> ExecResult``, its
+``await arun(...)`` twin, and :class:`Session` for notebook-style multi-cell execution.
+The backend comes from :func:`configure` or the ``COA_SANDBOX_BACKEND`` environment
+variable (``pool`` | ``subprocess`` | ``bwrap`` | ``nsjail`` | ``docker`` | ``auto``).
 This package imports nothing from the rest of the project.
 """
 
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+
+from sandbox.backends import BackendUnavailable, configure, default_backend, get_backend
 from sandbox.types import NSJAIL_SEED_PRESET, ExecResult, Limits, Status
 
-__all__ = ["ExecResult", "Limits", "NSJAIL_SEED_PRESET", "Status", "run"]
+__all__ = [
+    "NSJAIL_SEED_PRESET",
+    "BackendUnavailable",
+    "ExecResult",
+    "Limits",
+    "Status",
+    "arun",
+    "configure",
+    "default_backend",
+    "get_backend",
+    "run",
+]
+
+_executor: concurrent.futures.ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
 
 
 def run(code: str, stdin: str | None = None, limits: Limits | None = None) -> ExecResult:
     """Run ``code`` with the default backend (see :mod:`sandbox.backends`)."""
-    from sandbox.backends import default_backend
-
     return default_backend().run(code, stdin=stdin, limits=limits or Limits())
+
+
+def _async_executor() -> concurrent.futures.ThreadPoolExecutor:
+    # A dedicated executor: asyncio's default one has only cpu_count + 4 threads, which
+    # would cap concurrency far below what the pool can absorb while runs wait on I/O.
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = concurrent.futures.ThreadPoolExecutor(64, thread_name_prefix="sandbox")
+        return _executor
+
+
+async def arun(code: str, stdin: str | None = None, limits: Limits | None = None) -> ExecResult:
+    """Async :func:`run`: awaits the result without blocking the event loop."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_async_executor(), run, code, stdin, limits)

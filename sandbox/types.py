@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-__all__ = ["Status", "Limits", "ExecResult", "NSJAIL_SEED_PRESET"]
+__all__ = ["NSJAIL_SEED_PRESET", "ExecResult", "Limits", "Status"]
 
 
 class Status(StrEnum):

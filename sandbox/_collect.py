@@ -1,0 +1,156 @@
+"""Reading a run's output under a cap and turning how it ended into a :class:`Status`.
+
+Shared by the backends so that every backend reports the same status for the same event.
+Output is read while the run executes (never after), so a run that prints a gigabyte is
+stopped as soon as it passes the hard cap instead of filling memory or a pipe.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sandbox._harness import STATUS_DENIED, STATUS_MEMORY
+from sandbox.types import Limits, Status
+
+__all__ = ["TRUNCATION_MARKER", "Collected", "classify", "collect", "hard_output_cap", "to_text"]
+
+TRUNCATION_MARKER = "\n[... output truncated at {limit} characters]"
+_CHUNK = 65536
+
+
+def hard_output_cap(limits: Limits) -> int:
+    """Bytes after which a run is killed with ``output_limit`` (well above the text cut)."""
+    return 4 * limits.max_output_chars + 65536
+
+
+@dataclass(slots=True)
+class Collected:
+    """Raw outcome of the read loop."""
+
+    stdout: bytes = b""
+    stderr: bytes = b""
+    tags: bytes = b""
+    wall_killed: bool = False
+    output_killed: bool = False
+    output_bytes: int = 0
+
+
+def collect(
+    out_fd: int,
+    err_fd: int,
+    status_fd: int | None,
+    done_fd: int,
+    deadline: float,
+    byte_cap: int,
+    kill: Callable[[], None],
+) -> Collected:
+    """Read stdout/stderr/status until ``done_fd`` (a pidfd) is readable, then drain.
+
+    ``kill`` is called once, at the wall deadline or when output passes ``byte_cap``.
+    The caller owns the descriptors and closes them.
+    """
+    result = Collected()
+    keep = {out_fd: bytearray(), err_fd: bytearray()}
+    if status_fd is not None:
+        keep[status_fd] = bytearray()
+    poller = select.poll()
+    for fd in keep:
+        os.set_blocking(fd, False)
+        poller.register(fd, select.POLLIN)
+    poller.register(done_fd, select.POLLIN)
+    open_fds = set(keep)
+    killed = False
+    done = False
+
+    def read_ready(fd: int) -> None:
+        try:
+            data = os.read(fd, _CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            poller.unregister(fd)
+            open_fds.discard(fd)
+            return
+        if fd != status_fd:
+            result.output_bytes += len(data)
+        buf = keep[fd]
+        if len(buf) < byte_cap:
+            buf += data[: byte_cap - len(buf)]
+
+    while open_fds and not done:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 and not killed:
+            result.wall_killed = killed = True
+            kill()
+        timeout_ms = 200 if killed else max(1, int(remaining * 1000) + 1)
+        for fd, _ in poller.poll(timeout_ms):
+            if fd == done_fd:
+                done = True
+            elif fd in open_fds:
+                read_ready(fd)
+        if result.output_bytes > byte_cap and not killed:
+            result.output_killed = killed = True
+            kill()
+    if not done:  # pipes closed first: wait for the process itself (bounded by the deadline)
+        remaining = max(0.0, deadline - time.monotonic())
+        if not select.select([done_fd], [], [], remaining)[0]:
+            result.wall_killed = True
+            kill()
+            select.select([done_fd], [], [])
+    for fd in list(open_fds):  # the process is gone: take what is already buffered
+        for _ in range(64):
+            before = len(open_fds)
+            read_ready(fd)
+            if len(open_fds) < before:
+                break
+            try:
+                if not select.select([fd], [], [], 0)[0]:
+                    break
+            except OSError:
+                break
+    result.stdout, result.stderr = bytes(keep[out_fd]), bytes(keep[err_fd])
+    if status_fd is not None:
+        result.tags = bytes(keep[status_fd])
+    return result
+
+
+def to_text(raw: bytes, max_chars: int) -> tuple[str, bool]:
+    """Decode (invalid UTF-8 replaced) and cut at ``max_chars`` with a visible marker."""
+    text = raw.decode("utf-8", errors="replace")
+    if len(text) <= max_chars:
+        return text, False
+    return text[:max_chars] + TRUNCATION_MARKER.format(limit=max_chars), True
+
+
+def classify(
+    returncode: int,
+    collected: Collected,
+    cpu_s: float,
+    limits: Limits,
+) -> Status:
+    """Map a finished run to a status. ``returncode`` < 0 means killed by that signal."""
+    if collected.output_killed:
+        return Status.OUTPUT_LIMIT
+    if collected.wall_killed:
+        return Status.TIMEOUT
+    if returncode < 0:
+        sig = -returncode
+        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu_s >= 0.9 * limits.cpu_s):
+            return Status.TIMEOUT
+        if sig == signal.SIGSYS:
+            return Status.VIOLATION
+        if sig == signal.SIGXFSZ:
+            return Status.OUTPUT_LIMIT
+        return Status.ERROR
+    if STATUS_MEMORY in collected.tags[:1]:
+        return Status.MEMORY
+    if STATUS_DENIED in collected.tags[:1]:
+        return Status.VIOLATION
+    return Status.OK if returncode == 0 else Status.ERROR

@@ -1,0 +1,146 @@
+"""Child-side runner: executes untrusted code as ``__main__`` and reports how it ended.
+
+Used by every Python-based backend, either imported by a forked pool child or run as a
+script (``python -I _harness.py CODE_FILE STATUS_FD``). It must import nothing from the
+project, because it runs inside a jail that may not see the project.
+
+Why a harness instead of ``python -c``: it can tell a *denied* operation (the sandbox said
+no: ``PermissionError``, read-only file system, unreachable network) and a ``MemoryError``
+from an ordinary crash, and report that on a private status descriptor. The code under test
+can write to that descriptor too, but it can only make its own result look worse.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import sys
+import types
+
+__all__ = ["STATUS_DENIED", "STATUS_MEMORY", "execute", "is_denial"]
+
+STATUS_DENIED = b"V"
+STATUS_MEMORY = b"M"
+
+_DENIAL_ERRNOS = frozenset(
+    {
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+        errno.ENETUNREACH,
+        errno.ENETDOWN,
+        errno.EHOSTUNREACH,
+        errno.EAFNOSUPPORT,
+        errno.ESRCH,
+    }
+)
+
+
+def is_denial(exc: BaseException) -> bool:
+    """True when ``exc`` means the sandbox refused an operation (not a bug in the code)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, PermissionError):
+            return True
+        if isinstance(exc, OSError) and exc.errno in _DENIAL_ERRNOS:
+            return True
+        if type(exc).__name__ == "gaierror":  # DNS lookup refused: there is no network
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False
+
+
+def _report(status_fd: int | None, tag: bytes) -> None:
+    if status_fd is None:
+        return
+    with contextlib.suppress(OSError):
+        os.write(status_fd, tag)
+
+
+def _exit_code(exc: SystemExit) -> int:
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"{code}\n")
+    return 1
+
+
+def _print_traceback(exc: BaseException) -> None:
+    import traceback
+
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_frame.f_code is execute.__code__:
+        tb = tb.tb_next  # hide the harness frame: show the traceback `python -c` would show
+    with contextlib.suppress(Exception):
+        traceback.print_exception(type(exc), exc, tb)
+
+
+def execute(code: str, status_fd: int | None = None, filename: str = "<sandbox>") -> int:
+    """Run ``code`` as a fresh ``__main__`` module; return the process exit code to use.
+
+    Mirrors ``python -c``: ``SystemExit`` sets the exit code, an uncaught exception prints a
+    traceback and gives 1, non-daemon threads and ``atexit`` handlers run before the end.
+    """
+    import atexit
+    import linecache
+
+    atexit._clear()  # handlers inherited from a forked worker are not the run's business
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = __builtins__
+    sys.modules["__main__"] = main
+    sys.argv = [filename]
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    rc = 0
+    try:
+        exec(compile(code, filename, "exec"), main.__dict__)
+    except SystemExit as exc:
+        rc = _exit_code(exc)
+    except MemoryError as exc:
+        _report(status_fd, STATUS_MEMORY)
+        _print_traceback(exc)
+        rc = 1
+    except BaseException as exc:
+        if is_denial(exc):
+            _report(status_fd, STATUS_DENIED)
+        _print_traceback(exc)
+        rc = 1
+    try:
+        threading = sys.modules.get("threading")
+        if threading is not None:
+            threading._shutdown()  # type: ignore[attr-defined]
+        atexit._run_exitfuncs()
+    except BaseException as exc:
+        _print_traceback(exc)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            rc = rc or 120  # like CPython when flushing stdout fails at exit
+    return rc
+
+
+def _main(argv: list[str]) -> None:
+    """``_harness.py CODE_FILE STATUS_FD [CPU AS NPROC FSIZE NOFILE]``: limit self, then run.
+
+    The limits are applied here, in the child, rather than with ``preexec_fn`` because the
+    latter is unsafe when the parent has threads (many callers submit runs at once).
+    """
+    import resource
+
+    code_file, status_fd = argv[1], int(argv[2])
+    names = ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_NOFILE")
+    for name, value in zip(names, argv[3:8], strict=False):
+        resource.setrlimit(getattr(resource, name), (int(value), int(value)))
+    with open(code_file, encoding="utf-8") as handle:
+        code = handle.read()
+    os.chdir(os.path.dirname(os.path.abspath(code_file)))
+    os._exit(execute(code, status_fd))
+
+
+if __name__ == "__main__":
+    _main(sys.argv)

@@ -1,0 +1,128 @@
+"""Plain subprocess backend: a fresh interpreter per run, rlimits, a clean environment.
+
+This is the *weak* backend, for machines without namespaces. It has no network, PID or
+mount isolation: the code can read the host's files, open sockets and, when the host runs as
+root, ignore the process limit. It is logged as such whenever it is selected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from sandbox._collect import classify, collect, hard_output_cap, to_text
+from sandbox._limits import clean_environment
+from sandbox.types import ExecResult, Limits
+
+__all__ = ["SubprocessBackend"]
+
+_log = logging.getLogger(__name__)
+_HARNESS = str(Path(__file__).resolve().parent.parent / "_harness.py")
+
+
+class SubprocessBackend:
+    """``python -I _harness.py`` per run, killed by process group at the wall deadline."""
+
+    name = "subprocess"
+    isolation = ("rlimits", "process group kill", "clean environment", "temporary workdir")
+
+    def __init__(self, python: str | None = None, *, quiet: bool = False) -> None:
+        self.python = python or sys.executable
+        if not quiet:
+            _log.warning(
+                "sandbox backend 'subprocess' is weaker: no network, PID or filesystem "
+                "isolation; use the 'pool' backend where the kernel allows namespaces"
+            )
+
+    def run(self, code: str, *, stdin: str | None = None, limits: Limits) -> ExecResult:
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="coa-sandbox-") as workdir:
+            code_path = os.path.join(workdir, ".code.py")
+            Path(code_path).write_text(code, encoding="utf-8")
+            stdin_fd = os.memfd_create("stdin")
+            status_r, status_w = os.pipe()
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            try:
+                os.write(stdin_fd, (stdin or "").encode("utf-8"))
+                os.lseek(stdin_fd, 0, os.SEEK_SET)
+                pid = self._spawn(code_path, workdir, limits, stdin_fd, out_w, err_w, status_w)
+            finally:
+                for fd in (stdin_fd, out_w, err_w, status_w):
+                    os.close(fd)
+            pidfd = os.pidfd_open(pid)
+            try:
+                collected = collect(
+                    out_r,
+                    err_r,
+                    status_r,
+                    pidfd,
+                    started + limits.wall_s,
+                    hard_output_cap(limits),
+                    lambda: _kill_group(pid),
+                )
+                _kill_group(pid)  # background processes die with the run
+                _, wait_status, usage = os.wait4(pid, 0)
+            finally:
+                for fd in (out_r, err_r, status_r, pidfd):
+                    os.close(fd)
+        returncode = os.waitstatus_to_exitcode(wait_status)
+        cpu_s = usage.ru_utime + usage.ru_stime
+        stdout, cut_out = to_text(collected.stdout, limits.max_output_chars)
+        stderr, cut_err = to_text(collected.stderr, limits.max_output_chars)
+        return ExecResult(
+            stdout=stdout,
+            stderr=stderr,
+            exit_code=returncode,
+            status=classify(returncode, collected, cpu_s, limits),
+            wall_s=time.monotonic() - started,
+            cpu_s=cpu_s,
+            truncated=cut_out or cut_err or collected.output_killed,
+        )
+
+    def _spawn(
+        self,
+        code_path: str,
+        workdir: str,
+        limits: Limits,
+        stdin_fd: int,
+        out_w: int,
+        err_w: int,
+        status_w: int,
+    ) -> int:
+        rlimits = [
+            max(1, math.ceil(limits.cpu_s)),
+            limits.memory_mb * 1024 * 1024,
+            limits.max_processes,
+            limits.max_file_mb * 1024 * 1024,
+            limits.max_open_files,
+        ]
+        argv = [self.python, "-I", _HARNESS, code_path, "3", *map(str, rlimits)]
+        # posix_spawn keeps this safe with many calling threads (no preexec_fn).
+        return os.posix_spawn(
+            self.python,
+            argv,
+            clean_environment(workdir),
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, stdin_fd, 0),
+                (os.POSIX_SPAWN_DUP2, out_w, 1),
+                (os.POSIX_SPAWN_DUP2, err_w, 2),
+                (os.POSIX_SPAWN_DUP2, status_w, 3),
+            ],
+            setsid=True,
+        )
+
+    def close(self) -> None:
+        """Nothing to release: every run is its own process."""
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
