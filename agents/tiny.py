@@ -71,9 +71,13 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
-_WORDS = tuple(
-    ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "by", "as", "at", "from", "his", "her", "which", "who", "what", "when", "where", "city", "river", "capital", "born", "year", "population", "author", "book", "film", "director", "company", "founded", "answer", "question", "search", "result", "page", "number", "total", "sum", "compute", "python", "print", "return", "def", "import", "math", "list", "value", "first", "second", "third", "largest", "smallest", "country", "river", "mountain"]
+_WORD_TEXT = (
+    "the of and to in is was for on that with by as at from his her which who what when "
+    "where city river capital born year population author book film director company founded "
+    "answer question search result page number total sum compute python print return def "
+    "import math list value first second third largest smallest country river mountain"
 )
+_WORDS = tuple(_WORD_TEXT.split())
 
 
 def synthetic_coa_texts(n: int = 400, seed: int = 0) -> list[str]:
