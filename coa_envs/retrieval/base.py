@@ -1,0 +1,111 @@
+"""What every retrieval backend shares: the hit record, the protocol, the index metadata and
+the errors that tell a user how to fix a missing or broken index.
+
+Backends (``bm25``, ``dense``, ``remote``) all answer ``search(queries, k)`` with one list
+of :class:`SearchHit` per query, best first, so the tool, the server and the benchmarks can
+swap them by name.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from coa_envs.retrieval.corpus import Passage
+
+__all__ = [
+    "INDEX_META_FILE",
+    "RetrievalError",
+    "RetrievalIndexError",
+    "Retriever",
+    "RetrieverUnavailable",
+    "SearchHit",
+    "build_hint",
+    "read_index_meta",
+    "write_index_meta",
+]
+
+INDEX_META_FILE = "coa_index.json"
+INDEX_FORMAT_VERSION = 1
+
+
+class RetrievalError(RuntimeError):
+    """Base class for retrieval failures that a caller may want to tell apart."""
+
+
+class RetrievalIndexError(RetrievalError):
+    """An index directory is missing, incomplete or unreadable; the message says how to build it."""
+
+
+class RetrieverUnavailable(RetrievalError):
+    """A remote retriever did not answer in time (after retries) or answered with an error."""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One retrieved passage with its backend score (higher is better)."""
+
+    passage: Passage
+    score: float
+
+    def to_wire(self) -> dict[str, Any]:
+        """Search-R1 ``return_scores=True`` element: ``{"document": row, "score": s}``."""
+        return {"document": self.passage.to_row(), "score": self.score}
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """A passage retriever. Implementations must be safe to call from several threads."""
+
+    backend: str
+
+    def search(self, queries: list[str], k: int = 3) -> list[list[SearchHit]]: ...
+
+    def close(self) -> None: ...
+
+
+def build_hint(backend: str, index_dir: str | Path, corpus: str | Path | None = None) -> str:
+    """The command that (re)builds an index, quoted in every index error."""
+    corpus_arg = str(corpus) if corpus else "CORPUS.jsonl"
+    return (
+        f"coa retriever build-index --backend {backend} --corpus {corpus_arg} --index {index_dir}"
+    )
+
+
+def write_index_meta(index_dir: Path, meta: dict[str, Any]) -> None:
+    meta = {"format_version": INDEX_FORMAT_VERSION, **meta}
+    (index_dir / INDEX_META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+
+
+def read_index_meta(index_dir: str | Path, backend: str) -> dict[str, Any]:
+    """Read and sanity-check an index's metadata, raising :class:`RetrievalIndexError` with a fix."""
+    index_dir = Path(index_dir)
+    meta_path = index_dir / INDEX_META_FILE
+    if not index_dir.is_dir():
+        raise RetrievalIndexError(
+            f"{backend} index not found at {index_dir}. Build it with: {build_hint(backend, index_dir)}"
+        )
+    if not meta_path.is_file():
+        raise RetrievalIndexError(
+            f"{index_dir} is not a complete {backend} index ({INDEX_META_FILE} is missing; "
+            f"an interrupted build?). Rebuild it with: {build_hint(backend, index_dir)}"
+        )
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RetrievalIndexError(
+            f"{meta_path} is corrupt ({exc}). Rebuild it with: {build_hint(backend, index_dir)}"
+        ) from exc
+    if meta.get("backend") != backend:
+        raise RetrievalIndexError(
+            f"{index_dir} holds a {meta.get('backend')!r} index, not a {backend!r} one. "
+            f"Build a {backend} index with: {build_hint(backend, index_dir)}"
+        )
+    if meta.get("format_version") != INDEX_FORMAT_VERSION:
+        raise RetrievalIndexError(
+            f"{index_dir} was built by an incompatible version (format "
+            f"{meta.get('format_version')}). Rebuild it with: {build_hint(backend, index_dir)}"
+        )
+    return meta

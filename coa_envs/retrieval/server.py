@@ -1,0 +1,158 @@
+"""A retrieval HTTP server with the Search-R1 API, backed by a local bm25 or dense index.
+
+``POST /retrieve {"queries": [...], "topk": k, "return_scores": bool}`` ->
+``{"result": [[...], ...]}`` (see :mod:`coa_envs.retrieval.remote`), ``GET /health``.
+
+Requests are batched opportunistically: one worker takes everything that is queued, runs
+it as one ``search`` call in a thread, and meanwhile new requests queue up. An idle server
+therefore adds no waiting time, and a busy one amortises tokenisation/encoding over many
+concurrent rollouts. fastapi and uvicorn are imported only here (the ``serve`` extra).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from coa_envs.retrieval.base import Retriever, SearchHit
+
+__all__ = ["create_app", "run_server", "serve_in_thread"]
+
+
+@dataclass(slots=True)
+class _Pending:
+    queries: list[str]
+    topk: int
+    future: asyncio.Future[list[list[SearchHit]]]
+
+
+def _wire(hits: list[SearchHit], return_scores: bool) -> list[dict[str, Any]]:
+    return [hit.to_wire() if return_scores else hit.passage.to_row() for hit in hits]
+
+
+def create_app(retriever: Retriever, *, max_batch_queries: int = 256, max_topk: int = 100) -> Any:
+    """Build the FastAPI app. ``max_batch_queries`` caps the queries in one search call."""
+    from fastapi import FastAPI
+    from fastapi.responses import Response
+    from pydantic import BaseModel, Field
+
+    class RetrieveRequest(BaseModel):
+        queries: list[str] = Field(min_length=1, max_length=4096)
+        topk: int = Field(default=3, ge=1, le=max_topk)
+        return_scores: bool = False
+
+    state: dict[str, Any] = {}
+
+    async def batch_worker(queue: asyncio.Queue[_Pending]) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [await queue.get()]
+            size = len(batch[0].queries)
+            while not queue.empty() and size < max_batch_queries:
+                item = queue.get_nowait()
+                batch.append(item)
+                size += len(item.queries)
+            queries = [query for item in batch for query in item.queries]
+            topk = max(item.topk for item in batch)
+            try:
+                hits = await loop.run_in_executor(None, retriever.search, queries, topk)
+            except Exception as exc:  # one bad batch must not kill the worker
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_exception(exc)
+                continue
+            start = 0
+            for item in batch:
+                chunk = [row[: item.topk] for row in hits[start : start + len(item.queries)]]
+                start += len(item.queries)
+                if not item.future.done():
+                    item.future.set_result(chunk)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Any):  # type: ignore[no-untyped-def]
+        queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        state["queue"] = queue
+        worker = asyncio.create_task(batch_worker(queue))
+        try:
+            yield
+        finally:
+            worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
+
+    app = FastAPI(title="coa retriever", lifespan=lifespan)
+
+    @app.post("/retrieve")
+    async def retrieve(request: RetrieveRequest) -> Response:
+        future: asyncio.Future[list[list[SearchHit]]] = asyncio.get_running_loop().create_future()
+        await state["queue"].put(_Pending(request.queries, request.topk, future))
+        try:
+            hits = await future
+        except Exception as exc:
+            body = json.dumps({"detail": f"retrieval failed: {exc}"})
+            return Response(body, status_code=500, media_type="application/json")
+        result = [_wire(row, request.return_scores) for row in hits]
+        return Response(
+            json.dumps({"result": result}, ensure_ascii=False), media_type="application/json"
+        )
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "backend": retriever.backend,
+            "num_docs": getattr(retriever, "num_docs", None),
+        }
+
+    return app
+
+
+def run_server(
+    retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, **app_options: Any
+) -> None:
+    """Serve until interrupted (Ctrl-C); used by ``coa retriever serve``."""
+    import uvicorn
+
+    uvicorn.run(create_app(retriever, **app_options), host=host, port=port, log_level="warning")
+
+
+@contextlib.contextmanager
+def serve_in_thread(
+    retriever: Retriever, host: str = "127.0.0.1", port: int = 0, **app_options: Any
+) -> Iterator[str]:
+    """Run the server in a background thread for tests/benchmarks; yields its base url.
+
+    The socket is bound before the thread starts (``port=0`` picks a free port), and the
+    server is shut down and joined when the block exits.
+    """
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    config = uvicorn.Config(
+        create_app(retriever, **app_options), log_level="warning", lifespan="on"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        for _ in range(500):
+            if server.started:
+                break
+            if not thread.is_alive():
+                raise RuntimeError("retrieval server thread exited during startup")
+            threading.Event().wait(0.01)
+        else:
+            raise RuntimeError("retrieval server did not start within 5 s")
+        yield f"http://{host}:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()

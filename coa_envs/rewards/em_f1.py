@@ -1,0 +1,131 @@
+"""Exact match and token F1 for open-domain and multi-hop QA.
+
+The score is exact match (EM) after SQuAD v1.1 answer normalisation, taken as the best
+over every gold alias -- the reward the multi-hop QA papers (and the CoA seed) train with.
+Token F1 is reported in ``details`` as a secondary metric, in both the SQuAD v1.1 form and
+the HotpotQA form (identical except that a yes/no/noanswer prediction or gold only scores
+when the other side is the same word). The definitions follow the official evaluation
+scripts exactly; ``tests/mhqa/test_em_f1.py`` pins them on a table of tricky cases.
+
+This module must stay pure and dependency-free: rewards run inside env steps.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from coa_envs.types import RewardResult, Task
+
+__all__ = [
+    "EmF1Reward",
+    "build",
+    "exact_match",
+    "extract_answer",
+    "f1_score",
+    "hotpot_f1",
+    "max_over_golds",
+    "normalize_answer",
+]
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = frozenset(string.punctuation)
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_SPECIAL_HOTPOT = ("yes", "no", "noanswer")
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD v1.1 normalisation: lower-case, drop ASCII punctuation, drop a/an/the, squeeze spaces.
+
+    The order (lower, punctuation, articles, whitespace) matters and is the official one:
+    "The" is only removed as an article after lower-casing, and "a.b" becomes "ab".
+    Only ASCII punctuation (``string.punctuation``) is removed, so curly quotes and other
+    unicode marks survive -- exactly like the official script.
+    """
+    lowered = text.lower()
+    no_punct = "".join(ch for ch in lowered if ch not in _PUNCTUATION)
+    no_articles = _ARTICLES.sub(" ", no_punct)
+    return " ".join(no_articles.split())
+
+
+def exact_match(prediction: str, gold: str) -> bool:
+    """True when both sides normalise to the same string."""
+    return normalize_answer(prediction) == normalize_answer(gold)
+
+
+def _token_f1(prediction_tokens: list[str], gold_tokens: list[str]) -> float:
+    common = Counter(prediction_tokens) & Counter(gold_tokens)
+    num_same = sum(common.values())
+    if num_same == 0:
+        return 0.0
+    precision = num_same / len(prediction_tokens)
+    recall = num_same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def f1_score(prediction: str, gold: str) -> float:
+    """SQuAD v1.1 token F1 over normalised whitespace tokens (0 when nothing overlaps)."""
+    return _token_f1(normalize_answer(prediction).split(), normalize_answer(gold).split())
+
+
+def hotpot_f1(prediction: str, gold: str) -> float:
+    """HotpotQA answer F1: SQuAD F1, but yes/no/noanswer only score against the same word."""
+    norm_pred = normalize_answer(prediction)
+    norm_gold = normalize_answer(gold)
+    if norm_pred in _SPECIAL_HOTPOT and norm_pred != norm_gold:
+        return 0.0
+    if norm_gold in _SPECIAL_HOTPOT and norm_pred != norm_gold:
+        return 0.0
+    return _token_f1(norm_pred.split(), norm_gold.split())
+
+
+def max_over_golds(metric: Any, prediction: str, golds: Iterable[str]) -> float:
+    """Best metric value over every gold alias (0.0 when there is no gold), as SQuAD does."""
+    return max((float(metric(prediction, gold)) for gold in golds), default=0.0)
+
+
+def extract_answer(prediction: str) -> str:
+    """The answer text: the env passes the content of ``<answer>``; a full action is tolerated.
+
+    When the text still contains ``<answer>...</answer>`` (a caller passing the whole
+    model turn), the last such span is used, as the CoA protocol takes the final answer.
+    """
+    spans = _ANSWER_TAG.findall(prediction)
+    return spans[-1].strip() if spans else prediction.strip()
+
+
+@dataclass(frozen=True, slots=True)
+class EmF1Reward:
+    """EM (or F1, when ``metric="f1"``) of the prediction against ``task.gold``."""
+
+    metric: str = "em"
+
+    def __call__(self, prediction: str, task: Task) -> RewardResult:
+        answer = extract_answer(prediction or "")
+        golds = tuple(str(gold) for gold in task.gold)
+        em = max_over_golds(exact_match, answer, golds)
+        f1 = max_over_golds(f1_score, answer, golds)
+        details: dict[str, Any] = {
+            "em": em,
+            "f1": f1,
+            "hotpot_f1": max_over_golds(hotpot_f1, answer, golds),
+            "prediction": answer,
+            "normalized_prediction": normalize_answer(answer),
+            "golds": list(golds),
+        }
+        if not golds:
+            details["warning"] = "task has no gold answers; score is 0"
+        return RewardResult(score=em if self.metric == "em" else f1, details=details)
+
+
+def build(metric: str = "em", **config: Any) -> EmF1Reward:
+    """Registry hook. ``metric`` picks the score: ``em`` (default, the paper's reward) or ``f1``."""
+    if config:
+        raise TypeError(f"em_f1 reward: unknown options {sorted(config)} (known: metric)")
+    if metric not in ("em", "f1"):
+        raise ValueError(f"em_f1 reward: metric must be 'em' or 'f1', not {metric!r}")
+    return EmF1Reward(metric=metric)
