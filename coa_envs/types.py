@@ -14,12 +14,12 @@ from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "ErrorKind",
-    "Task",
-    "ToolResult",
-    "ToolContext",
-    "Tool",
-    "RewardResult",
     "Reward",
+    "RewardResult",
+    "Task",
+    "Tool",
+    "ToolContext",
+    "ToolResult",
 ]
 
 

@@ -1,0 +1,39 @@
+"""The ``coa`` command line. Each sub-command lives in its own module beside this one."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from coa_envs.cli.eval import eval_command
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Chain-of-Agents environments.")
+
+
+@app.command("list")
+def list_envs(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
+    """List every registered env id with its family, tools and reward."""
+    from coa_envs.registry import describe, ids
+
+    rows = [describe(env_id) for env_id in ids()]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{len(rows)} coa-envs environments")
+    for column in ("id", "family", "tools", "reward", "max turns"):
+        table.add_column(column)
+    for row in rows:
+        tools = ", ".join(f"{k}:{v}" for k, v in row["tools"].items())
+        table.add_row(row["id"], row["family"], tools, str(row["reward"]), str(row["max_turns"]))
+    Console().print(table)
+
+
+app.command("eval")(eval_command)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,321 @@
+"""``CoAEnv``: one Gymnasium text env for every CoA task family.
+
+The env owns the loop the seed spread over scripts: render the prompt, parse each model
+turn with :mod:`coa_envs.protocol`, run the one tool call it names, append the observation,
+and score the final answer. Nothing a model writes can crash it: malformed turns, unknown
+tools, failing tools and failing rewards all become observations or ``info`` fields.
+The env knows no policy and no trainer.
+"""
+
+from __future__ import annotations
+
+import logging
+import string
+import time
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+from typing import Any
+
+import gymnasium as gym
+
+from coa_envs.config import EnvConfig
+from coa_envs.protocol import ParsedTurn, ToolCall, parse_turn, render_observation
+from coa_envs.rewards import build_reward
+from coa_envs.tasks import load_family_tasks
+from coa_envs.tools import build_tool
+from coa_envs.types import ErrorKind, Reward, Task, Tool, ToolContext, ToolResult
+
+__all__ = ["TOOL_DESCRIPTIONS", "CoAEnv", "TextSpace", "corrective_message"]
+
+log = logging.getLogger(__name__)
+
+TOOL_DESCRIPTIONS = {
+    "web_search": "<web_search>query</web_search>: search the web; returns numbered titles, URLs and snippets.",
+    "crawl_page": "<crawl_page>URL | what to look for</crawl_page>: read a web page (text extracted).",
+    "wiki_search": "<wiki_search>query</wiki_search>: retrieve the most relevant encyclopedia passages.",
+    "code": "<code>```python\n...\n```</code>: run Python in a sandbox; print() what you need to see.",
+    "visual_inspector": "<visual_inspector>file name | question</visual_inspector>: read an attached file or image.",
+}
+
+_REPEAT_MESSAGE = (
+    "You already made this exact {tool} call; its result is above. "
+    "Use a different query or give your answer."
+)
+
+
+class TextSpace(gym.spaces.Text):
+    """Text space that accepts any Unicode string up to ``max_length``.
+
+    Gymnasium's ``Text`` checks membership against an explicit charset; a model may emit
+    any character, so ``contains`` only checks type and length. Sampling still draws from a
+    printable charset plus CoA tags so that random actions exercise the parser.
+    """
+
+    def __init__(self, max_length: int, seed: int | None = None):
+        super().__init__(max_length=max_length, min_length=0, charset=string.printable, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and len(x) <= self.max_length
+
+    def __repr__(self) -> str:
+        return f"TextSpace(max_length={self.max_length})"
+
+
+def corrective_message(kind: str, message: str, tools: list[str]) -> str:
+    """The observation a model sees after a malformed turn: what was wrong and what to do."""
+    usage = " or ".join(f"<{t}>...</{t}>" for t in tools) if tools else "no tools"
+    return (
+        f"Invalid action ({kind}): {message}. "
+        f"Each turn must contain exactly one tool call ({usage}) or a final <answer>...</answer>."
+    )
+
+
+class CoAEnv(gym.Env[str, str]):
+    """A multi-turn text environment. See ``envs_registry.yaml`` for the registered ids."""
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, config: EnvConfig):
+        self.config = config
+        self.render_mode = config.render_mode
+        budget = config.context_budget_chars or 1_000_000
+        self.observation_space = TextSpace(max_length=max(budget, 1_000_000))
+        self.action_space = TextSpace(max_length=max(budget, 1_000_000))
+        self.tasks: list[Task] = load_family_tasks(config.family, config.tasks)
+        self._task_index = {t.task_id: i for i, t in enumerate(self.tasks)}
+        self._tools: dict[str, Tool] | None = None
+        self._reward: Reward | None = None
+        self._token_counter: Any = None
+        self.task: Task | None = None
+        self._reset_episode_state()
+
+    # -- lazily built resources (dropped on pickling, rebuilt on demand) -----------------
+    @property
+    def tools(self) -> dict[str, Tool]:
+        if self._tools is None:
+            self._tools = {name: build_tool(name, cfg) for name, cfg in self.config.tools.items()}
+        return self._tools
+
+    @property
+    def reward_fn(self) -> Reward:
+        if self._reward is None:
+            self._reward = build_reward(self.config.reward)
+        return self._reward
+
+    def _reset_episode_state(self) -> None:
+        self.turn = 0
+        self.done = False
+        self.history_chars = 0
+        self.history_tokens = 0
+        self.asked: set[tuple[str, str]] = set()
+        self.transcript: list[str] = []
+        self.ctx = ToolContext(task=self.task, episode_id="")
+
+    # -- prompt ---------------------------------------------------------------------------
+    def system_prompt(self) -> str:
+        if self.config.system_prompt is not None:
+            return self.config.system_prompt
+        template = resources.files("coa_envs.prompts").joinpath(f"{self.config.prompt}.txt").read_text()
+        listing = "\n".join(f"- {TOOL_DESCRIPTIONS[name]}" for name in self.config.tools) or "- (none)"
+        return template.replace("{tools}", listing)
+
+    def messages(self, task: Task) -> list[dict[str, str]]:
+        user = task.question
+        if task.files:
+            names = ", ".join(f.rsplit("/", 1)[-1] for f in task.files)
+            user += f"\n\nAttached files: {names}"
+        return [{"role": "system", "content": self.system_prompt()}, {"role": "user", "content": user}]
+
+    # -- Gymnasium API --------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        options = options or {}
+        self._release_episode_tools()
+        if "task_id" in options:
+            if options["task_id"] not in self._task_index:
+                raise KeyError(f"task_id {options['task_id']!r} is not in {self.config.env_id}")
+            index = self._task_index[options["task_id"]]
+        elif "task_index" in options:
+            index = int(options["task_index"]) % len(self.tasks)
+        else:
+            index = int(self.np_random.integers(len(self.tasks)))
+        self.task = self.tasks[index]
+        self._reset_episode_state()
+        self.ctx = ToolContext(task=self.task, episode_id=f"{self.config.env_id}:{self.task.task_id}")
+        messages = self.messages(self.task)
+        prompt = f"{messages[0]['content']}\n\n{messages[1]['content']}"
+        self._count(prompt)
+        self.transcript.append(prompt)
+        info = {
+            "task_id": self.task.task_id,
+            "messages": messages,
+            "tools": list(self.config.tools),
+            "max_turns": self.config.max_turns,
+        }
+        return prompt, info
+
+    def step(self, action: str):
+        info: dict[str, Any] = {"turn": self.turn + 1, "tool": None, "tool_latency_s": 0.0,
+                                "error_kind": None, "answer": None, "reward_details": None}
+        if self.task is None or self.done:
+            info["error_kind"] = ErrorKind.BAD_ACTION.value
+            info["action_error"] = "the episode is over; call reset()"
+            return render_observation("The episode is over."), 0.0, True, False, info
+        self.turn += 1
+        self._count(action if isinstance(action, str) else "")
+        parsed = parse_turn(action, allow_parallel=self.config.allow_parallel_tools)
+        if isinstance(action, str):
+            self.transcript.append(action)
+        reward, terminated = 0.0, False
+        if parsed.error is not None:
+            info["error_kind"] = ErrorKind.BAD_ACTION.value
+            info["protocol_error"] = parsed.error.kind.value
+            info["action_error"] = parsed.error.message
+            text = corrective_message(parsed.error.kind.value, parsed.error.message, list(self.config.tools))
+        elif parsed.answer is not None:
+            reward, terminated = self._score(parsed, info)
+            text = ""
+        else:
+            text = self._run_tools(parsed, info)
+
+        if terminated:
+            self.done = True
+            observation = ""
+        else:
+            observation = render_observation(self._cut(text))
+            self._count(observation)
+            self.transcript.append(observation)
+        truncated = False
+        if not terminated:
+            if self.turn >= self.config.max_turns:
+                truncated, info["truncation"] = True, "max_turns"
+            elif self._over_budget():
+                truncated, info["truncation"] = True, "context_budget"
+            if truncated:
+                self.done = True
+        return observation, reward, terminated, truncated, info
+
+    # -- helpers --------------------------------------------------------------------------
+    def _score(self, parsed: ParsedTurn, info: dict[str, Any]) -> tuple[float, bool]:
+        assert self.task is not None and parsed.answer is not None
+        info["answer"] = parsed.answer
+        if parsed.tool_calls:
+            info["ignored_tool_calls"] = [c.tool for c in parsed.tool_calls]
+        try:
+            result = self.reward_fn(parsed.answer, self.task)
+            info["reward_details"] = dict(result.details)
+            return float(result.score), True
+        except Exception as exc:
+            log.exception("reward %s failed on task %s", self.config.reward.get("name"), self.task.task_id)
+            info["reward_error"] = f"{type(exc).__name__}: {exc}"
+            info["error_kind"] = ErrorKind.REWARD_ERROR.value
+            return 0.0, True
+
+    def _run_tools(self, parsed: ParsedTurn, info: dict[str, Any]) -> str:
+        calls = parsed.tool_calls
+        info["tool"] = calls[0].tool if len(calls) == 1 else [c.tool for c in calls]
+        started = time.perf_counter()
+        if len(calls) == 1:
+            results = [self._call_tool(calls[0])]
+        else:
+            with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+                results = list(pool.map(self._call_tool, calls))
+        info["tool_latency_s"] = time.perf_counter() - started
+        kinds = [r.error_kind.value for r in results if r.error_kind is not None]
+        info["error_kind"] = kinds[0] if kinds else None
+        details = [dict(r.details) for r in results]
+        info["tool_result_details"] = details if len(details) > 1 else details[0]
+        if len(results) == 1:
+            return results[0].text
+        pairs = enumerate(zip(calls, results, strict=True))
+        return "\n\n".join(f"[{call.tool} #{i + 1}]\n{result.text}" for i, (call, result) in pairs)
+
+    def _call_tool(self, call: ToolCall) -> ToolResult:
+        if call.tool not in self.config.tools:
+            available = ", ".join(self.config.tools) or "none"
+            return ToolResult.failure(
+                f"The tool <{call.tool}> is not available in this task. Available tools: {available}.",
+                ErrorKind.TOOL_NOT_AVAILABLE,
+            )
+        key = (call.tool, " ".join(call.query.split()))
+        if key in self.asked:
+            return ToolResult.failure(_REPEAT_MESSAGE.format(tool=call.tool), ErrorKind.REPEATED_QUERY)
+        self.asked.add(key)
+        try:
+            tool = self.tools[call.tool]
+            result = tool.run(call.query, self.ctx)
+        except Exception as exc:  # tools should not raise; if one does, the model is told
+            log.exception("tool %s raised", call.tool)
+            return ToolResult.failure(f"The {call.tool} tool failed: {type(exc).__name__}: {exc}", ErrorKind.TOOL_ERROR)
+        if not isinstance(result, ToolResult):
+            return ToolResult.failure(f"The {call.tool} tool returned no result.", ErrorKind.TOOL_ERROR)
+        return result
+
+    def _cut(self, text: str) -> str:
+        limit = self.config.max_observation_chars
+        if len(text) <= limit:
+            return text
+        return text[:limit] + f"\n[... observation cut: {len(text) - limit} more characters]"
+
+    def _count(self, text: str) -> None:
+        self.history_chars += len(text)
+        if self.config.context_budget_tokens:
+            if self._token_counter is None:
+                from transformers import AutoTokenizer
+
+                self._token_counter = AutoTokenizer.from_pretrained(self.config.tokenizer)
+            self.history_tokens += len(self._token_counter(text, add_special_tokens=False)["input_ids"])
+
+    def _over_budget(self) -> bool:
+        cfg = self.config
+        if cfg.context_budget_chars and self.history_chars >= cfg.context_budget_chars:
+            return True
+        return bool(cfg.context_budget_tokens and self.history_tokens >= cfg.context_budget_tokens)
+
+    def _release_episode_tools(self) -> None:
+        """Let stateful tools drop per-episode state (e.g. a notebook session)."""
+        if self._tools is None:
+            return
+        for tool in self._tools.values():
+            release = getattr(tool, "end_episode", None)
+            if callable(release):
+                try:
+                    release(self.ctx)
+                except Exception:
+                    log.exception("tool %s failed to release its episode state", tool.name)
+        self.ctx.state.clear()
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return "".join(self.transcript)
+        return None
+
+    def close(self) -> None:
+        self._release_episode_tools()
+        if self._tools:
+            for tool in self._tools.values():
+                closer = getattr(tool, "close", None)
+                if callable(closer):
+                    try:
+                        closer()
+                    except Exception:
+                        log.exception("tool %s failed to close", tool.name)
+        self._tools = None
+        super().close()
+
+    # -- pickling: resources are rebuilt on demand, episode state travels --------------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_tools"] = None
+        state["_reward"] = None
+        state["_token_counter"] = None
+        state["tasks"] = None
+        state["_task_index"] = None
+        # Per-episode tool state (e.g. a live notebook process) cannot cross processes.
+        state["ctx"] = ToolContext(task=self.ctx.task, episode_id=self.ctx.episode_id)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.tasks = load_family_tasks(self.config.family, self.config.tasks)
+        self._task_index = {t.task_id: i for i, t in enumerate(self.tasks)}

@@ -1,0 +1,227 @@
+"""The Chain-of-Agents tag grammar: parse one model turn, render observations, stop strings.
+
+A turn is a sequence of top-level spans ``<tag>…</tag>``. Role spans (think, plan, …) carry
+reasoning, tool spans carry one query for a tool agent, ``<answer>`` ends the episode.
+The environment alone writes ``<observation>`` spans.
+
+Parsing never raises: a malformed turn comes back as a :class:`ParsedTurn` whose ``error``
+is a typed :class:`ProtocolError`, which the env turns into a corrective observation.
+Span contents are opaque text, except that a CoA tag opening inside a span is reported as
+nesting (``<code>`` is fully opaque until ``</code>`` so programs may print any string).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+__all__ = [
+    "ALL_TAGS",
+    "ANSWER_TAG",
+    "MAX_TURN_CHARS",
+    "OBSERVATION_TAG",
+    "ROLE_TAGS",
+    "STOP_STRINGS",
+    "TOOL_TAGS",
+    "ParsedTurn",
+    "ProtocolError",
+    "ProtocolErrorKind",
+    "RoleSpan",
+    "ToolCall",
+    "parse_turn",
+    "render_observation",
+    "render_turn",
+    "stop_strings",
+    "strip_code_fence",
+]
+
+ROLE_TAGS: tuple[str, ...] = ("think", "plan", "reflection", "suggested_answer", "double_check")
+TOOL_TAGS: tuple[str, ...] = ("web_search", "crawl_page", "wiki_search", "code", "visual_inspector")
+ANSWER_TAG = "answer"
+OBSERVATION_TAG = "observation"
+ALL_TAGS: frozenset[str] = frozenset((*ROLE_TAGS, *TOOL_TAGS, ANSWER_TAG, OBSERVATION_TAG))
+
+# A realistic turn is a few kB; anything this large is degenerate output, not an action.
+MAX_TURN_CHARS = 65_536
+
+
+def stop_strings(tools: tuple[str, ...] | list[str] = TOOL_TAGS) -> tuple[str, ...]:
+    """Generation stops right after a tool call closes (the env must answer it) or at the answer."""
+    return (*(f"</{tool}>" for tool in tools), f"</{ANSWER_TAG}>")
+
+
+STOP_STRINGS: tuple[str, ...] = stop_strings()
+
+
+class ProtocolErrorKind(StrEnum):
+    UNCLOSED_TAG = "unclosed_tag"
+    UNMATCHED_CLOSE = "unmatched_close"
+    UNKNOWN_TAG = "unknown_tag"
+    NESTED_TAG = "nested_tag"
+    MULTIPLE_TOOLS = "multiple_tools"
+    EMPTY_QUERY = "empty_query"
+    EMPTY_ANSWER = "empty_answer"
+    TEXT_AFTER_ANSWER = "text_after_answer"
+    OBSERVATION_IN_ACTION = "observation_in_action"
+    NO_ACTION = "no_action"
+    TOO_LONG = "too_long"
+    INVALID_TEXT = "invalid_text"
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolError:
+    kind: ProtocolErrorKind
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoleSpan:
+    tag: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    tool: str
+    query: str
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedTurn:
+    roles: tuple[RoleSpan, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
+    answer: str | None = None
+    error: ProtocolError | None = None
+    spans: tuple[str, ...] = field(default=())  # tag names in order of appearance
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+_TAG_RE = re.compile(r"<(/?)([A-Za-z_][A-Za-z0-9_]*)>")
+_SURROGATE_RE = re.compile(r"[\ud800-\udfff]")
+_FENCE_RE = re.compile(r"^\s*```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)\n?[ \t]*```\s*$", re.S)
+_TOOL_SET = frozenset(TOOL_TAGS)
+_ROLE_SET = frozenset(ROLE_TAGS)
+_NESTABLE_CHECK = frozenset((*ROLE_TAGS, *TOOL_TAGS, ANSWER_TAG, OBSERVATION_TAG))
+
+
+def _fail(kind: ProtocolErrorKind, message: str, spans: list[str]) -> ParsedTurn:
+    return ParsedTurn(error=ProtocolError(kind, message), spans=tuple(spans))
+
+
+def strip_code_fence(code: str) -> str:
+    """Accept code with or without a ```python fence (the seed's prompt asks for ```py)."""
+    match = _FENCE_RE.match(code)
+    return match.group(1) if match else code.strip("\n")
+
+
+def parse_turn(text: str, *, allow_parallel: bool = False) -> ParsedTurn:
+    """Parse one model turn. Never raises; see the module docstring for the grammar."""
+    spans: list[str] = []
+    if not isinstance(text, str):
+        return _fail(ProtocolErrorKind.INVALID_TEXT, "the action must be a string", spans)
+    if len(text) > MAX_TURN_CHARS:
+        return _fail(
+            ProtocolErrorKind.TOO_LONG,
+            f"the turn has {len(text)} characters; the limit is {MAX_TURN_CHARS}",
+            spans,
+        )
+    if _SURROGATE_RE.search(text):
+        return _fail(ProtocolErrorKind.INVALID_TEXT, "the turn contains invalid (surrogate) characters", spans)
+
+    roles: list[RoleSpan] = []
+    tools: list[ToolCall] = []
+    answer: str | None = None
+    answer_end = -1
+    pos = 0
+    length = len(text)
+    search = _TAG_RE.search
+    while pos < length:
+        match = search(text, pos)
+        if match is None:
+            break
+        closing, tag = match.group(1), match.group(2)
+        if tag not in ALL_TAGS:
+            # Stray markup between spans (e.g. "<br>") is an unknown tag only at top level.
+            return _fail(
+                ProtocolErrorKind.UNKNOWN_TAG,
+                f"unknown tag <{closing}{tag}>; allowed tags: {', '.join(sorted(ALL_TAGS - {OBSERVATION_TAG}))}",
+                spans,
+            )
+        if closing:
+            return _fail(ProtocolErrorKind.UNMATCHED_CLOSE, f"</{tag}> closes a tag that was never opened", spans)
+        if tag == OBSERVATION_TAG:
+            return _fail(
+                ProtocolErrorKind.OBSERVATION_IN_ACTION,
+                "<observation> is written by the environment, never by the model; stop after your tool call",
+                spans,
+            )
+        if answer is not None:
+            return _fail(ProtocolErrorKind.TEXT_AFTER_ANSWER, "nothing may follow </answer>", spans)
+        body_start = match.end()
+        close = f"</{tag}>"
+        close_at = text.find(close, body_start)
+        if close_at < 0:
+            return _fail(ProtocolErrorKind.UNCLOSED_TAG, f"<{tag}> is never closed with {close}", spans)
+        body = text[body_start:close_at]
+        if tag != "code":
+            inner = search(body)
+            while inner is not None:
+                if inner.group(2) in _NESTABLE_CHECK and not inner.group(1):
+                    return _fail(
+                        ProtocolErrorKind.NESTED_TAG,
+                        f"<{inner.group(2)}> is nested inside <{tag}>; tags must follow each other, not nest",
+                        spans,
+                    )
+                inner = search(body, inner.end())
+        spans.append(tag)
+        pos = close_at + len(close)
+        if tag in _ROLE_SET:
+            roles.append(RoleSpan(tag, body.strip()))
+        elif tag in _TOOL_SET:
+            query = strip_code_fence(body) if tag == "code" else body.strip()
+            if not query.strip():
+                return _fail(ProtocolErrorKind.EMPTY_QUERY, f"<{tag}> is empty; put the query inside", spans)
+            tools.append(ToolCall(tag, query))
+        else:  # answer
+            answer = body.strip()
+            answer_end = pos
+            if not answer:
+                return _fail(ProtocolErrorKind.EMPTY_ANSWER, "<answer> is empty", spans)
+
+    if answer is not None and text[answer_end:].strip():
+        return _fail(ProtocolErrorKind.TEXT_AFTER_ANSWER, "nothing may follow </answer>", spans)
+    if len(tools) > 1 and not allow_parallel:
+        return _fail(
+            ProtocolErrorKind.MULTIPLE_TOOLS,
+            f"{len(tools)} tool calls in one turn; make exactly one call and wait for its observation",
+            spans,
+        )
+    if not tools and answer is None:
+        return _fail(
+            ProtocolErrorKind.NO_ACTION,
+            "the turn has no tool call and no <answer>; call a tool or give the final answer",
+            spans,
+        )
+    return ParsedTurn(tuple(roles), tuple(tools), answer, None, tuple(spans))
+
+
+def render_observation(text: str) -> str:
+    """The seed's observation convention, appended verbatim after the model's turn."""
+    return f"\n<{OBSERVATION_TAG}>\n{text}\n</{OBSERVATION_TAG}>\n\n"
+
+
+def render_turn(
+    roles: tuple[RoleSpan, ...] | list[RoleSpan] = (),
+    tool_calls: tuple[ToolCall, ...] | list[ToolCall] = (),
+    answer: str | None = None,
+) -> str:
+    """Inverse of :func:`parse_turn` for well-formed turns (used by oracles and tests)."""
+    parts = [f"<{r.tag}>\n{r.text}\n</{r.tag}>" for r in roles]
+    parts += [f"<{c.tool}>{c.query}</{c.tool}>" for c in tool_calls]
+    if answer is not None:
+        parts.append(f"<{ANSWER_TAG}>{answer}</{ANSWER_TAG}>")
+    return "\n".join(parts)

@@ -1,0 +1,80 @@
+"""The registry: ``envs_registry.yaml`` is the only place an env id is declared.
+
+On ``import coa_envs`` every entry is registered with Gymnasium under its ``coa/<Task>-vN``
+id; ``gym.make(id, **overrides)`` then builds a validated :class:`EnvConfig` and a
+:class:`CoAEnv`. The YAML ships inside the package so that a non-editable install sees the
+same ids as a checkout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import gymnasium as gym
+
+__all__ = ["describe", "entries", "entry", "ids", "make_env", "register_all", "resolve_path"]
+
+from coa_envs.tasks import resolve_path  # re-exported: loaders and users resolve pkg: paths here
+
+
+@lru_cache(maxsize=1)
+def _load() -> dict[str, dict[str, Any]]:
+    import yaml
+
+    text = resources.files("coa_envs").joinpath("envs_registry.yaml").read_text(encoding="utf-8")
+    document = yaml.safe_load(text) or {}
+    defaults = document.get("defaults") or {}
+    result: dict[str, dict[str, Any]] = {}
+    for raw in document.get("envs") or []:
+        item = {**defaults, **raw}
+        env_id = item.get("id")
+        if not env_id or not str(env_id).startswith("coa/"):
+            raise ValueError(f"envs_registry.yaml: entry {raw!r} needs an id of the form coa/<Task>-vN")
+        if env_id in result:
+            raise ValueError(f"envs_registry.yaml: {env_id} is declared twice")
+        if "family" not in item:
+            raise ValueError(f"envs_registry.yaml: {env_id} has no family")
+        result[env_id] = item
+    return result
+
+
+def entries() -> dict[str, dict[str, Any]]:
+    return {k: dict(v) for k, v in _load().items()}
+
+
+def entry(env_id: str) -> dict[str, Any]:
+    return dict(_load()[env_id])
+
+
+def ids() -> list[str]:
+    return list(_load())
+
+
+def make_env(env_id: str, **overrides: Any):
+    """Gymnasium entry point: registry entry + per-call overrides -> a validated CoAEnv."""
+    from coa_envs.config import build_config
+    from coa_envs.env import CoAEnv
+
+    return CoAEnv(build_config(entry(env_id), overrides))
+
+
+def register_all() -> None:
+    for env_id in _load():
+        if env_id in gym.registry:
+            continue
+        gym.register(id=env_id, entry_point="coa_envs.registry:make_env", kwargs={"env_id": env_id})
+
+
+def describe(env_id: str) -> Mapping[str, Any]:
+    item = entry(env_id)
+    return {
+        "id": env_id,
+        "family": item["family"],
+        "tools": {name: (cfg or {}).get("backend", "default") for name, cfg in (item.get("tools") or {}).items()},
+        "reward": (item.get("reward") or {}).get("name"),
+        "max_turns": item.get("max_turns"),
+        "description": item.get("description", ""),
+    }

@@ -1,0 +1,113 @@
+"""Task loading: one module per family (``coa_envs.tasks.<family>.load_tasks``).
+
+This package holds what every loader shares: the data error that names file, row and
+field; resolution of ``pkg:`` paths (files shipped with the package) and of names relative
+to ``COA_DATA_DIR``; and a per-process cache so that many envs of one id share one list.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from coa_envs.types import Task
+
+__all__ = [
+    "DataNotFoundError",
+    "TaskDataError",
+    "clear_cache",
+    "iter_jsonl",
+    "load_family_tasks",
+    "require",
+    "resolve_path",
+]
+
+_PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+class TaskDataError(ValueError):
+    """A data file is malformed. The message names the file, the row and the field."""
+
+    def __init__(self, file: str | Path, row: int | str, field: str, problem: str = "is missing"):
+        self.file, self.row, self.field = str(file), row, field
+        super().__init__(f"{file}: row {row}: field {field!r} {problem}")
+
+
+class DataNotFoundError(FileNotFoundError):
+    """No data for an env: the message says how to obtain it."""
+
+
+def resolve_path(path: str | Path | None) -> Path | None:
+    """Turn ``pkg:data/...`` into the installed file and bare names into ``$COA_DATA_DIR/name``."""
+    if path is None:
+        return None
+    text = str(path)
+    if text.startswith("pkg:"):
+        return _PACKAGE_ROOT / text[4:]
+    candidate = Path(text).expanduser()
+    if candidate.exists() or candidate.is_absolute():
+        return candidate
+    data_dir = os.environ.get("COA_DATA_DIR")
+    if data_dir and (Path(data_dir) / text).exists():
+        return Path(data_dir) / text
+    return candidate
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(row_number, record)`` with 1-based row numbers; bad JSON names the row."""
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TaskDataError(path, number, "<line>", f"is not valid JSON ({exc.msg})") from None
+            if not isinstance(record, dict):
+                raise TaskDataError(path, number, "<line>", "is not a JSON object")
+            yield number, record
+
+
+def require(record: Mapping[str, Any], field: str, file: str | Path, row: int) -> Any:
+    """Fetch a required field or raise the error that names file, row and field."""
+    value = record.get(field)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise TaskDataError(file, row, field)
+    return value
+
+
+_cache: dict[str, list[Task]] = {}
+_cache_lock = threading.Lock()
+
+
+def _cache_key(family: str, options: Mapping[str, Any]) -> str:
+    return family + json.dumps(options, sort_keys=True, default=str)
+
+
+def load_family_tasks(family: str, options: Mapping[str, Any]) -> list[Task]:
+    """Load (once per process) the tasks of ``family`` with loader ``options``."""
+    key = _cache_key(family, options)
+    with _cache_lock:
+        cached = _cache.get(key)
+    if cached is not None:
+        return cached
+    module = importlib.import_module(f"coa_envs.tasks.{family}")
+    tasks = list(module.load_tasks(**options))
+    if not tasks:
+        raise DataNotFoundError(f"the {family} loader returned no tasks for options {dict(options)}")
+    ids = [t.task_id for t in tasks]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"the {family} loader returned duplicate task ids")
+    with _cache_lock:
+        _cache[key] = tasks
+    return tasks
+
+
+def clear_cache() -> None:
+    with _cache_lock:
+        _cache.clear()
