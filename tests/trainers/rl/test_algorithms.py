@@ -1,0 +1,155 @@
+"""Advantages and losses against hand-computed numbers and straightforward reference loops."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from trainers.rl import algorithms as alg  # noqa: E402
+
+
+def test_gae_skips_observation_tokens_hand_computed():
+    # positions: prompt, gen, gen, obs, obs, gen, pad ; reward 1 on the last generated token
+    mask = torch.tensor([[0, 1, 1, 0, 0, 1, 0]], dtype=torch.float32)
+    values = torch.tensor([[7.0, 0.5, 0.2, 9.0, 9.0, 0.4, 3.0]])
+    rewards = torch.tensor([[0, 0, 0, 0, 0, 1.0, 0]])
+    adv, ret = alg.gae_advantages(rewards, values * mask, mask, gamma=0.9, lam=0.8)
+    # compacted generated sequence v = (0.5, 0.2, 0.4), r = (0, 0, 1), terminal value 0:
+    a5 = 1.0 - 0.4
+    a2 = (0.9 * 0.4 - 0.2) + 0.9 * 0.8 * a5
+    a1 = (0.9 * 0.2 - 0.5) + 0.9 * 0.8 * a2
+    expected = torch.tensor([[0, a1, a2, 0, 0, a5, 0]])
+    assert torch.allclose(adv, expected, atol=1e-6)
+    assert torch.allclose(ret, (expected + values) * mask, atol=1e-6)
+    assert adv[0, 3] == 0 and adv[0, 4] == 0  # observation tokens get no advantage
+
+
+def test_gae_gamma_lambda_one_is_reward_minus_value():
+    mask = torch.tensor([[1, 1, 0, 1]], dtype=torch.float32)
+    values = torch.tensor([[0.1, 0.3, 0.0, 0.6]])
+    rewards = torch.tensor([[0, 0, 0, 2.0]])
+    adv, _ = alg.gae_advantages(rewards, values, mask, gamma=1.0, lam=1.0)
+    assert torch.allclose(adv, (2.0 - values) * mask)
+
+
+def test_group_advantages_centre_and_scale_per_group():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    groups = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    adv = alg.group_advantages(rewards, groups, std_norm=True)
+    first = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    expected = (first - first.mean()) / (first.std() + 1e-6)
+    assert torch.allclose(adv[:4], expected, atol=1e-5)
+    assert torch.all(adv[4:] == 0)  # an all-equal group carries no signal
+    no_std = alg.group_advantages(rewards, groups, std_norm=False)
+    assert torch.allclose(no_std[:4], first - 0.25)
+
+
+def test_dynamic_sampling_drops_exactly_the_all_equal_groups():
+    groups = [[1, 1, 1], [0, 1, 0], [0, 0, 0], [0.5, 0.5], [0.2, 0.2000001], []]
+    assert alg.keep_informative_groups(groups) == [1, 4]
+
+
+def _reference_clip_loss(logp, old, adv, mask, lo, hi):
+    """Token-level DAPO loss written as plain loops, for comparison."""
+    total, count, clipped = 0.0, 0, 0
+    for i in range(len(logp)):
+        for t in range(len(logp[i])):
+            if not mask[i][t]:
+                continue
+            ratio = math.exp(logp[i][t] - old[i][t])
+            surrogate = min(ratio * adv[i][t], min(max(ratio, 1 - lo), 1 + hi) * adv[i][t])
+            total += -surrogate
+            count += 1
+            clipped += int(min(max(ratio, 1 - lo), 1 + hi) * adv[i][t] < ratio * adv[i][t])
+    return total / count, clipped / count
+
+
+def test_dapo_decoupled_clip_token_mean_matches_reference():
+    gen = torch.Generator().manual_seed(0)
+    logp = torch.randn(3, 6, generator=gen) * 0.5 - 1
+    old = logp + torch.randn(3, 6, generator=gen) * 0.4
+    adv = torch.randn(3, 6, generator=gen)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 0, 0], [0, 1, 1, 1, 0, 0]]).float()
+    loss, stats = alg.policy_loss(logp, old, adv, mask, 0.2, 0.28, "token-mean")
+    ref_loss, ref_clip = _reference_clip_loss(
+        logp.tolist(), old.tolist(), adv.tolist(), mask.tolist(), 0.2, 0.28)
+    assert float(loss) == pytest.approx(ref_loss, rel=1e-5)
+    assert float(stats["clip_frac"]) == pytest.approx(ref_clip)
+
+
+def test_token_mean_weighs_tokens_not_sequences():
+    loss = torch.tensor([[1.0, 1.0, 1.0, 1.0], [3.0, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 0, 0, 0]]).float()
+    assert float(alg.aggregate(loss, mask, "token-mean")) == pytest.approx(7 / 5)
+    assert float(alg.aggregate(loss, mask, "seq-mean-token-mean")) == pytest.approx((1 + 3) / 2)
+    assert float(alg.aggregate(loss, mask, "seq-mean-token-sum")) == pytest.approx((4 + 3) / 2)
+
+
+def test_clip_higher_lets_positive_advantage_ratio_grow_further():
+    old = torch.zeros(1, 1)
+    logp = torch.log(torch.tensor([[1.25]]))  # ratio 1.25: inside 1.28, outside 1.2
+    adv = torch.ones(1, 1)
+    mask = torch.ones(1, 1)
+    logp_sym = logp.clone().requires_grad_(True)
+    alg.policy_loss(logp_sym, old, adv, mask, 0.2, 0.2)[0].backward()
+    logp_dapo = logp.clone().requires_grad_(True)
+    alg.policy_loss(logp_dapo, old, adv, mask, 0.2, 0.28)[0].backward()
+    assert logp_sym.grad.item() == 0.0  # clipped: no push beyond 1.2
+    assert logp_dapo.grad.item() < 0.0  # still pushed up (loss decreases as logp rises)
+
+
+def test_masked_tokens_carry_zero_gradient():
+    gen = torch.Generator().manual_seed(1)
+    logp = (torch.randn(2, 5, generator=gen) - 1).requires_grad_(True)
+    old = logp.detach() + torch.randn(2, 5, generator=gen) * 0.1
+    old[:, 2] = 50.0  # garbage behaviour logprobs on observation tokens must not matter
+    ref = logp.detach() - 0.3
+    values = torch.randn(2, 5, generator=gen).requires_grad_(True)
+    adv = torch.randn(2, 5, generator=gen)
+    mask = torch.tensor([[1, 1, 0, 0, 1], [0, 1, 0, 1, 1]]).float()
+    for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"):
+        logp.grad = None
+        values.grad = None
+        pg, _ = alg.policy_loss(logp, old, adv * mask, mask, 0.2, 0.28, agg)
+        kl = alg.aggregate(alg.kl_penalty(logp, ref, "k3"), mask, agg)
+        vf, _ = alg.value_loss(values, values.detach() * 0, adv, mask, 0.2, agg)
+        (pg + kl + vf).backward()
+        assert torch.all(logp.grad[mask == 0] == 0)
+        assert torch.all(values.grad[mask == 0] == 0)
+        assert torch.any(logp.grad[mask == 1] != 0)
+
+
+def test_overlong_penalty_ramp():
+    assert alg.overlong_penalty(80, 100, 20) == 0.0
+    assert alg.overlong_penalty(90, 100, 20) == pytest.approx(-0.5)
+    assert alg.overlong_penalty(100, 100, 20) == pytest.approx(-1.0)
+    assert alg.overlong_penalty(130, 100, 20, factor=0.5) == pytest.approx(-0.5)
+    assert alg.overlong_penalty(130, 100, 0) == 0.0
+
+
+def test_kl_estimators():
+    gen = torch.Generator().manual_seed(2)
+    # samples from p = N-ish categorical: k1 and k3 estimate the same KL in expectation
+    p = torch.tensor([0.6, 0.3, 0.1])
+    q = torch.tensor([0.3, 0.3, 0.4])
+    samples = torch.multinomial(p, 200_000, replacement=True, generator=gen)
+    logp, logq = p.log()[samples], q.log()[samples]
+    true_kl = float((p * (p / q).log()).sum())
+    assert float(alg.kl_penalty(logp, logq, "k1").mean()) == pytest.approx(true_kl, abs=0.01)
+    k3 = alg.kl_penalty(logp, logq, "k3")
+    assert float(k3.mean()) == pytest.approx(true_kl, abs=0.01)
+    assert torch.all(k3 >= 0)
+    with pytest.raises(ValueError):
+        alg.kl_penalty(logp, logq, "k2")
+
+
+def test_value_loss_clips_against_old_values():
+    values = torch.tensor([[1.0]])
+    old = torch.tensor([[0.0]])
+    ret = torch.tensor([[0.0]])
+    loss, _ = alg.value_loss(values, old, ret, torch.ones(1, 1), clip=0.2)
+    # unclipped error 1.0, clipped prediction 0.2 -> error 0.04; the max (pessimistic) wins
+    assert float(loss) == pytest.approx(0.5)

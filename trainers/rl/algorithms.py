@@ -1,0 +1,223 @@
+"""Advantage estimators and losses for PPO, GRPO and DAPO, as pure tensor functions.
+
+Every tensor here is *target-aligned*: shape ``[batch, T]`` where position ``t`` is the
+token the model predicted at that step. ``mask`` is 1 on tokens the policy generated and
+0 on prompt, observation and padding tokens, so observation tokens never carry advantage,
+loss or gradient: every reduction below goes through the mask.
+No model code and no I/O: this is the part tests compare with hand-computed numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "masked_mean",
+    "masked_whiten",
+    "gae_advantages",
+    "group_advantages",
+    "keep_informative_groups",
+    "overlong_penalty",
+    "policy_loss",
+    "value_loss",
+    "kl_penalty",
+    "entropy_from_logits",
+    "aggregate",
+]
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean over positions where ``mask`` is 1 (0 when nothing is masked in)."""
+    total = (values * mask).sum() if dim is None else (values * mask).sum(dim)
+    count = mask.sum() if dim is None else mask.sum(dim)
+    return total / count.clamp(min=1)
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Zero-mean unit-variance over masked-in positions; masked-out positions become 0."""
+    mean = masked_mean(values, mask)
+    var = masked_mean((values - mean) ** 2, mask)
+    return (values - mean) * (var + eps).rsqrt() * mask
+
+
+def gae_advantages(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE(γ, λ) over generated tokens only; returns ``(advantages, returns)``.
+
+    The recursion runs right to left and *skips* positions with ``mask == 0``: an
+    observation span between two turns is not an action, so the value after the last
+    token of turn k is the value at the first token of turn k+1, with no discount for the
+    skipped observation tokens. The value after the final generated token is 0 (terminal).
+    """
+    import torch
+
+    batch, length = rewards.shape
+    advantages = torch.zeros_like(values)
+    next_value = torch.zeros(batch, dtype=values.dtype, device=values.device)
+    next_adv = torch.zeros_like(next_value)
+    for t in range(length - 1, -1, -1):
+        active = mask[:, t] > 0
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        adv_t = delta + gamma * lam * next_adv
+        advantages[:, t] = torch.where(active, adv_t, torch.zeros_like(adv_t))
+        next_value = torch.where(active, values[:, t], next_value)
+        next_adv = torch.where(active, adv_t, next_adv)
+    returns = (advantages + values) * mask
+    return advantages * mask, returns
+
+
+def group_advantages(
+    rewards: torch.Tensor, group_ids: torch.Tensor, std_norm: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
+    """GRPO: each episode's reward minus its group's mean (divided by the group's std).
+
+    ``rewards`` and ``group_ids`` are per episode (shape ``[batch]``); the result is per
+    episode and the caller broadcasts it over that episode's generated tokens.
+    """
+    import torch
+
+    out = torch.zeros_like(rewards)
+    for group in torch.unique(group_ids):
+        members = group_ids == group
+        scores = rewards[members]
+        centred = scores - scores.mean()
+        if std_norm and scores.numel() > 1:
+            centred = centred / (scores.std(unbiased=True) + eps)
+        out[members] = centred
+    return out
+
+
+def keep_informative_groups(group_rewards: Sequence[Sequence[float]], tol: float = 1e-9) -> list[int]:
+    """DAPO dynamic sampling: indices of groups whose rewards are *not* all equal.
+
+    An all-equal group has zero group-relative advantage everywhere, so it adds no
+    gradient and only dilutes a token-mean loss.
+    """
+    keep = []
+    for index, rewards in enumerate(group_rewards):
+        if rewards and max(rewards) - min(rewards) > tol:
+            keep.append(index)
+    return keep
+
+
+def overlong_penalty(length: int, max_length: int, buffer: int, factor: float = 1.0) -> float:
+    """DAPO soft overlong punishment: 0 up to ``max_length - buffer``, then a linear ramp
+    down to ``-factor`` at ``max_length`` and ``-factor`` beyond it."""
+    if buffer <= 0:
+        return 0.0
+    expected = max_length - buffer
+    if length <= expected:
+        return 0.0
+    if length <= max_length:
+        return factor * (expected - length) / buffer
+    return -factor
+
+
+def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: str, norm_tokens: float | None = None
+              ) -> torch.Tensor:
+    """Reduce a per-token loss to a scalar.
+
+    token-mean (DAPO): every generated token in the batch weighs the same, so long
+    responses are not down-weighted. ``norm_tokens`` lets gradient accumulation divide by
+    the token count of the whole minibatch rather than of one micro-batch.
+    seq-mean-token-mean (GRPO): mean per episode, then mean over episodes.
+    seq-mean-token-sum: sum per episode, mean over episodes.
+    """
+    if mode == "token-mean":
+        denom = mask.sum().clamp(min=1) if norm_tokens is None else norm_tokens
+        return (loss * mask).sum() / denom
+    if mode == "seq-mean-token-mean":
+        per_seq = (loss * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+        return per_seq.mean()
+    if mode == "seq-mean-token-sum":
+        return (loss * mask).sum(-1).mean()
+    raise ValueError(f"unknown loss aggregation {mode!r}")
+
+
+def policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_eps_low: float,
+    clip_eps_high: float,
+    loss_agg: str = "token-mean",
+    norm_tokens: float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clipped surrogate with decoupled bounds ``[1 - ε_low, 1 + ε_high]`` (DAPO clip-higher;
+    PPO/GRPO use ε_low = ε_high). ``old_logprobs`` are the behaviour policy's (the rollout
+    engine's) logprobs of the sampled tokens. Returns the loss and detached statistics."""
+    import torch
+
+    log_ratio = (logprobs - old_logprobs) * mask
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps_low, 1.0 + clip_eps_high)
+    per_token = torch.maximum(unclipped, clipped)
+    loss = aggregate(per_token, mask, loss_agg, norm_tokens)
+    with torch.no_grad():
+        was_clipped = (clipped > unclipped).float()
+        stats = {
+            "clip_frac": masked_mean(was_clipped, mask),
+            "ratio_mean": masked_mean(ratio, mask),
+            "approx_kl_old": masked_mean(0.5 * log_ratio**2, mask),
+        }
+    return loss, stats
+
+
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    clip: float,
+    loss_agg: str = "token-mean",
+    norm_tokens: float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO clipped value loss: 0.5 * max((V - R)², (clip(V, V_old ± c) - R)²)."""
+    import torch
+
+    clipped_values = old_values + torch.clamp(values - old_values, -clip, clip)
+    per_token = 0.5 * torch.maximum((values - returns) ** 2, (clipped_values - returns) ** 2)
+    loss = aggregate(per_token, mask, loss_agg, norm_tokens)
+    with torch.no_grad():
+        stats = {
+            "vf_clip_frac": masked_mean(
+                ((clipped_values - returns) ** 2 > (values - returns) ** 2).float(), mask
+            ),
+            "value_mean": masked_mean(values, mask),
+        }
+    return loss, stats
+
+
+def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token estimate of KL(π || π_ref) from sampled tokens.
+
+    k1 = log π - log π_ref (unbiased, high variance, can be negative);
+    k3 = exp(log π_ref - log π) - (log π_ref - log π) - 1 (unbiased, always >= 0).
+    """
+    import torch
+
+    if estimator == "k1":
+        return logprobs - ref_logprobs
+    if estimator == "k3":
+        log_ratio = torch.clamp(ref_logprobs - logprobs, -20.0, 20.0)
+        return torch.exp(log_ratio) - log_ratio - 1.0
+    raise ValueError(f"unknown KL estimator {estimator!r}: use k1 or k3")
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Per-position entropy of the categorical distribution given by ``logits``."""
+    import torch
+
+    log_probs = torch.log_softmax(logits.float(), dim=-1)
+    return -(log_probs.exp() * log_probs).sum(-1)

@@ -1,0 +1,293 @@
+"""The learner: owns the policy (+ critic, reference, optimiser) and turns a batch into an update.
+
+Two calls per RL step: :meth:`Learner.prepare` (no grad: recompute the policy's logprobs
+to measure the rollout/training mismatch, critic values, reference logprobs, then
+advantages) and :meth:`Learner.update` (epochs x minibatches x micro-batches of the
+clipped loss). Plain Python: the Ray actor in ``actors.py`` wraps it, and the local mode
+calls it directly. With ``world_size > 1`` each rank holds a DDP replica and sees its
+shard of every minibatch; gradients are averaged by DDP.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trainers.rl import algorithms as alg
+from trainers.rl.batch import RLBatch
+from trainers.rl.models import ValueHead, forward_tokens, load_tokenizer_and_policy
+
+if TYPE_CHECKING:
+    import torch
+
+    from trainers.rl.config import RLConfig
+
+__all__ = ["Learner"]
+
+
+def _module(torch_nn: Any) -> Any:
+    class _PolicyCritic(torch_nn.Module):
+        """Policy (+ value head) as one module so DDP sees a single forward."""
+
+        def __init__(self, policy: Any, value_head: Any) -> None:
+            super().__init__()
+            self.policy = policy
+            self.value_head = value_head
+
+        def forward(self, input_ids: Any, attention_mask: Any, with_entropy: bool,
+                    entropy_grad: bool) -> Any:
+            out = forward_tokens(self.policy, input_ids, attention_mask, self.value_head,
+                                 with_entropy=with_entropy, entropy_grad=entropy_grad)
+            return out.logprobs, out.entropy, out.values
+
+    return _PolicyCritic
+
+
+class Learner:
+    """Policy optimisation for PPO / GRPO / DAPO (chosen by ``config``)."""
+
+    def __init__(self, config: RLConfig, rank: int = 0, world_size: int = 1) -> None:
+        import torch
+
+        self.config = config
+        self.rank, self.world_size = rank, world_size
+        torch.manual_seed(config.seed + 1000 * rank)
+        use_cuda = config.learner_gpus > 0 and torch.cuda.is_available()
+        self.device = torch.device("cuda", torch.cuda.current_device()) if use_cuda else \
+            torch.device("cpu")
+        self.tokenizer, policy = load_tokenizer_and_policy(config)
+        if config.gradient_checkpointing:
+            policy.gradient_checkpointing_enable()
+        hidden = policy.config.hidden_size
+        value_head = ValueHead(hidden) if config.critic == "value_head" else None
+        self.module = _module(torch.nn)(policy, value_head).to(self.device).train()
+        self.critic = None
+        if config.critic == "separate":
+            self.critic = _module(torch.nn)(copy.deepcopy(policy), ValueHead(hidden))
+            self.critic = self.critic.to(self.device).train()
+        self.reference = None
+        if config.uses_reference:
+            self.reference = copy.deepcopy(policy).to(self.device).eval().requires_grad_(False)
+        self.train_module = self.module
+        self.train_critic = self.critic
+        if world_size > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.device.index] if use_cuda else None
+            self.train_module = DistributedDataParallel(self.module, device_ids=ids)
+            if self.critic is not None:
+                self.train_critic = DistributedDataParallel(self.critic, device_ids=ids)
+        groups = [{"params": list(policy.parameters()), "lr": config.lr}]
+        if value_head is not None:
+            groups.append({"params": list(value_head.parameters()), "lr": config.critic_lr})
+        if self.critic is not None:
+            groups.append({"params": list(self.critic.parameters()), "lr": config.critic_lr})
+        self.optimizer = torch.optim.AdamW(groups, weight_decay=config.weight_decay)
+        self.generator = torch.Generator().manual_seed(config.seed + 7)
+        self.updates = 0
+
+    @property
+    def policy(self) -> Any:
+        return self.module.policy
+
+    # -- weights ---------------------------------------------------------------------
+    def policy_state(self) -> dict[str, Any]:
+        """Policy weights on CPU, for syncing rollout engines after an update."""
+        return {k: v.detach().to("cpu") for k, v in self.policy.state_dict().items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "module": self.module.state_dict(),
+            "critic": None if self.critic is None else self.critic.state_dict(),
+            "reference": None if self.reference is None else self.reference.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "generator": self.generator.get_state(),
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.module.load_state_dict(state["module"])
+        if self.critic is not None and state.get("critic") is not None:
+            self.critic.load_state_dict(state["critic"])
+        if self.reference is not None and state.get("reference") is not None:
+            self.reference.load_state_dict(state["reference"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.updates = int(state["updates"])
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """Write the policy in HF format (loadable by the eval CLI and vLLM)."""
+        self.policy.save_pretrained(str(directory))
+        self.tokenizer.save_pretrained(str(directory))
+
+    # -- step 1: no-grad passes and advantages -----------------------------------------
+    def _micro_batches(self, batch: RLBatch) -> list[RLBatch]:
+        import torch
+
+        size = self.config.micro_batch_size
+        return [batch.select(torch.arange(i, min(i + size, batch.size)))
+                for i in range(0, batch.size, size)]
+
+    def prepare(self, batch: RLBatch) -> tuple[RLBatch, dict[str, float]]:
+        """Fill old values, reference logprobs and advantages; report logprob mismatch."""
+        import torch
+
+        cfg = self.config
+        length = batch.mask.shape[1]
+        learner_lp = torch.zeros_like(batch.mask)
+        values = torch.zeros_like(batch.mask) if cfg.uses_critic else None
+        ref_lp = torch.zeros_like(batch.mask) if self.reference is not None else None
+        entropy = torch.zeros_like(batch.mask)
+        t_policy = t_aux = 0.0
+        start = 0
+        with torch.no_grad():
+            for micro in self._micro_batches(batch):
+                rows = slice(start, start + micro.size)
+                start += micro.size
+                micro = micro.to(self.device)
+                cols = micro.mask.shape[1]
+                t0 = time.perf_counter()
+                lp, ent, val = self.module(micro.input_ids, micro.attention_mask, True, False)
+                t1 = time.perf_counter()
+                t_policy += t1 - t0
+                learner_lp[rows, :cols] = lp.float().cpu()
+                entropy[rows, :cols] = ent.float().cpu()
+                if self.critic is not None:
+                    _, _, val = self.critic(micro.input_ids, micro.attention_mask, False, False)
+                if values is not None:
+                    values[rows, :cols] = val.float().cpu()
+                if ref_lp is not None:
+                    out = forward_tokens(self.reference, micro.input_ids, micro.attention_mask)
+                    ref_lp[rows, :cols] = out.logprobs.float().cpu()
+                t_aux += time.perf_counter() - t1
+        mask = batch.mask
+        stats: dict[str, float] = {}
+        has = batch.has_rollout_logprobs
+        if has.any():
+            rollout_mask = mask * has[:, None].float()
+            diff = (learner_lp - batch.old_logprobs) * rollout_mask
+            stats["mismatch/logprob_abs_diff"] = float(alg.masked_mean(diff.abs(), rollout_mask))
+            stats["mismatch/kl_k3"] = float(alg.masked_mean(
+                alg.kl_penalty(batch.old_logprobs, learner_lp, "k3") * rollout_mask, rollout_mask))
+        # Episodes without engine logprobs (text-only agents) use the learner's own.
+        old_lp = torch.where(has[:, None], batch.old_logprobs, learner_lp) * mask
+        if values is not None:
+            values = values * mask
+            adv, returns = alg.gae_advantages(batch.token_rewards, values, mask, cfg.gamma, cfg.lam)
+            if cfg.whiten_advantages:
+                adv = alg.masked_whiten(adv, mask)
+        else:
+            per_episode = alg.group_advantages(batch.rewards, batch.group_ids, cfg.group_std_norm)
+            adv = per_episode[:, None].expand(-1, length) * mask
+            returns = None
+        stats.update({
+            "adv/mean": float(alg.masked_mean(adv, mask)),
+            "adv/std": float(alg.masked_mean((adv - alg.masked_mean(adv, mask)) ** 2, mask).sqrt()),
+            "adv/max": float(adv[mask > 0].max()) if mask.any() else 0.0,
+            "adv/min": float(adv[mask > 0].min()) if mask.any() else 0.0,
+            "policy/entropy": float(alg.masked_mean(entropy, mask)),
+            "time/recompute_s": t_policy,
+            "time/ref_critic_s": t_aux if (values is not None or ref_lp is not None) else 0.0,
+        })
+        if values is not None:
+            stats["critic/value_mean"] = float(alg.masked_mean(values, mask))
+            stats["critic/return_mean"] = float(alg.masked_mean(returns, mask))
+        if ref_lp is not None:
+            stats["kl/ref"] = float(alg.masked_mean(
+                alg.kl_penalty(learner_lp, ref_lp, cfg.kl_estimator), mask))
+        prepared = RLBatch(**{**batch.__dict__, "old_logprobs": old_lp, "advantages": adv,
+                              "returns": returns, "old_values": values, "ref_logprobs": ref_lp})
+        return prepared, stats
+
+    # -- step 2: the clipped update ----------------------------------------------------
+    def update(self, batch: RLBatch) -> dict[str, float]:
+        """PPO epochs over shuffled minibatches; gradients accumulate over micro-batches."""
+        import torch
+
+        cfg = self.config
+        sums: dict[str, float] = {}
+        count = 0
+        t0 = time.perf_counter()
+        for _epoch in range(cfg.ppo_epochs):
+            order = torch.randperm(batch.size, generator=self.generator)
+            for begin in range(0, batch.size, cfg.minibatch_size):
+                rows = order[begin:begin + cfg.minibatch_size]
+                if len(rows) < cfg.minibatch_size and begin > 0:
+                    continue  # a ragged tail would weigh its few episodes too much
+                minibatch = batch.select(rows)
+                stats = self._minibatch_step(minibatch)
+                for key, value in stats.items():
+                    sums[key] = sums.get(key, 0.0) + value
+                count += 1
+        self.updates += 1
+        out = {key: value / max(count, 1) for key, value in sums.items()}
+        out["time/update_s"] = time.perf_counter() - t0
+        return out
+
+    def _minibatch_step(self, minibatch: RLBatch) -> dict[str, float]:
+        import torch
+
+        cfg = self.config
+        self.optimizer.zero_grad(set_to_none=True)
+        total_tokens = float(minibatch.mask.sum().clamp(min=1))
+        micro_batches = self._micro_batches(minibatch)
+        sums: dict[str, float] = {}
+        for index, micro in enumerate(micro_batches):
+            micro = micro.to(self.device)
+            share = micro.size / minibatch.size
+            last = index == len(micro_batches) - 1
+            sync = nullcontext() if last or self.world_size == 1 else self.train_module.no_sync()
+            with sync:
+                loss, stats = self._micro_loss(micro, total_tokens, share)
+                loss.backward()
+            for key, value in stats.items():
+                sums[key] = sums.get(key, 0.0) + value * share
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        self.optimizer.step()
+        sums["policy/grad_norm"] = float(grad_norm)
+        return sums
+
+    def _micro_loss(self, micro: RLBatch, total_tokens: float, share: float
+                    ) -> tuple[Any, dict[str, float]]:
+        cfg = self.config
+        mask = micro.mask
+        want_entropy_grad = cfg.entropy_coef > 0
+        logprobs, entropy, values = self.train_module(
+            micro.input_ids, micro.attention_mask, True, want_entropy_grad)
+        # token-mean divides by the whole minibatch's tokens; seq-mean modes weigh a
+        # micro-batch by its share of the minibatch's episodes.
+        norm = total_tokens if cfg.loss_agg == "token-mean" else None
+        scale = 1.0 if cfg.loss_agg == "token-mean" else share
+
+        def reduce(per_token: Any) -> Any:
+            return alg.aggregate(per_token, mask, cfg.loss_agg, norm) * scale
+
+        pg_loss, pg_stats = alg.policy_loss(
+            logprobs, micro.old_logprobs, micro.advantages, mask, cfg.clip_eps_low,
+            cfg.clip_eps_high, cfg.loss_agg, norm)
+        loss = pg_loss * scale
+        # Report losses per micro-batch's own tokens so the share-weighted sum is a mean.
+        to_own = 1.0 if norm is None else total_tokens / float(mask.sum().clamp(min=1))
+        stats = {"loss/policy": float(pg_loss.detach()) * to_own,
+                 "policy/clip_frac": float(pg_stats["clip_frac"]),
+                 "policy/ratio_mean": float(pg_stats["ratio_mean"]),
+                 "policy/approx_kl_old": float(pg_stats["approx_kl_old"])}
+        if cfg.entropy_coef > 0:
+            loss = loss - cfg.entropy_coef * reduce(entropy)
+        if micro.ref_logprobs is not None and cfg.kl_coef:
+            kl = alg.kl_penalty(logprobs, micro.ref_logprobs, cfg.kl_estimator)
+            loss = loss + cfg.kl_coef * reduce(kl)
+        if cfg.uses_critic:
+            if self.train_critic is not None:
+                _, _, values = self.train_critic(micro.input_ids, micro.attention_mask, False,
+                                                 False)
+            vf_loss, vf_stats = alg.value_loss(values, micro.old_values, micro.returns, mask,
+                                               cfg.value_clip, cfg.loss_agg, norm)
+            loss = loss + cfg.vf_coef * vf_loss * scale
+            stats["loss/value"] = float(vf_loss.detach()) * to_own
+            stats["critic/vf_clip_frac"] = float(vf_stats["vf_clip_frac"])
+        return loss, stats

@@ -1,0 +1,146 @@
+"""Policy, critic and reference models for the RL learner, and their token-level outputs.
+
+The policy is any HF causal LM. PPO's critic is either a linear value head on the
+policy's last hidden state (shared trunk, one forward for both) or a separate copy of
+the trunk with its own head. All outputs are target-aligned with ``RLBatch`` (position
+``t`` scores input token ``t + 1``): the logprob the model gives that token and the value
+of the state *before* it is generated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from trainers.rl.config import RLConfig
+
+__all__ = ["ModelOutputs", "load_tokenizer_and_policy", "ValueHead", "forward_tokens"]
+
+
+@dataclass
+class ModelOutputs:
+    """Target-aligned per-token outputs of one forward pass."""
+
+    logprobs: torch.Tensor  # [B, L-1]
+    entropy: torch.Tensor | None  # [B, L-1]
+    values: torch.Tensor | None  # [B, L-1]
+
+
+def _dtype(name: str) -> Any:
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def load_tokenizer_and_policy(config: RLConfig) -> tuple[Any, Any]:
+    """``(tokenizer, causal LM)`` from ``config.model`` (a HF directory/name or ``tiny``).
+
+    ``init_checkpoint`` (e.g. the SFT trainer's output directory, saved with
+    ``save_pretrained``) replaces the weights after the architecture is built.
+    """
+    import torch
+
+    if config.model == "tiny":
+        from agents.tiny import build_tiny_model, train_tiny_tokenizer
+
+        tokenizer = train_tiny_tokenizer()
+        model = build_tiny_model(tokenizer, seed=config.seed, **config.model_config)
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(config.model)
+        if config.model_config.get("random_init"):
+            from transformers import AutoConfig
+
+            overrides = {k: v for k, v in config.model_config.items() if k != "random_init"}
+            hf_config = AutoConfig.from_pretrained(config.model, **overrides)
+            torch.manual_seed(config.seed)
+            model = AutoModelForCausalLM.from_config(hf_config)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(config.model)
+    if config.init_checkpoint:
+        _load_weights(model, Path(config.init_checkpoint))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer, model.to(_dtype(config.dtype))
+
+
+def _load_weights(model: Any, directory: Path) -> None:
+    """Load weights saved by ``save_pretrained`` (safetensors or torch) into ``model``."""
+    import torch
+
+    safetensors = sorted(directory.glob("*.safetensors"))
+    if safetensors:
+        from safetensors.torch import load_file
+
+        state: dict[str, Any] = {}
+        for path in safetensors:
+            state.update(load_file(str(path)))
+    elif (directory / "pytorch_model.bin").exists():
+        state = torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    elif (directory / "policy.pt").exists():
+        state = torch.load(directory / "policy.pt", map_location="cpu", weights_only=True)
+    else:
+        raise FileNotFoundError(f"{directory}: no *.safetensors, pytorch_model.bin or policy.pt")
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    # Tied embeddings are legitimately absent from the file; anything else is a mismatch.
+    missing = [k for k in missing if "lm_head" not in k]
+    if missing or unexpected:
+        raise ValueError(f"{directory}: weights do not fit the model "
+                         f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
+
+
+def ValueHead(hidden_size: int) -> Any:  # noqa: N802 - a factory that reads as a layer
+    """A zero-initialised linear value head: the critic starts by predicting 0 everywhere."""
+    import torch
+
+    head = torch.nn.Linear(hidden_size, 1)
+    torch.nn.init.zeros_(head.weight)
+    torch.nn.init.zeros_(head.bias)
+    return head
+
+
+def _trunk_and_head(model: Any) -> tuple[Any, Any]:
+    return getattr(model, model.base_model_prefix), model.get_output_embeddings()
+
+
+def forward_tokens(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    value_head: Any = None,
+    with_entropy: bool = False,
+    with_logits: bool = True,
+    entropy_grad: bool = False,
+) -> ModelOutputs:
+    """One forward: logprobs of the given next tokens, optional entropy and values.
+
+    Goes through the trunk and the LM head separately so a value head can read the same
+    hidden states without a second pass, and logprobs use ``logsumexp`` instead of a
+    full ``log_softmax`` copy of the ``[B, L, vocab]`` logits.
+    """
+    import torch
+
+    from trainers.rl.algorithms import entropy_from_logits
+
+    trunk, lm_head = _trunk_and_head(model)
+    hidden = trunk(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    hidden = hidden[:, :-1]
+    values = None
+    if value_head is not None:
+        values = value_head(hidden.to(value_head.weight.dtype)).squeeze(-1).float()
+    if not with_logits:
+        return ModelOutputs(logprobs=torch.empty(0), entropy=None, values=values)
+    logits = lm_head(hidden).float()
+    targets = input_ids[:, 1:]
+    picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    logprobs = picked - torch.logsumexp(logits, dim=-1)
+    entropy = None
+    if with_entropy:
+        # Entropy is a metric unless it is in the loss; detaching saves a [B, L, V] graph.
+        entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
+    return ModelOutputs(logprobs=logprobs, entropy=entropy, values=values)
