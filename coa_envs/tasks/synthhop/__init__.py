@@ -1,0 +1,116 @@
+"""SynthHop: an offline multi-hop QA world for ``coa/SynthHop-v0`` (family ``synthhop``).
+
+A seeded generator makes a small fictional knowledge base (countries, cities, people,
+companies, universities, products), renders it as ~270 Wikipedia-like passages, indexes
+them with the same ``bm25`` backend the real wiki envs use (built once into a cache dir,
+well under a second) and asks questions that need 1-4 retrieval hops. Nothing is
+downloaded, everything is deterministic for a seed, and each task carries
+``metadata["oracle_actions"]`` -- the searches and answer that solve it -- so the env can
+be demonstrated, tested and trained on CPU. ``difficulty="easy"`` (1 hop) is the RL demo
+setting.
+
+Task options: ``seed`` (world), ``hops`` (int or list, 1-4) or ``difficulty``
+(easy/medium/hard/mixed), ``num_tasks``, ``split`` (all/train/test: a fixed 80/20 split of
+one question pool), ``cache_dir`` (where the index goes; default ``$COA_CACHE_DIR/synthhop``
+or ``~/.cache/coa_envs/synthhop``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from coa_envs.tasks.synthhop.questions import DIFFICULTY_HOPS, generate_questions, parse_hops
+from coa_envs.tasks.synthhop.world import World, generate_world
+from coa_envs.types import Task
+
+__all__ = ["DIFFICULTY_HOPS", "build_world_index", "generate_world", "load_tasks"]
+
+_SPLITS = ("all", "train", "test")
+
+
+def _cache_root(cache_dir: str | Path | None) -> Path:
+    if cache_dir:
+        return Path(cache_dir).expanduser()
+    if os.environ.get("COA_CACHE_DIR"):
+        return Path(os.environ["COA_CACHE_DIR"]) / "synthhop"
+    home_cache = Path.home() / ".cache" / "coa_envs" / "synthhop"
+    try:
+        home_cache.mkdir(parents=True, exist_ok=True)
+        return home_cache
+    except OSError:  # read-only home (some CI sandboxes)
+        return Path(tempfile.gettempdir()) / "coa_envs" / "synthhop"
+
+
+def build_world_index(world: World, cache_dir: str | Path | None = None) -> tuple[Path, Path]:
+    """Write the world's corpus and bm25 index (once per content hash); return (index, corpus)."""
+    from coa_envs.retrieval.bm25 import build_bm25_index
+
+    rows = [json.dumps(p.to_row(), ensure_ascii=False) + "\n" for p in world.passages()]
+    payload = "".join(rows).encode("utf-8")
+    digest = hashlib.sha256(payload).hexdigest()[:16]
+    root = _cache_root(cache_dir) / f"world{world.seed}-{digest}"
+    corpus, index = root / "corpus.jsonl", root / "bm25"
+    if (index / "coa_index.json").is_file() and corpus.is_file():
+        return index, corpus
+    root.mkdir(parents=True, exist_ok=True)
+    if not corpus.is_file() or corpus.read_bytes() != payload:
+        fd, tmp = tempfile.mkstemp(dir=root, prefix=".corpus.")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+        os.replace(tmp, corpus)
+    # FileExistsError: another process finished the same build first.
+    with contextlib.suppress(FileExistsError):
+        build_bm25_index(corpus, index, show_progress=False, overwrite=index.exists())
+    return index, corpus
+
+
+def load_tasks(
+    path: str | None = None,
+    *,
+    seed: int = 0,
+    hops: int | list[int] | None = None,
+    difficulty: str | None = None,
+    num_tasks: int = 500,
+    split: str = "all",
+    cache_dir: str | None = None,
+) -> list[Task]:
+    """Generate the tasks of one SynthHop world (and make sure its search index exists)."""
+    if path is not None:
+        raise ValueError("synthhop generates its own data; use task_options seed/hops/difficulty, not a path")
+    if split not in _SPLITS:
+        raise ValueError(f"synthhop: split must be one of {_SPLITS}, not {split!r}")
+    if num_tasks < 1:
+        raise ValueError("synthhop: num_tasks must be >= 1")
+    allowed = parse_hops(hops, difficulty)
+    world = generate_world(seed)
+    index, corpus = build_world_index(world, cache_dir)
+    questions = generate_questions(world, num_tasks, allowed)
+    tasks = []
+    for number, question in enumerate(questions):
+        in_test = number % 5 == 4
+        if (split == "train" and in_test) or (split == "test" and not in_test):
+            continue
+        hop_tag = "-".join(str(h) for h in allowed)
+        tasks.append(
+            Task(
+                task_id=f"synthhop-w{seed}-h{hop_tag}-{number:04d}",
+                question=question.text,
+                gold=(question.answer,),
+                metadata={
+                    "dataset": "synthhop",
+                    "world_seed": seed,
+                    "hops": question.hops,
+                    "relations": list(question.relations),
+                    "support_titles": list(question.support_titles),
+                    "oracle_actions": list(question.oracle_actions),
+                    "wiki_index": str(index),
+                    "wiki_corpus": str(corpus),
+                },
+            )
+        )
+    return tasks
