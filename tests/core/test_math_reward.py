@@ -1,0 +1,52 @@
+"""Math equivalence: math-verify semantics, \\boxed{} accepted, unparsable LaTeX never crashes."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from coa_envs.rewards.math_verify import build, normalise_latex
+from coa_envs.types import Task
+
+reward = build()
+
+
+def task(*gold: str) -> Task:
+    return Task(task_id="t", question="q", gold=gold)
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold", "score"),
+    [
+        ("\\boxed{204}", "204", 1.0),
+        ("204", "204", 1.0),
+        ("\\boxed{\\frac{1}{2}}", "0.5", 1.0),
+        ("\\boxed{\\dfrac{3}{4}}", "\\frac{3}{4}", 1.0),
+        ("\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}", "\\left( 3, \\frac{\\pi}{2} \\right)", 1.0),
+        ("\\boxed{2\\sqrt{2}}", "\\sqrt{8}", 1.0),
+        ("\\boxed{205}", "204", 0.0),
+        ("The answer is \\boxed{27}", "27.0", 1.0),
+        ("", "1", 0.0),
+        ("\\boxed{\\frac{", "1", 0.0),
+        ("\\boxed{\\unknownmacro{x}^{^}}", "\\unknownmacro{x}^{^}", 1.0),
+    ],
+)
+def test_math_equivalence_table(prediction, gold, score):
+    assert reward(prediction, task(gold)).score == score
+
+
+def test_any_gold_alias_counts():
+    assert reward("\\boxed{7}", task("3", "7")).score == 1.0
+
+
+def test_works_off_the_main_thread_where_signal_timeouts_are_unavailable():
+    results = []
+    worker = threading.Thread(target=lambda: results.append(reward("\\boxed{\\frac{2}{4}}", task("1/2")).score))
+    worker.start()
+    worker.join()
+    assert results == [1.0]
+
+
+def test_string_fallback_normal_form():
+    assert normalise_latex("$\\left(1,2\\right)$.") == normalise_latex("(1, 2)")
