@@ -74,7 +74,7 @@ def test_truncated_at_max_turns():
 
 def test_truncated_at_context_budget():
     env = gym.make("coa/AIME24-v0", context_budget_chars=3000)
-    prompt, _ = env.reset(seed=0)
+    env.reset(seed=0)
     _, _, _, truncated, info = env.step("<think>" + "z" * 3000 + "</think>")
     assert truncated and info["truncation"] == "context_budget"
 
