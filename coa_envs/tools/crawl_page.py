@@ -1,0 +1,263 @@
+"""The ``crawl_page`` tool: fetch one or more URLs and show the model their readable text.
+
+Query format (the CoA ``<crawl_page>`` span): ``URL``, several URLs separated by ``|``,
+and optionally free text among them that states the goal (``URL | who founded it?``).
+The goal steers the optional LLM summary; without a summary endpoint the page text is
+shown directly, cut at ``max_chars`` with a visible marker, followed by the page's links.
+
+Backends: ``httpx`` (fast, static HTML/PDF/text), ``playwright`` and ``selenium`` (headless
+Chromium for JavaScript pages; PDFs and other non-HTML bodies still go through httpx).
+Every URL passes the SSRF guard before any connection (see :mod:`coa_envs.web.ssrf`).
+Nothing raises: each failure is an observation with an :class:`ErrorKind`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from coa_envs.types import ErrorKind, ToolContext, ToolResult
+from coa_envs.web.browsers import BrowserError, BrowserRenderer
+from coa_envs.web.extract import ExtractedPage, ExtractionError, extract
+from coa_envs.web.fetch import FetchFailure, HttpFetcher
+from coa_envs.web.llm import ChatEndpoint, ChatError, chat
+from coa_envs.web.ssrf import UrlGuard
+
+__all__ = ["BACKENDS", "CrawlConfig", "CrawlPageTool", "build", "parse_crawl_query"]
+
+BACKENDS: tuple[str, ...] = ("httpx", "playwright", "selenium")
+_URL_RE = re.compile(r"^[a-z][a-z0-9+.\-]*://\S+$", re.I)
+_BARE_DOMAIN_RE = re.compile(r"^(www\.)?[\w\-]+(\.[\w\-]+)*\.[a-z]{2,}(:\d+)?(/\S*)?$", re.I)
+_PDF_VIEWER_MARK = 'type="application/pdf"'
+_SUMMARY_PROMPT = (
+    "You read web pages for a research agent. Goal: {goal}\n\n"
+    "From the page below, report every piece of information that helps with the goal: exact "
+    "names, numbers, dates and short verbatim quotes, plus any link that looks worth following. "
+    "Do not add facts that are not on the page. If nothing on the page is relevant, answer "
+    "exactly 'The page contains no information relevant to the goal.'\n\n"
+    "Page URL: {url}\nPage title: {title}\nPage text:\n{text}"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlConfig:
+    """Options of the crawl tool (all optional). ``allow_hosts`` opens hosts/CIDRs to the
+    agent (e.g. ``["127.0.0.1"]`` for the local mini-web); ``summary`` is an OpenAI-compatible
+    endpoint block (``base_url``, ``model``, ``api_key_env``, ``max_input_chars``)."""
+
+    timeout_s: float = 15.0
+    max_bytes: int = 3_000_000
+    max_redirects: int = 5
+    max_chars: int = 8000
+    max_links: int = 25
+    max_urls: int = 3
+    allow_hosts: tuple[str, ...] = ()
+    allow_private: bool = False
+    verify_tls: bool = True
+    summary: Mapping[str, Any] | None = None
+    browser_workers: int = 1
+    settle_ms: int = 300
+    executable_path: str | None = None
+    chromedriver_path: str | None = None
+
+    @classmethod
+    def from_kwargs(cls, **config: Any) -> CrawlConfig:
+        known = set(cls.__dataclass_fields__)
+        unknown = set(config) - known
+        if unknown:
+            raise ValueError(f"unknown crawl_page option(s) {sorted(unknown)}; known: {sorted(known)}")
+        if "allow_hosts" in config:
+            config["allow_hosts"] = tuple(config["allow_hosts"] or ())
+        return cls(**config)
+
+
+def parse_crawl_query(query: str) -> tuple[list[str], str]:
+    """Split a crawl query into URLs (in order, deduplicated) and the free-text goal."""
+    urls: list[str] = []
+    goal_parts: list[str] = []
+    for part in (p.strip() for p in query.replace("\n", "|").split("|")):
+        if not part:
+            continue
+        if _URL_RE.match(part):
+            candidate = part
+        elif " " not in part and _BARE_DOMAIN_RE.match(part):
+            candidate = "https://" + part
+        else:
+            goal_parts.append(part)
+            continue
+        if candidate not in urls:
+            urls.append(candidate)
+    return urls, " ".join(goal_parts)
+
+
+@dataclass(frozen=True, slots=True)
+class _PageOutcome:
+    url: str
+    page: ExtractedPage | None = None
+    final_url: str = ""
+    truncated_body: bool = False
+    error: str = ""
+    kind: ErrorKind | None = None
+    transient: bool = False
+
+
+class CrawlPageTool:
+    """``crawl_page`` over one backend. Thread-safe; call :meth:`close` to stop browsers."""
+
+    name = "crawl_page"
+
+    def __init__(self, backend: str = "httpx", config: CrawlConfig | None = None) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown crawl_page backend {backend!r}; choose one of {BACKENDS}")
+        self.backend = backend
+        self.config = config or CrawlConfig()
+        self.guard = UrlGuard(self.config.allow_hosts, allow_private=self.config.allow_private)
+        self._summary = ChatEndpoint.from_config(self.config.summary)
+        self._summary_input_chars = int((self.config.summary or {}).get("max_input_chars", 30000))
+        self._fetcher = HttpFetcher(
+            self.guard, timeout_s=self.config.timeout_s, max_bytes=self.config.max_bytes,
+            max_redirects=self.config.max_redirects, verify_tls=self.config.verify_tls,
+        )
+        self._renderer: BrowserRenderer | None = None
+        if backend != "httpx":
+            self._renderer = BrowserRenderer(
+                backend, self.guard, executable_path=self.config.executable_path,
+                chromedriver_path=self.config.chromedriver_path, timeout_s=self.config.timeout_s,
+                settle_ms=self.config.settle_ms, workers=self.config.browser_workers,
+            )
+
+    def close(self) -> None:
+        self._fetcher.close()
+        if self._renderer is not None:
+            self._renderer.close()
+
+    # -- fetching -------------------------------------------------------------------------
+    def _via_http(self, url: str) -> _PageOutcome:
+        fetched = self._fetcher.fetch(url)
+        if isinstance(fetched, FetchFailure):
+            return _PageOutcome(url, error=fetched.message, kind=fetched.kind, transient=fetched.transient)
+        try:
+            page = extract(fetched.body, fetched.content_type, fetched.charset, fetched.final_url,
+                           max_links=self.config.max_links)
+        except ExtractionError as exc:
+            return _PageOutcome(url, final_url=fetched.final_url, error=str(exc), kind=ErrorKind.TOOL_ERROR)
+        return _PageOutcome(url, page, fetched.final_url, fetched.truncated)
+
+    def _via_browser(self, url: str) -> _PageOutcome:
+        assert self._renderer is not None
+        verdict = self.guard.check(url)  # refuse before the browser opens any connection
+        if verdict.status == "blocked":
+            return _PageOutcome(url, error=f"refused to fetch {url}: {verdict.reason}", kind=ErrorKind.BLOCKED_URL)
+        if not verdict.allowed:
+            return _PageOutcome(url, error=verdict.reason, kind=ErrorKind.TOOL_ERROR,
+                                transient=verdict.status == "dns_error")
+        try:
+            rendered = self._renderer.render(url)
+        except BrowserError as exc:
+            if "download" in str(exc).lower():  # non-HTML bodies make Chromium start a download
+                return self._via_http(url)
+            return _PageOutcome(url, error=str(exc), kind=exc.kind,
+                                transient=exc.kind in (ErrorKind.TOOL_TIMEOUT, ErrorKind.TOOL_ERROR))
+        if rendered.status is not None and rendered.status >= 400:
+            return _PageOutcome(url, final_url=rendered.final_url, error=f"HTTP {rendered.status} for {url}",
+                                kind=ErrorKind.TOOL_ERROR, transient=rendered.status >= 500)
+        if _PDF_VIEWER_MARK in rendered.html[:5000]:  # Chromium's PDF viewer: read the file itself
+            return self._via_http(rendered.final_url)
+        body = rendered.html.encode("utf-8")[: self.config.max_bytes]
+        try:
+            page = extract(body, "text/html", "utf-8", rendered.final_url, max_links=self.config.max_links)
+        except ExtractionError as exc:
+            return _PageOutcome(url, final_url=rendered.final_url, error=str(exc), kind=ErrorKind.TOOL_ERROR)
+        return _PageOutcome(url, page, rendered.final_url, len(rendered.html) > len(body))
+
+    def _crawl(self, url: str) -> _PageOutcome:
+        try:
+            return self._via_http(url) if self._renderer is None else self._via_browser(url)
+        except Exception as exc:  # last line of defence: a library bug must not end the episode
+            return _PageOutcome(url, error=f"crawler error: {type(exc).__name__}: {exc}", kind=ErrorKind.TOOL_ERROR)
+
+    # -- rendering ------------------------------------------------------------------------
+    def _summarise(self, outcome: _PageOutcome, goal: str) -> tuple[str | None, str]:
+        assert self._summary is not None and outcome.page is not None
+        prompt = _SUMMARY_PROMPT.format(
+            goal=goal or "describe what the page says", url=outcome.final_url,
+            title=outcome.page.title, text=outcome.page.text[: self._summary_input_chars],
+        )
+        try:
+            return chat(self._summary, [{"role": "user", "content": prompt}]), ""
+        except ChatError as exc:
+            return None, str(exc)
+
+    def _render_page(self, outcome: _PageOutcome, goal: str) -> tuple[str, dict[str, Any]]:
+        info: dict[str, Any] = {"url": outcome.url, "final_url": outcome.final_url or outcome.url}
+        if outcome.page is None:
+            info.update(ok=False, error_kind=str(outcome.kind), error=outcome.error)
+            return f"Could not crawl {outcome.url}: {outcome.error}", info
+        page = outcome.page
+        header = f"URL: {outcome.final_url}"
+        if outcome.final_url != outcome.url:
+            header += f" (redirected from {outcome.url})"
+        if page.title:
+            header += f"\nTitle: {page.title}"
+        info.update(ok=True, kind=page.kind, chars=len(page.text), truncated_body=outcome.truncated_body)
+        if self._summary is not None:
+            summary, error = self._summarise(outcome, goal)
+            if summary is not None:
+                info["summarised"] = True
+                return f"{header}\nSummary toward the goal:\n{summary}", info
+            info["summary_error"] = error
+            header += f"\n[summary unavailable ({error}); showing the page text]"
+        text = page.text or "(the page has no readable text)"
+        if len(text) > self.config.max_chars:
+            text = (text[: self.config.max_chars].rstrip()
+                    + f"\n[... page cut: showed {self.config.max_chars} of {len(page.text)} characters ...]")
+            info["cut"] = True
+        elif outcome.truncated_body:
+            text += f"\n[... page cut: the download stopped at {self.config.max_bytes} bytes ...]"
+            info["cut"] = True
+        parts = [header, text]
+        if page.links and self.config.max_links > 0:
+            links = "\n".join(f"- {anchor or '(no text)'}: {href}" for anchor, href in page.links)
+            parts.append(f"Links on this page:\n{links}")
+        return "\n".join(parts), info
+
+    def run(self, query: str, ctx: ToolContext) -> ToolResult:
+        urls, goal = parse_crawl_query(query or "")
+        if not urls:
+            return ToolResult.failure(
+                "crawl_page needs a URL, e.g. <crawl_page>https://example.org/page | what to look for"
+                "</crawl_page>.", ErrorKind.BAD_ACTION)
+        if not goal and ctx.task is not None:
+            goal = ctx.task.question
+        skipped = urls[self.config.max_urls:]
+        urls = urls[: self.config.max_urls]
+        if len(urls) == 1:
+            outcomes = [self._crawl(urls[0])]
+        else:
+            with ThreadPoolExecutor(max_workers=len(urls)) as pool:
+                outcomes = list(pool.map(self._crawl, urls))
+        rendered = [self._render_page(outcome, goal) for outcome in outcomes]
+        if len(rendered) == 1:
+            text = rendered[0][0]
+        else:
+            text = "\n\n".join(f"--- Page {i}/{len(rendered)} ---\n{body}" for i, (body, _) in enumerate(rendered, 1))
+        if skipped:
+            text += f"\n\n[ignored {len(skipped)} more URL(s); at most {self.config.max_urls} per call]"
+        details = {
+            "backend": self.backend,
+            "pages": [info for _, info in rendered],
+            "transient": any(o.transient for o in outcomes),
+        }
+        failures = [o for o in outcomes if o.page is None]
+        if len(failures) == len(outcomes):
+            first = failures[0]
+            return ToolResult(text=text, ok=False, error_kind=first.kind or ErrorKind.TOOL_ERROR, details=details)
+        return ToolResult(text=text, details=details)
+
+
+def build(backend: str = "httpx", **config: Any) -> CrawlPageTool:
+    """Registry entry point: ``crawl_page: {backend: httpx, allow_hosts: [...], summary: {...}}``."""
+    return CrawlPageTool(backend, CrawlConfig.from_kwargs(**config))

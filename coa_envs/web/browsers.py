@@ -1,0 +1,303 @@
+"""Headless Chromium renderers (Playwright and Selenium) for pages that need JavaScript.
+
+Both drive the Debian ``chromium`` package (browsers cannot be downloaded here, so
+``playwright install`` is never needed). All browser traffic goes through a
+:class:`~coa_envs.web.proxy.GuardedProxy`, which applies the SSRF guard to every request,
+redirect and sub-resource; ``--proxy-bypass-list=<-loopback>`` stops Chromium from
+sending loopback requests around the proxy. Service workers are blocked (they could
+fetch outside the page's request stream).
+
+Browser APIs are not thread-safe (Playwright's sync API is bound to the thread that
+started it), so each renderer owns ``workers`` threads, each with its own browser, and
+callers submit URLs to them. Browsers start lazily on the first render.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from coa_envs.types import ErrorKind
+from coa_envs.web.fetch import DEFAULT_USER_AGENT
+from coa_envs.web.proxy import BLOCKED_MARKER, GuardedProxy
+from coa_envs.web.ssrf import UrlGuard
+
+__all__ = [
+    "CHROMEDRIVER_CANDIDATES",
+    "CHROMIUM_CANDIDATES",
+    "BrowserError",
+    "BrowserRenderer",
+    "RenderedPage",
+    "find_chromedriver",
+    "find_chromium",
+]
+
+CHROMIUM_CANDIDATES = ("/usr/lib/chromium/chromium", "/usr/bin/chromium", "/usr/bin/chromium-browser",
+                       "/usr/bin/google-chrome")
+CHROMEDRIVER_CANDIDATES = ("/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver")
+_CHROMIUM_FLAGS = (
+    "--no-sandbox", "--disable-dev-shm-usage", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-gpu",
+    "--disable-extensions", "--proxy-bypass-list=<-loopback>",
+)
+
+
+def find_chromium(explicit: str | None = None) -> str | None:
+    """The Chromium binary to drive: ``explicit`` if given and present, else the first found."""
+    for path in ((explicit,) if explicit else CHROMIUM_CANDIDATES):
+        if path and os.path.exists(path):
+            return path
+    return None
+
+
+def find_chromedriver(explicit: str | None = None) -> str | None:
+    for path in ((explicit,) if explicit else CHROMEDRIVER_CANDIDATES):
+        if path and os.path.exists(path):
+            return path
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedPage:
+    """The DOM after scripts ran, serialised to HTML, and the URL the browser ended on."""
+
+    url: str
+    final_url: str
+    html: str
+    status: int | None = None
+
+
+class BrowserError(Exception):
+    """A render failed; ``kind`` is the :class:`ErrorKind` to report."""
+
+    def __init__(self, message: str, kind: ErrorKind = ErrorKind.TOOL_ERROR) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class _Session(Protocol):
+    def render(self, url: str) -> RenderedPage: ...
+    def healthy(self) -> bool: ...
+    def close(self) -> None: ...
+
+
+class _PlaywrightSession:
+    def __init__(self, executable: str, proxy_url: str, timeout_s: float, settle_ms: int) -> None:
+        from playwright.sync_api import sync_playwright
+
+        self._timeout_ms = int(timeout_s * 1000)
+        self._settle_ms = settle_ms
+        self._pw = sync_playwright().start()
+        try:
+            self._browser = self._pw.chromium.launch(
+                executable_path=executable, args=[*_CHROMIUM_FLAGS, f"--proxy-server={proxy_url}"]
+            )
+            self._context = self._browser.new_context(
+                user_agent=DEFAULT_USER_AGENT, service_workers="block", accept_downloads=False
+            )
+        except Exception:
+            self._pw.stop()
+            raise
+
+    def render(self, url: str) -> RenderedPage:
+        from playwright.sync_api import Error as PlaywrightError
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+        page = self._context.new_page()
+        try:
+            response = page.goto(url, wait_until="load", timeout=self._timeout_ms)
+            if self._settle_ms > 0:  # let late XHR-driven rendering finish, but never wait long
+                with contextlib.suppress(PlaywrightTimeout):
+                    page.wait_for_load_state("networkidle", timeout=self._settle_ms)
+            if response is not None and response.headers.get("x-coa-blocked"):
+                raise BrowserError(f"refused to fetch {page.url or url}: {BLOCKED_MARKER}", ErrorKind.BLOCKED_URL)
+            return RenderedPage(url, page.url, page.content(), response.status if response else None)
+        except PlaywrightTimeout as exc:
+            raise BrowserError(f"page load timed out: {url}", ErrorKind.TOOL_TIMEOUT) from exc
+        except PlaywrightError as exc:
+            raise BrowserError(f"browser could not load {url}: {exc.message.splitlines()[0]}") from exc
+        finally:
+            page.close()
+
+    def healthy(self) -> bool:
+        return self._browser.is_connected()
+
+    def close(self) -> None:
+        try:
+            self._browser.close()
+        finally:
+            self._pw.stop()
+
+
+class _SeleniumSession:
+    def __init__(self, executable: str, driver_path: str, proxy_url: str, timeout_s: float,
+                 settle_ms: int) -> None:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+
+        options = webdriver.ChromeOptions()
+        options.binary_location = executable
+        for flag in ("--headless=new", *_CHROMIUM_FLAGS, f"--proxy-server={proxy_url}",
+                     f"--user-agent={DEFAULT_USER_AGENT}"):
+            options.add_argument(flag)
+        self._driver = webdriver.Chrome(service=Service(driver_path), options=options)
+        self._driver.set_page_load_timeout(timeout_s)
+        self._settle_s = settle_ms / 1000
+
+    def render(self, url: str) -> RenderedPage:
+        from selenium.common.exceptions import TimeoutException, WebDriverException
+
+        try:
+            self._driver.get(url)
+            if self._settle_s > 0:
+                self._driver.execute_async_script(
+                    "const done = arguments[arguments.length - 1]; setTimeout(done, arguments[0]);",
+                    int(self._settle_s * 1000),
+                )
+            html = self._driver.page_source
+            final_url = self._driver.current_url
+        except TimeoutException as exc:
+            raise BrowserError(f"page load timed out: {url}", ErrorKind.TOOL_TIMEOUT) from exc
+        except WebDriverException as exc:
+            first = (exc.msg or str(exc)).splitlines()[0]
+            raise BrowserError(f"browser could not load {url}: {first}") from exc
+        if BLOCKED_MARKER in html:
+            raise BrowserError(f"refused to fetch {final_url}: {BLOCKED_MARKER}", ErrorKind.BLOCKED_URL)
+        return RenderedPage(url, final_url, html)
+
+    def healthy(self) -> bool:
+        try:
+            _ = self._driver.window_handles
+            return True
+        except Exception:  # any driver failure means the session is gone
+            return False
+
+    def close(self) -> None:
+        self._driver.quit()
+
+
+class BrowserRenderer:
+    """Render URLs to HTML with ``engine`` = ``"playwright"`` or ``"selenium"``.
+
+    ``render`` is thread-safe and blocks until one of the ``workers`` browser threads
+    has loaded the page. It raises :class:`BrowserError` (never anything else).
+    """
+
+    def __init__(
+        self,
+        engine: str,
+        guard: UrlGuard,
+        *,
+        executable_path: str | None = None,
+        chromedriver_path: str | None = None,
+        timeout_s: float = 20.0,
+        settle_ms: int = 300,
+        workers: int = 1,
+    ) -> None:
+        if engine not in ("playwright", "selenium"):
+            raise ValueError(f"unknown browser engine {engine!r}; use 'playwright' or 'selenium'")
+        self.engine = engine
+        self.guard = guard
+        self.timeout_s = float(timeout_s)
+        self._executable = executable_path
+        self._driver_path = chromedriver_path
+        self._settle_ms = int(settle_ms)
+        self._workers = max(1, int(workers))
+        self._jobs: queue.Queue[tuple[Future, str] | None] = queue.Queue()
+        self._threads: list[threading.Thread] = []
+        self._proxy: GuardedProxy | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def refusals(self) -> list[tuple[str, str]]:
+        """Requests the proxy refused so far (target, reason)."""
+        return list(self._proxy.refusals) if self._proxy else []
+
+    def _session_factory(self) -> Callable[[], _Session]:
+        executable = find_chromium(self._executable)
+        if executable is None:
+            raise BrowserError(
+                "no Chromium binary found (install the Debian packages: apt-get install -y chromium "
+                "chromium-driver)", ErrorKind.NOT_CONFIGURED)
+        driver = find_chromedriver(self._driver_path)
+        if self.engine == "selenium" and driver is None:
+            raise BrowserError("chromedriver not found (apt-get install -y chromium-driver)",
+                               ErrorKind.NOT_CONFIGURED)
+        timeout_s, settle_ms = self.timeout_s, self._settle_ms
+
+        def make() -> _Session:
+            assert self._proxy is not None
+            if self.engine == "playwright":
+                return _PlaywrightSession(executable, self._proxy.url, timeout_s, settle_ms)
+            assert driver is not None
+            return _SeleniumSession(executable, driver, self._proxy.url, timeout_s, settle_ms)
+
+        return make
+
+    def _start(self) -> None:
+        if self._threads:
+            return
+        factory = self._session_factory()  # raises before anything starts if Chromium is missing
+        self._proxy = GuardedProxy(self.guard).start()
+        for index in range(self._workers):
+            thread = threading.Thread(target=self._work, args=(factory,), name=f"{self.engine}-{index}",
+                                      daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _work(self, factory: Callable[[], _Session]) -> None:
+        session: _Session | None = None
+        try:
+            while (job := self._jobs.get()) is not None:
+                future, url = job
+                try:
+                    if session is None:
+                        session = factory()
+                    future.set_result(session.render(url))
+                except BrowserError as exc:
+                    future.set_exception(exc)
+                except Exception as exc:  # launch failures and driver crashes of any type
+                    future.set_exception(BrowserError(f"{self.engine} failed: {type(exc).__name__}: {exc}"))
+                if session is not None and not session.healthy():
+                    _close_quietly(session)
+                    session = None
+        finally:
+            if session is not None:
+                _close_quietly(session)
+
+    def render(self, url: str) -> RenderedPage:
+        future: Future[RenderedPage] = Future()
+        with self._lock:
+            if self._closed:
+                raise BrowserError("the browser renderer is closed")
+            self._start()
+            self._jobs.put((future, url))
+        try:
+            # The session enforces its own page timeout; this outer bound also covers launch.
+            return future.result(timeout=self.timeout_s + 60)
+        except TimeoutError as exc:
+            raise BrowserError(f"browser did not answer for {url}", ErrorKind.TOOL_TIMEOUT) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for _ in self._threads:
+                self._jobs.put(None)
+        for thread in self._threads:
+            thread.join(timeout=30)
+        if self._proxy is not None:
+            self._proxy.stop()
+
+
+def _close_quietly(session: Any) -> None:
+    with contextlib.suppress(Exception):  # a dead browser may fail to close; nothing more to do
+        session.close()

@@ -1,0 +1,197 @@
+"""SSRF guard: decide whether an agent-chosen URL may be fetched, before any connection.
+
+An agent on the open web must not be able to reach the machine it runs on or its private
+network (cloud metadata endpoints, admin panels, the sandbox host). The guard refuses
+non-http(s) schemes and any host whose *resolved* addresses include a loopback, private,
+link-local, CGNAT, multicast, reserved or metadata address, unless the host or address is
+on the configured allow-list. Callers apply it to the first URL and to every redirect
+target; :mod:`coa_envs.web.fetch` additionally resolves-and-checks inside its connection
+backend so that the address it connects to is the address it checked (no DNS rebinding).
+
+This module does no I/O besides DNS resolution and never opens a connection.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+__all__ = ["ALLOWED_SCHEMES", "METADATA_ADDRESSES", "UrlGuard", "UrlVerdict"]
+
+ALLOWED_SCHEMES = frozenset({"http", "https"})
+METADATA_ADDRESSES = frozenset(
+    {
+        ipaddress.ip_address("169.254.169.254"),  # AWS/GCP/Azure/OpenStack metadata
+        ipaddress.ip_address("169.254.170.2"),  # ECS task metadata
+        ipaddress.ip_address("100.100.100.200"),  # Alibaba Cloud metadata
+        ipaddress.ip_address("fd00:ec2::254"),  # AWS IMDS over IPv6
+    }
+)
+# Ranges `is_global` does not already exclude but that must never be reached.
+_EXTRA_BLOCKED = (
+    ipaddress.ip_network("100.64.0.0/10"),  # CGNAT (also not global, listed for clarity)
+    ipaddress.ip_network("224.0.0.0/4"),  # IPv4 multicast (some blocks count as global)
+    ipaddress.ip_network("ff00::/8"),  # IPv6 multicast
+)
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+Resolver = Callable[[str, int], list[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class UrlVerdict:
+    """The guard's answer for one URL.
+
+    ``status`` is ``"ok"``, ``"blocked"`` (policy refusal), ``"bad_url"`` (unparseable)
+    or ``"dns_error"`` (host does not resolve). ``addresses`` are the resolved, checked
+    IPs in resolver order; a fetcher connects to one of these and nothing else.
+    """
+
+    status: str
+    url: str
+    reason: str = ""
+    scheme: str = ""
+    host: str = ""
+    port: int = 0
+    addresses: tuple[str, ...] = ()
+
+    @property
+    def allowed(self) -> bool:
+        return self.status == "ok"
+
+
+def _system_resolver(host: str, port: int) -> list[str]:
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    seen: dict[str, None] = {}
+    for info in infos:
+        seen.setdefault(str(info[4][0]).split("%", 1)[0], None)
+    return list(seen)
+
+
+def _embedded_ipv4(ip: IPAddress) -> IPAddress:
+    """IPv4 hidden in an IPv6 address (mapped ``::ffff:a.b.c.d`` or NAT64) is judged as IPv4."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return ip.ipv4_mapped
+        if ip in _NAT64:
+            return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return ip
+
+
+def _blocked_reason(ip: IPAddress) -> str:
+    ip = _embedded_ipv4(ip)
+    if ip in METADATA_ADDRESSES:
+        return "cloud metadata address"
+    if ip.is_loopback:
+        return "loopback address"
+    if ip.is_link_local:
+        return "link-local address"
+    if ip.is_multicast or any(ip in net for net in _EXTRA_BLOCKED if net.version == ip.version):
+        return "multicast/CGNAT address"
+    if ip.is_private:
+        return "private address"
+    if ip.is_unspecified or ip.is_reserved or not ip.is_global:
+        return "non-public address"
+    return ""
+
+
+class UrlGuard:
+    """Policy for agent-chosen URLs.
+
+    ``allow_hosts`` entries are host names (exact, case-insensitive; ``.example.org``
+    also matches sub-domains), IP addresses, or CIDR networks (``10.0.0.0/8``). A host
+    name on the list is allowed whatever it resolves to; otherwise every resolved address
+    must be public or inside an allowed network. ``allow_private=True`` turns the address
+    check off entirely (schemes are still enforced) — only for trusted, offline setups.
+    """
+
+    def __init__(
+        self,
+        allow_hosts: Iterable[str] = (),
+        *,
+        allow_private: bool = False,
+        resolver: Resolver | None = None,
+    ) -> None:
+        self.allow_private = allow_private
+        self._resolver = resolver or _system_resolver
+        self._allowed_names: set[str] = set()
+        self._allowed_suffixes: list[str] = []
+        self._allowed_nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+        for entry in allow_hosts:
+            entry = str(entry).strip().lower()
+            if not entry:
+                continue
+            try:
+                self._allowed_nets.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
+            except ValueError:
+                if entry.startswith("."):
+                    self._allowed_suffixes.append(entry)
+                else:
+                    self._allowed_names.add(entry.rstrip("."))
+
+    def _name_allowed(self, host: str) -> bool:
+        host = host.lower().rstrip(".")
+        return host in self._allowed_names or any(
+            host.endswith(sfx) or host == sfx[1:] for sfx in self._allowed_suffixes
+        )
+
+    def _ip_allowed(self, ip: IPAddress) -> bool:
+        candidates = {ip, _embedded_ipv4(ip)}
+        return any(c in net for c in candidates for net in self._allowed_nets if c.version == net.version)
+
+    def check_address(self, host: str, ip_text: str) -> str:
+        """Return ``""`` if ``ip_text`` (resolved from ``host``) may be contacted, else why not."""
+        if self.allow_private or self._name_allowed(host):
+            return ""
+        try:
+            ip = ipaddress.ip_address(ip_text)
+        except ValueError:
+            return f"unparseable address {ip_text!r}"
+        if self._ip_allowed(ip):
+            return ""
+        return _blocked_reason(ip)
+
+    def resolve(self, host: str, port: int) -> UrlVerdict:
+        """Resolve ``host`` and check every address; refuse if any one is forbidden.
+
+        Refusing on *any* bad address (not just the first) stops a name that returns a
+        public and a private record from being used to reach the private one.
+        """
+        try:
+            addresses = self._resolver(host, port)
+        except (OSError, UnicodeError) as exc:
+            return UrlVerdict("dns_error", "", f"cannot resolve host {host!r}: {exc}", host=host, port=port)
+        if not addresses:
+            return UrlVerdict("dns_error", "", f"host {host!r} has no addresses", host=host, port=port)
+        for ip_text in addresses:
+            reason = self.check_address(host, ip_text)
+            if reason:
+                return UrlVerdict(
+                    "blocked", "", f"{host} resolves to {ip_text} ({reason})", host=host, port=port
+                )
+        return UrlVerdict("ok", "", host=host, port=port, addresses=tuple(addresses))
+
+    def check(self, url: str) -> UrlVerdict:
+        """Full check of one URL: scheme, host syntax, resolution and every address."""
+        try:
+            parts = urlsplit(url.strip())
+            scheme = parts.scheme.lower()
+            host = parts.hostname or ""
+            port = parts.port or (443 if scheme == "https" else 80)
+        except ValueError as exc:
+            return UrlVerdict("bad_url", url, f"malformed URL: {exc}")
+        if scheme not in ALLOWED_SCHEMES:
+            return UrlVerdict(
+                "blocked", url, f"scheme {scheme or '(none)'!r} is not allowed (only http/https)",
+                scheme=scheme,
+            )
+        if not host:
+            return UrlVerdict("bad_url", url, "URL has no host", scheme=scheme)
+        verdict = self.resolve(host, port)
+        return UrlVerdict(
+            verdict.status, url, verdict.reason, scheme, host, port, verdict.addresses
+        )
