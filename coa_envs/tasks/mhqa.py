@@ -1,0 +1,212 @@
+"""Open-domain and multi-hop QA tasks (NQ, HotpotQA, 2Wiki, MuSiQue, Bamboogle, TriviaQA, PopQA).
+
+Where the questions come from, first match wins:
+1. ``path`` -- a jsonl/json/parquet file (``pkg:`` and ``COA_DATA_DIR``-relative names work);
+2. ``$COA_DATA_DIR`` in FlashRAG's layout (``<name>/<split>.jsonl``) or as ``<dataset>_<split>.jsonl``;
+3. data shipped with the package (NQ: the 3,610 open-NQ questions the seed evaluates on);
+4. ``source="hf"``: FlashRAG's collection via ``datasets`` (needs the internet, opt-in so a
+   hermetic run never blocks on the network);
+5. a small hand-written sample in FlashRAG format, with a warning that it is not the benchmark
+   (``allow_sample=False`` turns this into a :class:`DataNotFoundError` saying where to get data).
+
+Row formats (``format="auto"`` detects per row): FlashRAG/Search-R1 (``question``,
+``golden_answers``), the seed's (``question``, ``answer`` as a list), HotpotQA/2Wiki
+(``answer`` string), MuSiQue (``answer`` + ``answer_aliases``), PopQA (``possible_answers``,
+a list or a JSON-encoded list), TriviaQA-style ``answers``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from coa_envs.tasks import DataNotFoundError, TaskDataError, iter_jsonl, require, resolve_path
+from coa_envs.types import Task
+
+__all__ = ["DATASETS", "FORMATS", "load_tasks", "row_to_task"]
+
+log = logging.getLogger(__name__)
+
+# dataset -> (FlashRAG directory name, default split)
+DATASETS: dict[str, tuple[str, str]] = {
+    "nq": ("nq", "test"),
+    "hotpotqa": ("hotpotqa", "dev"),
+    "2wiki": ("2wikimultihopqa", "dev"),
+    "musique": ("musique", "dev"),
+    "bamboogle": ("bamboogle", "test"),
+    "triviaqa": ("triviaqa", "test"),
+    "popqa": ("popqa", "test"),
+}
+FORMATS = ("auto", "flashrag", "seed", "hotpotqa", "musique", "popqa", "triviaqa")
+_HF_REPO = "RUC-NLPIR/FlashRAG_datasets"
+_SHIPPED = {"nq": "pkg:data/mhqa/nq_full.jsonl"}
+_SAMPLE = "pkg:data/mhqa/samples/{dataset}.jsonl"
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):  # PopQA stores its aliases as a JSON-encoded list
+            try:
+                decoded = json.loads(text)
+            except json.JSONDecodeError:
+                return [value]
+            return [str(v) for v in decoded]
+        return [value]
+    if isinstance(value, dict):  # TriviaQA (HF) keeps aliases under "aliases"/"value"
+        return _as_list(value.get("aliases") or value.get("value"))
+    return [str(v) for v in value]
+
+
+def _detect(row: dict[str, Any]) -> str:
+    if "golden_answers" in row:
+        return "flashrag"
+    if "possible_answers" in row:
+        return "popqa"
+    if "answer_aliases" in row:
+        return "musique"
+    if "answers" in row:
+        return "triviaqa"
+    if isinstance(row.get("answer"), list):
+        return "seed"
+    return "hotpotqa"
+
+
+def _golds(row: dict[str, Any], fmt: str, file: str | Path, number: int) -> list[str]:
+    field = {"flashrag": "golden_answers", "popqa": "possible_answers", "triviaqa": "answers"}.get(fmt, "answer")
+    golds = _as_list(require(row, field, file, number))
+    if fmt == "musique":
+        golds += _as_list(row.get("answer_aliases"))
+    golds = [g for g in dict.fromkeys(g.strip() for g in golds) if g]
+    if not golds:
+        raise TaskDataError(file, number, field, "has no non-empty answer")
+    return golds
+
+
+def row_to_task(row: dict[str, Any], *, fmt: str, dataset: str, split: str, file: str | Path, number: int) -> Task:
+    """One source row -> Task; a missing field raises :class:`TaskDataError` naming file/row/field."""
+    if fmt not in FORMATS:
+        raise ValueError(f"mhqa: format must be one of {FORMATS}, not {fmt!r}")
+    row_format = _detect(row) if fmt == "auto" else fmt
+    question = str(require(row, "question", file, number)).strip()
+    golds = _golds(row, row_format, file, number)
+    raw_id = row.get("id", row.get("_id", row.get("qid")))
+    task_id = f"{dataset}-{raw_id}" if raw_id is not None else f"{dataset}-{split}-{number:05d}"
+    keep = {k: v for k, v in row.items() if k not in ("question", "golden_answers", "answer")}
+    metadata = {
+        "dataset": dataset,
+        "split": split,
+        "source": str(file),
+        "row": number,
+        "format": row_format,
+        **{k: v for k, v in keep.items() if isinstance(v, str | int | float | bool)},
+    }
+    return Task(task_id=task_id, question=question, gold=tuple(golds), metadata=metadata)
+
+
+def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        yield from iter_jsonl(path)
+    elif suffix == ".json":
+        data = json.loads(path.read_text(encoding="utf-8"))
+        rows = data.get("data", data) if isinstance(data, dict) else data
+        if not isinstance(rows, list):
+            raise TaskDataError(path, 0, "<file>", "is not a JSON list of questions")
+        yield from enumerate(rows, start=1)
+    elif suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        yield from enumerate(pq.read_table(path).to_pylist(), start=1)
+    else:
+        raise ValueError(f"mhqa: unsupported data file {path} (use .jsonl, .json or .parquet)")
+
+
+def _from_data_dir(dataset: str, split: str) -> Path | None:
+    data_dir = os.environ.get("COA_DATA_DIR")
+    if not data_dir:
+        return None
+    flashrag_name = DATASETS[dataset][0]
+    root = Path(data_dir)
+    for candidate in (
+        root / flashrag_name / f"{split}.jsonl",
+        root / "mhqa" / f"{dataset}_{split}.jsonl",
+        root / f"{dataset}_{split}.jsonl",
+        root / f"{dataset}.jsonl",
+    ):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _from_hf(dataset: str, split: str) -> list[dict[str, Any]]:
+    try:
+        import datasets
+    except ImportError as exc:
+        raise DataNotFoundError("source='hf' needs `pip install datasets`") from exc
+    return list(datasets.load_dataset(_HF_REPO, DATASETS[dataset][0], split=split))
+
+
+def _where_to_get(dataset: str, split: str) -> str:
+    name = DATASETS[dataset][0]
+    return (
+        f"no {dataset} data found. Download FlashRAG's {name}/{split}.jsonl (Hugging Face dataset "
+        f"{_HF_REPO}) and pass data_path=... to gym.make, or put it at $COA_DATA_DIR/{name}/{split}.jsonl, "
+        f"or use task_options={{'source': 'hf'}} when online."
+    )
+
+
+def load_tasks(
+    path: str | None = None,
+    *,
+    format: str = "auto",
+    dataset: str = "nq",
+    split: str | None = None,
+    source: str = "auto",
+    allow_sample: bool = True,
+    limit: int | None = None,
+) -> list[Task]:
+    """Load one QA benchmark as Tasks (see the module docstring for the search order)."""
+    if dataset not in DATASETS:
+        raise ValueError(f"mhqa: dataset must be one of {sorted(DATASETS)}, not {dataset!r}")
+    if source not in ("auto", "hf"):
+        raise ValueError(f"mhqa: source must be 'auto' or 'hf', not {source!r}")
+    split = split or DATASETS[dataset][1]
+    rows: Iterator[tuple[int, dict[str, Any]]] | list[tuple[int, dict[str, Any]]]
+    if path is not None:
+        file = resolve_path(path)
+        if file is None or not file.is_file():
+            raise DataNotFoundError(f"mhqa data file not found: {path}")
+        rows = _rows(file)
+    elif source == "hf":
+        file = Path(f"hf://{_HF_REPO}/{DATASETS[dataset][0]}/{split}")
+        rows = list(enumerate(_from_hf(dataset, split), start=1))
+    else:
+        found = _from_data_dir(dataset, split)
+        if found is None and dataset in _SHIPPED:
+            found = resolve_path(_SHIPPED[dataset])
+        if found is None:
+            if not allow_sample:
+                raise DataNotFoundError(_where_to_get(dataset, split))
+            found = resolve_path(_SAMPLE.format(dataset=dataset))
+            log.warning(
+                "mhqa: using the small built-in %s SAMPLE (hand-written questions, not the benchmark): %s",
+                dataset,
+                _where_to_get(dataset, split),
+            )
+        file = found
+        rows = _rows(found)
+    tasks = []
+    for number, row in rows:
+        if not isinstance(row, dict):
+            raise TaskDataError(file, number, "<row>", "is not an object")
+        tasks.append(row_to_task(row, fmt=format, dataset=dataset, split=split, file=file, number=number))
+        if limit is not None and len(tasks) >= limit:
+            break
+    return tasks
