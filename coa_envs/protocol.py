@@ -106,6 +106,7 @@ _FENCE_RE = re.compile(r"^\s*```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)\n?[ \t
 _TOOL_SET = frozenset(TOOL_TAGS)
 _ROLE_SET = frozenset(ROLE_TAGS)
 _NESTABLE_CHECK = frozenset((*ROLE_TAGS, *TOOL_TAGS, ANSWER_TAG, OBSERVATION_TAG))
+_ALLOWED_LISTING = ", ".join(sorted(ALL_TAGS - {OBSERVATION_TAG}))
 
 
 def _fail(kind: ProtocolErrorKind, message: str, spans: list[str]) -> ParsedTurn:
@@ -119,7 +120,10 @@ def strip_code_fence(code: str) -> str:
 
 
 def parse_turn(text: str, *, allow_parallel: bool = False) -> ParsedTurn:
-    """Parse one model turn. Never raises; see the module docstring for the grammar."""
+    """Parse one model turn. Never raises; see the module docstring for the grammar.
+
+    One C-level scan finds every tag; the Python loop then walks only the (few) tags.
+    """
     spans: list[str] = []
     if not isinstance(text, str):
         return _fail(ProtocolErrorKind.INVALID_TEXT, "the action must be a string", spans)
@@ -129,26 +133,23 @@ def parse_turn(text: str, *, allow_parallel: bool = False) -> ParsedTurn:
             f"the turn has {len(text)} characters; the limit is {MAX_TURN_CHARS}",
             spans,
         )
-    if _SURROGATE_RE.search(text):
+    if not text.isascii() and _SURROGATE_RE.search(text):
         return _fail(ProtocolErrorKind.INVALID_TEXT, "the turn contains invalid (surrogate) characters", spans)
 
     roles: list[RoleSpan] = []
     tools: list[ToolCall] = []
     answer: str | None = None
     answer_end = -1
-    pos = 0
-    length = len(text)
-    search = _TAG_RE.search
-    while pos < length:
-        match = search(text, pos)
-        if match is None:
-            break
+    tags = list(_TAG_RE.finditer(text))
+    index, count = 0, len(tags)
+    while index < count:
+        match = tags[index]
         closing, tag = match.group(1), match.group(2)
         if tag not in ALL_TAGS:
             # Stray markup between spans (e.g. "<br>") is an unknown tag only at top level.
             return _fail(
                 ProtocolErrorKind.UNKNOWN_TAG,
-                f"unknown tag <{closing}{tag}>; allowed tags: {', '.join(sorted(ALL_TAGS - {OBSERVATION_TAG}))}",
+                f"unknown tag <{closing}{tag}>; allowed tags: {_ALLOWED_LISTING}",
                 spans,
             )
         if closing:
@@ -161,24 +162,25 @@ def parse_turn(text: str, *, allow_parallel: bool = False) -> ParsedTurn:
             )
         if answer is not None:
             return _fail(ProtocolErrorKind.TEXT_AFTER_ANSWER, "nothing may follow </answer>", spans)
-        body_start = match.end()
-        close = f"</{tag}>"
-        close_at = text.find(close, body_start)
-        if close_at < 0:
-            return _fail(ProtocolErrorKind.UNCLOSED_TAG, f"<{tag}> is never closed with {close}", spans)
-        body = text[body_start:close_at]
-        if tag != "code":
-            inner = search(body)
-            while inner is not None:
-                if inner.group(2) in _NESTABLE_CHECK and not inner.group(1):
-                    return _fail(
-                        ProtocolErrorKind.NESTED_TAG,
-                        f"<{inner.group(2)}> is nested inside <{tag}>; tags must follow each other, not nest",
-                        spans,
-                    )
-                inner = search(body, inner.end())
+        # Find the matching close among the following tags; in <code> everything else is opaque.
+        closer = index + 1
+        while closer < count:
+            inner = tags[closer]
+            inner_tag = inner.group(2)
+            if inner_tag == tag and inner.group(1):
+                break
+            if tag != "code" and not inner.group(1) and inner_tag in _NESTABLE_CHECK:
+                return _fail(
+                    ProtocolErrorKind.NESTED_TAG,
+                    f"<{inner_tag}> is nested inside <{tag}>; tags must follow each other, not nest",
+                    spans,
+                )
+            closer += 1
+        if closer == count:
+            return _fail(ProtocolErrorKind.UNCLOSED_TAG, f"<{tag}> is never closed with </{tag}>", spans)
+        body = text[match.end() : tags[closer].start()]
         spans.append(tag)
-        pos = close_at + len(close)
+        index = closer + 1
         if tag in _ROLE_SET:
             roles.append(RoleSpan(tag, body.strip()))
         elif tag in _TOOL_SET:
@@ -188,11 +190,11 @@ def parse_turn(text: str, *, allow_parallel: bool = False) -> ParsedTurn:
             tools.append(ToolCall(tag, query))
         else:  # answer
             answer = body.strip()
-            answer_end = pos
+            answer_end = tags[closer].end()
             if not answer:
                 return _fail(ProtocolErrorKind.EMPTY_ANSWER, "<answer> is empty", spans)
 
-    if answer is not None and text[answer_end:].strip():
+    if answer is not None and not text[answer_end:].isspace() and text[answer_end:]:
         return _fail(ProtocolErrorKind.TEXT_AFTER_ANSWER, "nothing may follow </answer>", spans)
     if len(tools) > 1 and not allow_parallel:
         return _fail(
