@@ -1,0 +1,173 @@
+"""Inference engines behind :class:`agents.policy.LLMPolicy`: one small protocol, three backends.
+
+An engine turns prompts into completions and reports *what it sampled*: token ids and
+their logprobs, not just text. Backends:
+
+* ``hf`` (:mod:`agents.engines.hf`): transformers model, batched, KV cache, per-request seeds.
+* ``vllm`` (:mod:`agents.engines.vllm`): vLLM's offline ``LLM`` engine (optional extra, GPU).
+* ``openai`` (:mod:`agents.engines.openai_compat`): any OpenAI-compatible endpoint
+  (``coa serve``, vLLM's server, a hosted API), with retries, timeouts and a concurrency cap.
+
+The contract every engine keeps (the trajectory's token-exactness rests on it):
+``Completion.text == tokenizer.decode(Completion.token_ids)`` whenever ids are reported, and
+ids are exactly those sampled. A stop string may end inside a token (byte-level merges can
+span ``</code>\\n<``); the engine then keeps the whole token and ``text`` shows its extra
+characters, while :attr:`Completion.action_text` is cut right after the stop string for the
+env. Failures come back as ``finish_reason="error"`` with an ``error_kind``, never raised,
+so one bad request ends one episode, not the run.
+
+This module is stdlib only; backends import their heavy libraries lazily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal, Protocol, runtime_checkable
+
+__all__ = [
+    "DEFAULT_STOP",
+    "ENGINES",
+    "Completion",
+    "Engine",
+    "EngineErrorKind",
+    "GenerationRequest",
+    "SamplingParams",
+    "build_engine",
+    "find_stop",
+]
+
+try:  # the protocol owns the stop strings; keep a fallback so engines import standalone
+    from coa_envs.protocol import STOP_STRINGS as DEFAULT_STOP
+except ImportError:  # pragma: no cover - only before the protocol module exists
+    DEFAULT_STOP = (
+        "</web_search>", "</crawl_page>", "</wiki_search>", "</code>", "</visual_inspector>",
+        "</answer>",
+    )
+
+FinishReason = Literal["stop", "eos", "length", "error"]
+
+
+class EngineErrorKind(StrEnum):
+    """Why an engine produced no usable completion. Values are stable metric keys."""
+
+    TIMEOUT = "engine_timeout"
+    HTTP_ERROR = "engine_http_error"
+    CONTEXT_OVERFLOW = "context_overflow"
+    BAD_RESPONSE = "engine_bad_response"
+    INTERNAL = "engine_internal"
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Per-call sampling settings. ``temperature=0`` means greedy.
+
+    ``seed`` makes one request reproducible regardless of which other requests share its
+    batch (engines that can, derive a private generator from it).
+    """
+
+    max_new_tokens: int = 512
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    stop: tuple[str, ...] = DEFAULT_STOP
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={self.max_new_tokens}; must be >= 1")
+        if self.temperature < 0:
+            raise ValueError(f"temperature={self.temperature}; must be >= 0 (0 = greedy)")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p={self.top_p}; must be in (0, 1]")
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """One prompt. Local engines use ``token_ids``; HTTP engines may use any of the three.
+
+    ``messages`` is the chat history for chat endpoints; ``prefix`` is the assistant text
+    generated so far in this episode (continued, not re-prompted, on chat endpoints).
+    """
+
+    token_ids: tuple[int, ...] = ()
+    text: str = ""
+    messages: tuple[dict[str, str], ...] = ()
+    prefix: str = ""
+    params: SamplingParams | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """What an engine sampled for one request."""
+
+    text: str
+    token_ids: tuple[int, ...] = ()
+    logprobs: tuple[float, ...] = ()
+    finish_reason: FinishReason = "stop"
+    stop_string: str | None = None
+    error_kind: EngineErrorKind | None = None
+    error: str = ""
+    eos_text: str = ""
+    usage: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.finish_reason != "error"
+
+    @property
+    def action_text(self) -> str:
+        """The text to hand the env: cut right after the stop string, or before the eos."""
+        if self.stop_string:
+            at = self.text.find(self.stop_string)
+            if at >= 0:
+                return self.text[: at + len(self.stop_string)]
+        if self.finish_reason == "eos" and self.eos_text and self.text.endswith(self.eos_text):
+            return self.text[: -len(self.eos_text)]
+        return self.text
+
+    @classmethod
+    def failure(cls, kind: EngineErrorKind, message: str) -> Completion:
+        return cls(text="", finish_reason="error", error_kind=kind, error=message)
+
+
+def find_stop(text: str, stops: Sequence[str]) -> tuple[int, str] | None:
+    """Earliest stop string in ``text`` as ``(end_index, stop)``; None when there is none."""
+    best: tuple[int, str] | None = None
+    for stop in stops:
+        at = text.find(stop)
+        if at >= 0 and (best is None or at + len(stop) < best[0]):
+            best = (at + len(stop), stop)
+    return best
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """Generates completions for a batch of requests; never raises for a bad request."""
+
+    name: str
+
+    def generate(
+        self, requests: Sequence[GenerationRequest], params: SamplingParams
+    ) -> list[Completion]: ...
+
+
+ENGINES: tuple[str, ...] = ("hf", "vllm", "openai")
+
+
+def build_engine(name: str, **config: Any) -> Engine:
+    """``hf`` | ``vllm`` | ``openai`` -> an engine; ``config`` goes to its constructor."""
+    if name == "hf":
+        from agents.engines.hf import HFEngine
+
+        return HFEngine(**config)
+    if name == "vllm":
+        from agents.engines.vllm import VLLMEngine
+
+        return VLLMEngine(**config)
+    if name == "openai":
+        from agents.engines.openai_compat import OpenAIEngine
+
+        return OpenAIEngine(**config)
+    raise ValueError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")
