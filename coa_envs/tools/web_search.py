@@ -1,0 +1,221 @@
+"""The ``web_search`` tool: a query in, numbered results (title, URL, snippet) out.
+
+Backends:
+- ``serper``: Google results through Serper's HTTP API (``POST {base_url}/search``, key in
+  ``SERPER_API_KEY`` or ``api_key``); without a key every call is a ``NOT_CONFIGURED``
+  observation, so an env can be built and inspected before a key is set.
+- ``searxng``: any SearXNG-compatible JSON API (``GET {base_url}/search?q=..&format=json``).
+- ``local``: BM25 over a local page collection (see :mod:`coa_envs.web.collection`), the
+  offline engine for the mini-web, tests and demos.
+
+Transient API trouble (timeouts, 429, 5xx) is retried with backoff, then reported with
+``details["transient"] = True`` so the record/replay cache does not store it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from coa_envs.types import ErrorKind, ToolContext, ToolResult
+
+__all__ = ["BACKENDS", "SearchHit", "WebSearchTool", "build", "render_hits"]
+
+BACKENDS: tuple[str, ...] = ("serper", "searxng", "local")
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    title: str
+    url: str
+    snippet: str
+
+
+def render_hits(query: str, hits: list[SearchHit]) -> str:
+    """Numbered entries, one blank line apart: ``N. title`` / ``URL: ...`` / snippet."""
+    if not hits:
+        return f"No results found for '{query}'. Try different or fewer keywords."
+    blocks = [f"{i}. {h.title or '(untitled)'}\nURL: {h.url}\n{h.snippet}".rstrip() for i, h in enumerate(hits, 1)]
+    return f"Search results for '{query}':\n\n" + "\n\n".join(blocks)
+
+
+class _HttpSearch:
+    """Shared JSON-over-HTTP plumbing for the serper and searxng backends."""
+
+    def __init__(self, timeout_s: float, retries: int) -> None:
+        self.timeout_s = float(timeout_s)
+        self.retries = int(retries)
+        self._client = httpx.Client(timeout=self.timeout_s, trust_env=False, follow_redirects=True)
+
+    def request_json(self, method: str, url: str, **kwargs: Any) -> Any | ToolResult:
+        last: ToolResult | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(min(0.25 * 2 ** (attempt - 1), 4.0))
+            try:
+                response = self._client.request(method, url, **kwargs)
+            except httpx.TimeoutException:
+                last = ToolResult.failure(f"The search API did not answer within {self.timeout_s:g}s.",
+                                          ErrorKind.TOOL_TIMEOUT, transient=True)
+                continue
+            except httpx.HTTPError as exc:
+                last = ToolResult.failure(f"The search API is unreachable ({type(exc).__name__}: {exc}).",
+                                          ErrorKind.TOOL_ERROR, transient=True)
+                continue
+            status = response.status_code
+            if status == 429 or status >= 500:
+                last = ToolResult.failure(f"The search API is unavailable (HTTP {status}); try again later.",
+                                          ErrorKind.TOOL_ERROR, transient=True, status=status)
+                continue
+            if status in (401, 403):
+                return ToolResult.failure(f"The search API rejected the credentials (HTTP {status}).",
+                                          ErrorKind.NOT_CONFIGURED, status=status)
+            if status >= 400:
+                return ToolResult.failure(f"The search API refused the query (HTTP {status}: "
+                                          f"{response.text[:200]}).", ErrorKind.TOOL_ERROR, status=status)
+            try:
+                return response.json()
+            except ValueError:
+                return ToolResult.failure("The search API returned a body that is not JSON.",
+                                          ErrorKind.TOOL_ERROR, transient=True)
+        assert last is not None
+        return last
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _clean(value: Any) -> str:
+    return " ".join(str(value or "").split())
+
+
+class WebSearchTool:
+    """``web_search`` over one backend; thread-safe. ``top_k`` results per query."""
+
+    name = "web_search"
+
+    def __init__(self, backend: str, *, top_k: int = 5, timeout_s: float = 15.0, retries: int = 2,
+                 base_url: str | None = None, api_key: str | None = None, api_key_env: str = "SERPER_API_KEY",
+                 gl: str | None = None, hl: str | None = None, categories: str | None = None,
+                 language: str | None = None, path: str | None = None, page_base_url: str = "http://127.0.0.1",
+                 snippet_chars: int = 300) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown web_search backend {backend!r}; choose one of {BACKENDS}")
+        if top_k < 1:
+            raise ValueError("web_search top_k must be at least 1")
+        self.backend = backend
+        self.top_k = int(top_k)
+        self.snippet_chars = int(snippet_chars)
+        self._api_key, self._api_key_env = api_key, api_key_env
+        self._params = {"gl": gl, "hl": hl, "categories": categories, "language": language}
+        self._http: _HttpSearch | None = None
+        self._index_lock = threading.Lock()
+        self._index: Any = None
+        if backend == "serper":
+            self.base_url = (base_url or "https://google.serper.dev").rstrip("/")
+            self._http = _HttpSearch(timeout_s, retries)
+        elif backend == "searxng":
+            if not base_url:
+                raise ValueError("web_search backend 'searxng' needs base_url (e.g. http://localhost:8888)")
+            self.base_url = base_url.rstrip("/")
+            self._http = _HttpSearch(timeout_s, retries)
+        else:
+            if not path:
+                raise ValueError("web_search backend 'local' needs path: a JSONL of {url,title,text} pages "
+                                 "or a directory of them")
+            self.path = _resolve(path)
+            self.page_base_url = page_base_url
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+
+    def _serper(self, query: str) -> list[SearchHit] | ToolResult:
+        assert self._http is not None
+        key = self._api_key or os.environ.get(self._api_key_env)
+        if not key:
+            return ToolResult.failure(
+                f"web_search is not configured: set the {self._api_key_env} environment variable to a Serper "
+                "API key (https://serper.dev), or use the 'local' or 'searxng' backend.", ErrorKind.NOT_CONFIGURED)
+        body: dict[str, Any] = {"q": query, "num": self.top_k}
+        body.update({k: v for k, v in self._params.items() if k in ("gl", "hl") and v})
+        data = self._http.request_json("POST", f"{self.base_url}/search", json=body,
+                                       headers={"X-API-KEY": key, "Content-Type": "application/json"})
+        if isinstance(data, ToolResult):
+            return data
+        if not isinstance(data, Mapping):
+            return ToolResult.failure("The search API returned an unexpected JSON shape.", ErrorKind.TOOL_ERROR)
+        hits = []
+        box = data.get("answerBox")
+        if isinstance(box, Mapping) and (box.get("answer") or box.get("snippet")):
+            hits.append(SearchHit(_clean(box.get("title") or "Answer box"), _clean(box.get("link")),
+                                  _clean(box.get("answer") or box.get("snippet"))))
+        for row in data.get("organic") or []:
+            if isinstance(row, Mapping) and row.get("link"):
+                snippet = _clean(row.get("snippet"))
+                if row.get("date"):
+                    snippet = f"{_clean(row['date'])} — {snippet}"
+                hits.append(SearchHit(_clean(row.get("title")), _clean(row["link"]), snippet))
+        return hits[: self.top_k]
+
+    def _searxng(self, query: str) -> list[SearchHit] | ToolResult:
+        assert self._http is not None
+        params = {"q": query, "format": "json"}
+        params.update({k: v for k, v in self._params.items() if k in ("categories", "language") and v})
+        data = self._http.request_json("GET", f"{self.base_url}/search", params=params)
+        if isinstance(data, ToolResult):
+            return data
+        if not isinstance(data, Mapping):
+            return ToolResult.failure("The search API returned an unexpected JSON shape.", ErrorKind.TOOL_ERROR)
+        hits = [
+            SearchHit(_clean(row.get("title")), _clean(row["url"]), _clean(row.get("content")))
+            for row in data.get("results") or [] if isinstance(row, Mapping) and row.get("url")
+        ]
+        return hits[: self.top_k]
+
+    def _local(self, query: str) -> list[SearchHit] | ToolResult:
+        from coa_envs.web.collection import best_snippet, shared_index
+
+        with self._index_lock:
+            if self._index is None:
+                try:
+                    self._index = shared_index(self.path, self.page_base_url)
+                except (OSError, ValueError) as exc:
+                    return ToolResult.failure(f"The local search index is unavailable: {exc}",
+                                              ErrorKind.NOT_CONFIGURED)
+        return [SearchHit(page.title, page.url, best_snippet(page.text, query, self.snippet_chars))
+                for page, _ in self._index.search(query, self.top_k)]
+
+    def run(self, query: str, ctx: ToolContext) -> ToolResult:
+        query = " ".join((query or "").split())
+        if not query:
+            return ToolResult.failure("web_search needs a query, e.g. <web_search>capital of Mongolia</web_search>.",
+                                      ErrorKind.BAD_ACTION)
+        search = {"serper": self._serper, "searxng": self._searxng, "local": self._local}[self.backend]
+        try:
+            hits = search(query)
+        except Exception as exc:  # last line of defence: a backend bug must not end the episode
+            return ToolResult.failure(f"web_search failed: {type(exc).__name__}: {exc}", ErrorKind.TOOL_ERROR)
+        if isinstance(hits, ToolResult):
+            return hits
+        return ToolResult(render_hits(query, hits),
+                          details={"backend": self.backend, "urls": [h.url for h in hits]})
+
+
+def _resolve(path: str) -> str:
+    try:
+        from coa_envs.registry import resolve_path
+    except ImportError:  # registry not importable in a stripped-down install
+        return path
+    return str(resolve_path(path))
+
+
+def build(backend: str = "serper", **config: Any) -> WebSearchTool:
+    """Registry entry point, e.g. ``web_search: {backend: local, path: pkg:data/miniweb/pages.jsonl}``."""
+    return WebSearchTool(backend, **config)
