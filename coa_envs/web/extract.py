@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
-__all__ = ["ExtractedPage", "ExtractionError", "decode_text", "extract", "html_links"]
+__all__ = ["ExtractedPage", "ExtractionError", "decode_text", "extract", "html_links", "looks_binary", "pdf_text"]
 
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_\-:.]+)""", re.I)
 _BINARY_MAGIC = {
@@ -46,7 +46,7 @@ class ExtractedPage:
     links: tuple[tuple[str, str], ...] = ()
 
 
-def _looks_binary(data: bytes) -> bool:
+def looks_binary(data: bytes) -> bool:
     sample = data[:4096]
     if not sample:
         return False
@@ -147,7 +147,7 @@ def _html_text(html: str, url: str) -> str:
     return "\n".join(line.strip() for line in tree.text_content().splitlines() if line.strip())
 
 
-def _pdf_text(data: bytes) -> tuple[str, str]:
+def pdf_text(data: bytes) -> tuple[str, str]:
     from pypdf import PdfReader
     from pypdf.errors import PdfReadError
 
@@ -178,7 +178,7 @@ def _sniff_kind(data: bytes, content_type: str) -> str:
         return "html"
     if content_type == "application/pdf":
         return "pdf"
-    if _looks_binary(data):
+    if looks_binary(data):
         return f"binary:{content_type or 'unknown type'}"
     return "text"
 
@@ -196,7 +196,7 @@ def extract(
         raise ExtractionError("the page is empty")
     kind = _sniff_kind(data, content_type)
     if kind == "pdf":
-        title, text = _pdf_text(data)
+        title, text = pdf_text(data)
         return ExtractedPage("pdf", title, text)
     if kind.startswith("binary:"):
         raise ExtractionError(
