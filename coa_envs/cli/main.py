@@ -7,6 +7,7 @@ import json
 import typer
 
 from coa_envs.cli.eval import eval_command
+from coa_envs.cli.retriever import app as retriever_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Chain-of-Agents environments.")
 
@@ -33,6 +34,7 @@ def list_envs(as_json: bool = typer.Option(False, "--json", help="Print JSON ins
 
 
 app.command("eval")(eval_command)
+app.add_typer(retriever_app, name="retriever")
 
 
 if __name__ == "__main__":

@@ -69,9 +69,7 @@ class Retriever(Protocol):
 def build_hint(backend: str, index_dir: str | Path, corpus: str | Path | None = None) -> str:
     """The command that (re)builds an index, quoted in every index error."""
     corpus_arg = str(corpus) if corpus else "CORPUS.jsonl"
-    return (
-        f"coa retriever build-index --backend {backend} --corpus {corpus_arg} --index {index_dir}"
-    )
+    return f"coa retriever build-index --backend {backend} --corpus {corpus_arg} --index {index_dir}"
 
 
 def write_index_meta(index_dir: Path, meta: dict[str, Any]) -> None:

@@ -34,6 +34,7 @@ __all__ = ["BM25Retriever", "build_bm25_index"]
 log = logging.getLogger(__name__)
 
 _OFFSETS_FILE = "doc_offsets.npy"
+_NUMBA_MIN_DOCS = 200_000
 _BM25S_FILES = (
     "data.csc.index.npy",
     "indices.csc.index.npy",
@@ -54,9 +55,7 @@ def _numba_available() -> bool:
 def _tokenize(texts: list[str], stopwords: str | None, stemmer: Any, show_progress: bool) -> Any:
     import bm25s
 
-    return bm25s.tokenize(
-        texts, stopwords=stopwords, stemmer=stemmer, return_ids=True, show_progress=show_progress
-    )
+    return bm25s.tokenize(texts, stopwords=stopwords, stemmer=stemmer, return_ids=True, show_progress=show_progress)
 
 
 def _make_stemmer(language: str | None) -> Any:
@@ -164,14 +163,15 @@ class BM25Retriever:
             raise RetrievalIndexError(
                 f"{corpus} changed since the index was built (size differs). Rebuild: {hint} --overwrite"
             )
-        missing = [
-            name for name in (*_BM25S_FILES, _OFFSETS_FILE) if not (self.index_dir / name).is_file()
-        ]
+        missing = [name for name in (*_BM25S_FILES, _OFFSETS_FILE) if not (self.index_dir / name).is_file()]
         if missing:
-            raise RetrievalIndexError(
-                f"{self.index_dir} is incomplete (missing {missing}). Rebuild: {hint}"
-            )
-        use_numba = scorer == "numba" or (scorer == "auto" and _numba_available())
+            raise RetrievalIndexError(f"{self.index_dir} is incomplete (missing {missing}). Rebuild: {hint}")
+        # numba scores ~2-5x faster on big corpora but JIT-compiles for 10-25 s on the first
+        # query of every process; "auto" only pays that where it is repaid.
+        if scorer not in ("auto", "numba", "numpy"):
+            raise ValueError(f"bm25 scorer must be auto, numba or numpy, not {scorer!r}")
+        big = int(meta.get("num_docs", 0)) >= _NUMBA_MIN_DOCS
+        use_numba = scorer == "numba" or (scorer == "auto" and big and _numba_available())
         try:
             self._model = bm25s.BM25.load(
                 str(self.index_dir),
@@ -181,9 +181,7 @@ class BM25Retriever:
             )
             offsets = np.load(self.index_dir / _OFFSETS_FILE, mmap_mode="r" if mmap else None)
         except Exception as exc:  # bm25s/numpy raise many types on truncated files
-            raise RetrievalIndexError(
-                f"{self.index_dir} is corrupt ({exc!r}). Rebuild: {hint} --overwrite"
-            ) from exc
+            raise RetrievalIndexError(f"{self.index_dir} is corrupt ({exc!r}). Rebuild: {hint} --overwrite") from exc
         num_docs = int(self._model.scores["num_docs"])
         if num_docs != len(offsets) or num_docs != meta.get("num_docs"):
             raise RetrievalIndexError(
@@ -208,9 +206,7 @@ class BM25Retriever:
                 return_ids=False,
                 show_progress=False,
             )
-        return [
-            [self._vocab[tok] for tok in toks if tok and tok in self._vocab] for toks in tokenized
-        ]
+        return [[self._vocab[tok] for tok in toks if tok and tok in self._vocab] for toks in tokenized]
 
     def search(self, queries: list[str], k: int = 3) -> list[list[SearchHit]]:
         """Top-``k`` passages per query, best first; queries matching no term get ``[]``."""
@@ -222,9 +218,7 @@ class BM25Retriever:
         results: list[list[SearchHit]] = [[] for _ in queries]
         if not answerable:
             return results
-        docs, scores = self._model.retrieve(
-            [token_ids[i] for i in answerable], k=k, show_progress=False, n_threads=0
-        )
+        docs, scores = self._model.retrieve([token_ids[i] for i in answerable], k=k, show_progress=False, n_threads=0)
         for row, query_index in enumerate(answerable):
             results[query_index] = [
                 SearchHit(self._corpus.get(int(doc)), float(score))

@@ -123,9 +123,7 @@ def build_dense_index(
         starts = tqdm(starts, desc="Embedding passages", unit=" chunks")
     for start in starts:
         chunk = rows[start : start + chunk_size]
-        index.add(
-            _encode(encoder, [p_prefix + passage.contents for _, passage in chunk], batch_size)
-        )
+        index.add(_encode(encoder, [p_prefix + passage.contents for _, passage in chunk], batch_size))
 
     index_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.", dir=index_dir.parent))
@@ -176,21 +174,15 @@ class DenseRetriever:
         corpus = Path(corpus_path) if corpus_path else Path(meta["corpus_path"])
         hint = build_hint("dense", self.index_dir, corpus)
         if not corpus.is_file():
-            raise RetrievalIndexError(
-                f"the corpus of this index is gone: {corpus}. Rebuild: {hint}"
-            )
+            raise RetrievalIndexError(f"the corpus of this index is gone: {corpus}. Rebuild: {hint}")
         try:
             flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if mmap else 0
             self._index = faiss.read_index(str(self.index_dir / _INDEX_FILE), flags)
             offsets = np.load(self.index_dir / _OFFSETS_FILE, mmap_mode="r" if mmap else None)
         except Exception as exc:  # faiss raises RuntimeError on truncated files
-            raise RetrievalIndexError(
-                f"{self.index_dir} is corrupt ({exc}). Rebuild: {hint} --overwrite"
-            ) from exc
+            raise RetrievalIndexError(f"{self.index_dir} is corrupt ({exc}). Rebuild: {hint} --overwrite") from exc
         if self._index.ntotal != len(offsets) or self._index.ntotal != meta.get("num_docs"):
-            raise RetrievalIndexError(
-                f"{self.index_dir} is inconsistent. Rebuild: {hint} --overwrite"
-            )
+            raise RetrievalIndexError(f"{self.index_dir} is inconsistent. Rebuild: {hint} --overwrite")
         wanted_model = model or meta["model"]
         if model and model != meta["model"]:
             log.warning(
@@ -202,12 +194,8 @@ class DenseRetriever:
             wanted_model = meta["model"]
         self._encoder, self.model = load_encoder(wanted_model, device)
         if self._encoder.get_sentence_embedding_dimension() != self._index.d:
-            raise RetrievalIndexError(
-                f"model {self.model} does not match the index dimension {self._index.d}"
-            )
-        self._query_prefix, _ = _prefixes(
-            self.model, meta.get("query_prefix"), meta.get("passage_prefix")
-        )
+            raise RetrievalIndexError(f"model {self.model} does not match the index dimension {self._index.d}")
+        self._query_prefix, _ = _prefixes(self.model, meta.get("query_prefix"), meta.get("passage_prefix"))
         self.num_docs = int(self._index.ntotal)
         self._corpus = CorpusReader(corpus, offsets)
         self._encode_lock = threading.Lock()
@@ -222,9 +210,7 @@ class DenseRetriever:
         if not answerable:
             return results
         with self._encode_lock:
-            vectors = _encode(
-                self._encoder, [self._query_prefix + queries[i] for i in answerable], 64
-            )
+            vectors = _encode(self._encoder, [self._query_prefix + queries[i] for i in answerable], 64)
         scores, docs = self._index.search(vectors, k)
         for row, query_index in enumerate(answerable):
             results[query_index] = [

@@ -43,9 +43,7 @@ class RemoteRetriever:
         headers: dict[str, str] | None = None,
     ) -> None:
         if not url.startswith(("http://", "https://")):
-            raise ValueError(
-                f"remote retriever url must start with http:// or https://, got {url!r}"
-            )
+            raise ValueError(f"remote retriever url must start with http:// or https://, got {url!r}")
         if retries < 0 or backoff_s < 0 or timeout_s <= 0:
             raise ValueError("retries and backoff_s must be >= 0 and timeout_s > 0")
         self.url = url if url.rstrip("/").endswith("/retrieve") else url.rstrip("/") + "/retrieve"
@@ -87,14 +85,10 @@ class RemoteRetriever:
     def search(self, queries: list[str], k: int = 3) -> list[list[SearchHit]]:
         if not queries:
             return []
-        body = self._post(
-            {"queries": list(queries), "topk": int(k), "return_scores": self.return_scores}
-        )
+        body = self._post({"queries": list(queries), "topk": int(k), "return_scores": self.return_scores})
         result = body.get("result") if isinstance(body, dict) else None
         if not isinstance(result, list) or len(result) != len(queries):
-            raise RetrieverUnavailable(
-                f"retriever at {self.url} sent a malformed answer (no 'result' list)"
-            )
+            raise RetrieverUnavailable(f"retriever at {self.url} sent a malformed answer (no 'result' list)")
         hits: list[list[SearchHit]] = []
         for per_query in result:
             row_hits = []

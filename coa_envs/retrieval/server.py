@@ -98,9 +98,7 @@ def create_app(retriever: Retriever, *, max_batch_queries: int = 256, max_topk: 
             body = json.dumps({"detail": f"retrieval failed: {exc}"})
             return Response(body, status_code=500, media_type="application/json")
         result = [_wire(row, request.return_scores) for row in hits]
-        return Response(
-            json.dumps({"result": result}, ensure_ascii=False), media_type="application/json"
-        )
+        return Response(json.dumps({"result": result}, ensure_ascii=False), media_type="application/json")
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -113,9 +111,7 @@ def create_app(retriever: Retriever, *, max_batch_queries: int = 256, max_topk: 
     return app
 
 
-def run_server(
-    retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, **app_options: Any
-) -> None:
+def run_server(retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, **app_options: Any) -> None:
     """Serve until interrupted (Ctrl-C); used by ``coa retriever serve``."""
     import uvicorn
 
@@ -123,9 +119,7 @@ def run_server(
 
 
 @contextlib.contextmanager
-def serve_in_thread(
-    retriever: Retriever, host: str = "127.0.0.1", port: int = 0, **app_options: Any
-) -> Iterator[str]:
+def serve_in_thread(retriever: Retriever, host: str = "127.0.0.1", port: int = 0, **app_options: Any) -> Iterator[str]:
     """Run the server in a background thread for tests/benchmarks; yields its base url.
 
     The socket is bound before the thread starts (``port=0`` picks a free port), and the
@@ -136,9 +130,7 @@ def serve_in_thread(
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    config = uvicorn.Config(
-        create_app(retriever, **app_options), log_level="warning", lifespan="on"
-    )
+    config = uvicorn.Config(create_app(retriever, **app_options), log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

@@ -286,6 +286,14 @@ def generate_world(seed: int = 0) -> World:
     return World(seed=seed, entities=entities, extras=extras)
 
 
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
+
+
+def _join(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def _surname(person: Entity) -> str:
     return person.name.split()[-1]
 
@@ -308,7 +316,7 @@ def _render(world: World, entity: Entity) -> str:
     if entity.kind == "person":
         surname = _surname(entity)
         text = (
-            f"{entity.name} (born {get('birth_year')}) was a {extra['occupation']}. {entity.name} was born "
+            f"{entity.name} (born {get('birth_year')}) was {_a(extra['occupation'])}. {entity.name} was born "
             f"in {e[str(get('birthplace'))].name}. {surname} studied at {e[str(get('alma_mater'))].name} "
             f"and later worked for {e[str(get('employer'))].name}."
         )
@@ -318,12 +326,12 @@ def _render(world: World, entity: Entity) -> str:
     if entity.kind == "company":
         made = [p.mention for p in world.of_kind("product") if p.facts["maker"] == entity.key]
         text = (
-            f"{entity.name} is a {extra['industry']} company with its headquarters in "
+            f"{entity.name} is {_a(extra['industry'])} company with its headquarters in "
             f"{e[str(get('headquarters'))].name}. It was founded in {get('company_founded')}; its founder "
             f"was {e[str(get('founder'))].name}."
         )
         if made:
-            text += f" {entity.name} built {', '.join(made[:3])}."
+            text += f" {entity.name} built {_join(made[:3])}."
         return text
     if entity.kind == "university":
         return (
@@ -332,6 +340,6 @@ def _render(world: World, entity: Entity) -> str:
         )
     designer = e[str(get("designer"))]
     return (
-        f"The {entity.name} is a {extra['kind']} built by {e[str(get('maker'))].name} and completed "
+        f"The {entity.name} is {_a(extra['kind'])} built by {e[str(get('maker'))].name} and completed "
         f"in {get('completed')}. Its designer was {designer.name}."
     )
