@@ -45,3 +45,31 @@ def test_baseline_bare_tool_call(benchmark):
     tool, ctx = NoOpTool(), ToolContext()
     benchmark(tool.run, "print(1)", ctx)
     print(f"\nbare no-op tool call: {benchmark.stats.stats.median * 1e6:.2f} us")
+
+
+def test_peer_gem_tool_wrapped_step(benchmark):
+    """Peer baseline in the same run: GEM's ToolEnvWrapper stepping a no-op tool."""
+    gem = __import__("pytest").importorskip("gem", reason="gem-llm (the `bench` extra) is not installed")
+    import re
+
+    from gem.tools.base_tool import BaseTool
+    from gem.tools.tool_env_wrapper import ToolEnvWrapper
+
+    class GemNoOpTool(BaseTool):
+        tool_type = "python_code"
+        _pattern = re.compile(r"<python>(.*?)</python>", re.S)
+
+        def instruction_string(self) -> str:
+            return "Wrap code in <python>...</python>."
+
+        def execute_action(self, action):
+            match = self._pattern.search(action)
+            if match is None:
+                return False, False, "", ""
+            return True, False, "\n<observation>\nok\n</observation>\n\n", match.group(1)
+
+    env = ToolEnvWrapper(gem.make("game:GuessTheNumber-v0-easy"), tools=[GemNoOpTool()], max_tool_uses=None)
+    env.reset(seed=0)
+    counter = iter(range(10**9))
+    benchmark(lambda: env.step(f"<think>compute</think>\n<python>print({next(counter)})</python>"))
+    print(f"\nGEM tool-wrapped step with no-op tool: {benchmark.stats.stats.median * 1e6:.1f} us")
