@@ -16,17 +16,17 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "masked_mean",
-    "masked_whiten",
+    "aggregate",
+    "entropy_from_logits",
     "gae_advantages",
     "group_advantages",
     "keep_informative_groups",
+    "kl_penalty",
+    "masked_mean",
+    "masked_whiten",
     "overlong_penalty",
     "policy_loss",
     "value_loss",
-    "kl_penalty",
-    "entropy_from_logits",
-    "aggregate",
 ]
 
 

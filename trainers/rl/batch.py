@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from agents.trajectory import Trajectory
 
-__all__ = ["RLBatch", "collate", "shaped_rewards", "generated_length"]
+__all__ = ["RLBatch", "collate", "generated_length", "shaped_rewards"]
 
 
 def generated_length(trajectory: Trajectory) -> int:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["RLConfig", "load_config", "apply_overrides", "ConfigError"]
+__all__ = ["ConfigError", "RLConfig", "apply_overrides", "load_config"]
 
 Algorithm = Literal["ppo", "grpo", "dapo"]
 LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
@@ -48,7 +48,7 @@ _PRESETS: dict[str, dict[str, Any]] = {
         "loss_agg": "token-mean",
         "kl_coef": 0.0,
         "dynamic_sampling": True,
-        "overlong_buffer": 64,
+        "overlong_buffer": "quarter",  # a quarter of max_response_tokens
         "group_size": 8,
     },
 }
@@ -132,7 +132,8 @@ class RLConfig:
     max_sampling_rounds: int = 4
     """Extra sampling rounds dynamic sampling may take before training on what it has."""
     overlong_buffer: int | None = None
-    """Soft overlong punishment window (tokens) before max_response_tokens; 0 = off."""
+    """Soft overlong punishment window (tokens) before max_response_tokens; 0 = off
+    (dapo default: a quarter of max_response_tokens)."""
     overlong_penalty: float = 1.0
 
     # -- rollout / distribution --------------------------------------------------------
@@ -173,6 +174,8 @@ class RLConfig:
         for name, value in preset.items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
+        if self.overlong_buffer == "quarter":
+            self.overlong_buffer = self.max_response_tokens // 4
         if self.critic_lr is None:
             self.critic_lr = self.lr
         self._validate()

@@ -21,7 +21,6 @@ from trainers.rl.batch import RLBatch
 from trainers.rl.models import ValueHead, forward_tokens, load_tokenizer_and_policy
 
 if TYPE_CHECKING:
-    import torch
 
     from trainers.rl.config import RLConfig
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from trainers.rl.config import RLConfig
 
-__all__ = ["ModelOutputs", "load_tokenizer_and_policy", "ValueHead", "forward_tokens"]
+__all__ = ["ModelOutputs", "ValueHead", "forward_tokens", "load_tokenizer_and_policy"]
 
 
 @dataclass
@@ -94,7 +94,7 @@ def _load_weights(model: Any, directory: Path) -> None:
                          f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
 
 
-def ValueHead(hidden_size: int) -> Any:  # noqa: N802 - a factory that reads as a layer
+def ValueHead(hidden_size: int) -> Any:
     """A zero-initialised linear value head: the critic starts by predicting 0 everywhere."""
     import torch
 

@@ -1,0 +1,258 @@
+"""Where the workers and the learner run: in this process (local) or as Ray actors.
+
+Both groups expose the same small surface so ``loop.py`` does not know which it has:
+``RolloutGroup.run(jobs) -> (trajectories, stats)`` / ``set_weights(state, version)`` and
+``LearnerGroup.prepare / update / policy_state / state_dict / load_state_dict``.
+
+Ray mode: rollout workers are actors with ``max_restarts=-1`` placed in a placement
+group (one bundle per worker, GPUs per config) so one machine with N GPUs or a cluster
+runs the same config. They are managed by RLlib's ``FaultTolerantActorManager``, which
+marks an actor unhealthy when a call dies with it, and probes restarted actors back into
+service; a shard lost with a crashed worker is re-run on a healthy one up to
+``max_episode_retries`` times, then dropped and counted. A restarted worker gets the
+current weights before it serves again. Weights travel through the object store (one
+``ray.put`` per update, read by every worker).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from trainers.rl.rollout import EpisodeJob, RolloutResult, RolloutWorker
+
+if TYPE_CHECKING:
+    from agents.trajectory import Trajectory
+    from trainers.rl.config import RLConfig
+
+__all__ = ["LocalLearner", "LocalRollouts", "RayLearner", "RayRollouts", "build_groups"]
+
+
+def _merge(results: list[RolloutResult]) -> dict[str, float]:
+    stats: dict[str, float] = {
+        "time/generation_s": max((r.generation_s for r in results), default=0.0),
+        "time/env_s": sum(r.env_s for r in results),
+        "time/env_blocking_s": max((r.env_blocking_s for r in results), default=0.0),
+        "rollout/generated_tokens_total": float(sum(r.generated_tokens for r in results)),
+    }
+    errors: Counter = Counter()
+    for r in results:
+        errors.update(r.errors)
+    for kind, count in errors.items():
+        stats[f"errors/{kind}"] = float(count)
+    return stats
+
+
+def _resolve(value: Any) -> Any:
+    import ray
+
+    return ray.get(value) if isinstance(value, ray.ObjectRef) else value
+
+
+def _shards(jobs: list[EpisodeJob], parts: int) -> list[list[EpisodeJob]]:
+    """Contiguous shards so a group's samples mostly share a worker (one prompt prefix)."""
+    size = -(-len(jobs) // max(parts, 1))
+    return [jobs[i:i + size] for i in range(0, len(jobs), size)] if jobs else []
+
+
+class LocalRollouts:
+    """Rollout workers in this process (``use_ray: false``), run one after another."""
+
+    def __init__(self, config: RLConfig, overlap_tools: bool = True) -> None:
+        self.workers = [RolloutWorker(config, 0, overlap_tools=overlap_tools)]
+
+    def num_tasks(self) -> int:
+        return self.workers[0].num_tasks()
+
+    def set_weights(self, state: dict[str, Any], version: int) -> None:
+        for worker in self.workers:
+            worker.set_weights(state, version)
+
+    def run(self, jobs: list[EpisodeJob]) -> tuple[list[Trajectory], dict[str, float]]:
+        results = [self.workers[0].run(jobs)]
+        stats = _merge(results)
+        stats["rollout/dropped_episodes"] = 0.0
+        return [t for r in results for t in r.trajectories], stats
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.close()
+
+
+class RayRollouts:
+    """Rollout worker actors under RLlib's FaultTolerantActorManager."""
+
+    def __init__(self, config: RLConfig, placement_group: Any = None) -> None:
+        import ray
+        from ray.rllib.utils.actor_manager import FaultTolerantActorManager
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.config = config
+        actor_cls = ray.remote(max_restarts=-1, max_task_retries=0)(RolloutWorker)
+        actors = []
+        for index in range(config.num_rollout_workers):
+            options: dict[str, Any] = {"num_cpus": config.cpus_per_worker,
+                                       "num_gpus": config.rollout_gpus_per_worker}
+            if placement_group is not None:
+                options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                    placement_group=placement_group, placement_group_bundle_index=index + 1)
+            actors.append(actor_cls.options(**options).remote(config, index))
+        self.manager = FaultTolerantActorManager(actors)
+        self._weights_ref: Any = None
+        self._version = -1
+        self.restarts = 0
+
+    def num_tasks(self) -> int:
+        results = self.manager.foreach_actor(lambda w: w.num_tasks(), remote_actor_ids=[
+            self.manager.healthy_actor_ids()[0]])
+        return next(iter(results)).get()
+
+    def set_weights(self, state: dict[str, Any], version: int) -> None:
+        import ray
+
+        self._weights_ref = ray.put(state)
+        self._version = version
+        self._push_weights(self.manager.healthy_actor_ids())
+
+    def _push_weights(self, actor_ids: list[int]) -> None:
+        if self._weights_ref is None or not actor_ids:
+            return
+        ref, version = self._weights_ref, self._version
+        self.manager.foreach_actor(lambda w: w.set_weights(_resolve(ref), version),
+                                   remote_actor_ids=actor_ids,
+                                   timeout_seconds=self.config.rollout_timeout_s)
+
+    def _revive(self) -> None:
+        """Bring restarted actors back into service with the current weights."""
+        restored = self.manager.probe_unhealthy_actors(timeout_seconds=30, mark_healthy=True)
+        if restored:
+            self.restarts += len(restored)
+            self._push_weights(restored)
+
+    def run(self, jobs: list[EpisodeJob]) -> tuple[list[Trajectory], dict[str, float]]:
+        results: list[RolloutResult] = []
+        pending = [jobs]
+        dropped = 0
+        for attempt in range(self.config.max_episode_retries + 1):
+            healthy = self.manager.healthy_actor_ids()
+            if not healthy:
+                self._revive()
+                healthy = self.manager.healthy_actor_ids()
+            if not healthy:
+                break
+            # At most one shard per healthy actor, so replies map back to shards by actor.
+            shards = _shards([job for shard in pending for job in shard], len(healthy))
+            ids = healthy[:len(shards)]
+            calls = [lambda w, s=shard: w.run(s) for shard in shards]
+            replies = self.manager.foreach_actor(
+                calls, kwargs=[{} for _ in calls], remote_actor_ids=ids,
+                timeout_seconds=self.config.rollout_timeout_s)
+            answered = {reply.actor_id: reply.get() for reply in replies if reply.ok}
+            pending = []
+            for actor_id, shard in zip(ids, shards, strict=True):
+                if actor_id in answered:
+                    results.append(answered[actor_id])
+                else:
+                    pending.append(shard)
+            self._revive()
+            if not pending:
+                break
+            if attempt == self.config.max_episode_retries:
+                break
+        dropped = sum(len(s) for s in pending)
+        stats = _merge(results)
+        stats["rollout/dropped_episodes"] = float(dropped)
+        stats["rollout/worker_restarts"] = float(self.restarts)
+        return [t for r in results for t in r.trajectories], stats
+
+    def close(self) -> None:
+        import ray
+
+        for actor in self.manager.actors().values():
+            ray.kill(actor)
+
+
+class LocalLearner:
+    """The learner in this process."""
+
+    def __init__(self, config: RLConfig) -> None:
+        from trainers.rl.learner import Learner
+
+        self.learner = Learner(config)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.learner, name)
+
+
+class RayLearner:
+    """One learner actor per learner GPU (one on CPU); rank 0 answers for the group.
+
+    With several ranks each gets the batch and the same seed; ``Learner`` shards nothing
+    itself, so every rank runs the full batch with DDP averaging identical gradients --
+    correct but not faster. Splitting minibatches by rank is the next step for multi-GPU
+    throughput (noted in the trainer's README section).
+    """
+
+    def __init__(self, config: RLConfig, placement_group: Any = None) -> None:
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from trainers.rl.learner import Learner
+
+        options: dict[str, Any] = {"num_cpus": 1, "num_gpus": config.learner_gpus}
+        if placement_group is not None:
+            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                placement_group=placement_group, placement_group_bundle_index=0)
+        self.actor = ray.remote(Learner).options(**options).remote(config)
+
+    def _call(self, name: str, *args: Any) -> Any:
+        import ray
+
+        return ray.get(getattr(self.actor, name).remote(*args))
+
+    def prepare(self, batch: Any) -> Any:
+        return self._call("prepare", batch)
+
+    def update(self, batch: Any) -> Any:
+        return self._call("update", batch)
+
+    def policy_state(self) -> Any:
+        return self._call("policy_state")
+
+    def state_dict(self) -> Any:
+        return self._call("state_dict")
+
+    def load_state_dict(self, state: Any) -> Any:
+        return self._call("load_state_dict", state)
+
+    def save_pretrained(self, directory: str) -> Any:
+        return self._call("save_pretrained", directory)
+
+
+def build_groups(config: RLConfig) -> tuple[Any, Any]:
+    """``(rollouts, learner)`` for the config: in-process, or Ray actors in a placement group."""
+    if not config.use_ray:
+        return LocalRollouts(config), LocalLearner(config)
+    import ray
+
+    if not ray.is_initialized():
+        if config.ray_address:
+            ray.init(address=config.ray_address)
+        else:
+            cpus = 1 + config.num_rollout_workers * config.cpus_per_worker
+            ray.init(num_cpus=int(max(cpus, 2)), num_gpus=config.num_gpus,
+                     include_dashboard=False, log_to_driver=True)
+    from ray.util.placement_group import placement_group
+
+    bundles = [{"CPU": 1, **({"GPU": config.learner_gpus} if config.learner_gpus else {})}]
+    for _ in range(config.num_rollout_workers):
+        bundle: dict[str, float] = {"CPU": config.cpus_per_worker}
+        if config.rollout_gpus_per_worker:
+            bundle["GPU"] = config.rollout_gpus_per_worker
+        bundles.append(bundle)
+    group = placement_group(bundles, strategy="PACK")
+    started = time.monotonic()
+    ray.get(group.ready(), timeout=300)
+    _ = started
+    return RayRollouts(config, group), RayLearner(config, group)

@@ -1,0 +1,330 @@
+"""Rollout worker: owns envs and an inference engine, turns episode jobs into Trajectories.
+
+Token-exact multi-turn episodes: the context is ``prompt_ids`` (chat template, generation
+prompt) followed by every generated segment's *sampled* ids and every observation's ids;
+nothing is re-tokenised. Up to ``episodes_in_flight`` episodes run at once: all episodes
+waiting for the model are generated as one batch, while env steps (tool calls) of the
+others run on a thread pool, so a slow tool hides behind generation instead of stalling
+it (``overlap_tools=False`` runs steps inline, the serialised baseline of the benchmark).
+Plain Python; ``actors.py`` wraps it as a Ray actor and the local mode calls it directly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agents.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from trainers.rl.config import RLConfig
+
+__all__ = ["EpisodeJob", "RolloutResult", "RolloutWorker", "make_env"]
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeJob:
+    """One episode to run: which task, which sample of its group, and its sampling seed."""
+
+    task_index: int
+    group_id: int
+    sample_index: int
+    seed: int
+
+
+@dataclass
+class RolloutResult:
+    """Trajectories of one call plus where the time went (for the step-time split)."""
+
+    trajectories: list[Trajectory]
+    generation_s: float = 0.0
+    env_s: float = 0.0
+    env_blocking_s: float = 0.0
+    wall_s: float = 0.0
+    generated_tokens: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+def make_env(config: RLConfig) -> Any:
+    """``gymnasium.make`` of the configured env id (registers the coa ids on import)."""
+    import gymnasium as gym
+
+    import coa_envs  # noqa: F401 - registers the ids
+
+    kwargs = {"max_turns": config.max_turns, **config.env_kwargs}
+    return gym.make(config.env_id, **kwargs)
+
+
+@dataclass
+class _Episode:
+    job: EpisodeJob
+    env: Any
+    trajectory: Trajectory
+    context: list[int]
+    turn: int = 0
+    pending: Future | None = None
+    calls: Counter = field(default_factory=Counter)
+    errors: Counter = field(default_factory=Counter)
+
+
+class RolloutWorker:
+    """Envs + engine in one process. ``set_weights`` after every learner update."""
+
+    def __init__(self, config: RLConfig, worker_index: int = 0, engine: Any = None,
+                 tokenizer: Any = None, overlap_tools: bool = True) -> None:
+        self.config = config
+        self.worker_index = worker_index
+        self.overlap_tools = overlap_tools
+        if engine is None:
+            engine, tokenizer = _build_engine(config)
+        self.engine = engine
+        self.tokenizer = tokenizer if tokenizer is not None else engine.tokenizer
+        self.weights_version = -1
+        self._envs: list[Any] = []
+        self._pool = ThreadPoolExecutor(max_workers=config.tool_threads,
+                                        thread_name_prefix=f"rollout{worker_index}-env")
+
+    # -- weights -------------------------------------------------------------------------
+    def set_weights(self, state: dict[str, Any], version: int) -> int:
+        """Load learner weights into the engine; returns the version now served."""
+        _load_engine_weights(self.engine, state)
+        self.weights_version = version
+        return version
+
+    def ping(self) -> str:
+        return "pong"
+
+    def apply(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+        """``func(self, ...)``: the call shape RLlib's FaultTolerantActorManager uses."""
+        return func(self, *args, **kwargs)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for env in self._envs:
+            env.close()
+        self._envs.clear()
+
+    # -- episodes ------------------------------------------------------------------------
+    def num_tasks(self) -> int:
+        return len(self._env_pool(1)[0].unwrapped.tasks)
+
+    def _env_pool(self, size: int) -> list[Any]:
+        while len(self._envs) < size:
+            self._envs.append(make_env(self.config))
+        return self._envs
+
+    def run(self, jobs: list[EpisodeJob]) -> RolloutResult:
+        """Run every job to the end of its episode; the result keeps the jobs' order."""
+        from agents.engines import GenerationRequest, SamplingParams
+
+        cfg = self.config
+        started = time.perf_counter()
+        slots = min(cfg.episodes_in_flight, max(len(jobs), 1))
+        free_envs = deque(self._env_pool(slots)[:slots])
+        queue = deque(enumerate(jobs))
+        active: dict[int, _Episode] = {}
+        done: dict[int, Trajectory] = {}
+        result = RolloutResult(trajectories=[])
+        errors: Counter = Counter()
+        stops = tuple(_stop_strings())
+
+        def start_next() -> None:
+            while queue and free_envs:
+                index, job = queue.popleft()
+                env = free_envs.popleft()
+                try:
+                    active[index] = self._start(job, env)
+                except Exception as exc:  # a broken task/env ends this episode only
+                    done[index] = _failed(job, cfg.env_id, "env_error", exc)
+                    errors["env_error"] += 1
+                    free_envs.append(env)
+
+        def finish(index: int) -> None:
+            episode = active.pop(index)
+            episode.trajectory.tool_calls = dict(episode.calls)
+            episode.trajectory.tool_errors = dict(episode.errors)
+            done[index] = episode.trajectory
+            free_envs.append(episode.env)
+
+        def harvest(block: bool) -> None:
+            pending = {e.pending: i for i, e in active.items() if e.pending is not None}
+            if not pending:
+                return
+            t0 = time.perf_counter()
+            ready, _ = wait(list(pending), timeout=None if block else 0,
+                            return_when=FIRST_COMPLETED)
+            if block:
+                result.env_blocking_s += time.perf_counter() - t0
+            for future in ready:
+                index = pending[future]
+                episode = active[index]
+                episode.pending = None
+                if self._apply_step(episode, future, errors):
+                    finish(index)
+
+        start_next()
+        while active:
+            harvest(block=False)
+            start_next()
+            waiting = [i for i, e in active.items() if e.pending is None]
+            if not waiting:
+                harvest(block=True)
+                start_next()
+                continue
+            requests = []
+            for i in waiting:
+                episode = active[i]
+                params = SamplingParams(
+                    max_new_tokens=max(1, min(cfg.max_new_tokens, self._budget(episode))),
+                    temperature=cfg.temperature, top_p=cfg.top_p, stop=stops,
+                    seed=_turn_seed(episode.job.seed, episode.turn))
+                requests.append(GenerationRequest(token_ids=tuple(episode.context), params=params))
+            t0 = time.perf_counter()
+            completions = self.engine.generate(requests, requests[0].params)
+            result.generation_s += time.perf_counter() - t0
+            for i, completion in zip(waiting, completions, strict=True):
+                episode = active[i]
+                if not completion.ok:
+                    errors[str(completion.error_kind or "engine_error")] += 1
+                    episode.trajectory.status = "engine_error"
+                    episode.trajectory.info["error"] = completion.error
+                    finish(i)
+                    continue
+                ids, logprobs = list(completion.token_ids), list(completion.logprobs)
+                result.generated_tokens += len(ids)
+                episode.trajectory.add_generated(completion.text, ids, logprobs)
+                episode.context.extend(ids)
+                episode.turn += 1
+                action = completion.action_text
+                if self.overlap_tools:
+                    episode.pending = self._pool.submit(_timed_step, episode.env, action)
+                else:
+                    future: Future = Future()
+                    t1 = time.perf_counter()
+                    try:
+                        future.set_result(_timed_step(episode.env, action))
+                    except Exception as exc:
+                        future.set_exception(exc)
+                    result.env_blocking_s += time.perf_counter() - t1
+                    if self._apply_step(episode, future, errors):
+                        finish(i)
+        result.trajectories = [done[i] for i in range(len(jobs))]
+        result.env_s = sum(float(t.info.get("env_s", 0.0)) for t in result.trajectories)
+        result.errors = dict(errors)
+        result.wall_s = time.perf_counter() - started
+        return result
+
+    # -- one episode's pieces ------------------------------------------------------------
+    def _start(self, job: EpisodeJob, env: Any) -> _Episode:
+        prompt, info = env.reset(seed=job.seed, options={"task_index": job.task_index})
+        messages = info.get("messages") or [{"role": "user", "content": prompt}]
+        prompt_ids = list(self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False))
+        trajectory = Trajectory(
+            env_id=self.config.env_id, task_id=info["task_id"], prompt_messages=messages,
+            prompt_text=prompt, prompt_ids=prompt_ids, seed=job.seed,
+            sample_index=job.sample_index,
+            info={"group_id": job.group_id, "task_index": job.task_index, "env_s": 0.0,
+                  "weights_version": self.weights_version},
+        )
+        return _Episode(job=job, env=env, trajectory=trajectory, context=list(prompt_ids))
+
+    def _budget(self, episode: _Episode) -> int:
+        used = len(episode.context) - len(episode.trajectory.prompt_ids)
+        return self.config.max_response_tokens - used
+
+    def _apply_step(self, episode: _Episode, future: Future, errors: Counter) -> bool:
+        """Record one env step's outcome; True when the episode is over."""
+        trajectory = episode.trajectory
+        try:
+            (observation, reward, terminated, truncated, info), seconds = future.result()
+        except Exception as exc:  # envs should not raise; if one does, drop the episode
+            trajectory.status = "env_error"
+            trajectory.info["error"] = f"{type(exc).__name__}: {exc}"
+            errors["env_error"] += 1
+            return True
+        trajectory.info["env_s"] += seconds
+        tool = info.get("tool")
+        for name in tool if isinstance(tool, list) else [tool] if tool else []:
+            episode.calls[name] += 1
+        if info.get("error_kind"):
+            episode.errors[str(tool or "action")] += 1
+        if terminated or truncated:
+            trajectory.reward = float(reward)
+            trajectory.terminated, trajectory.truncated = bool(terminated), bool(truncated)
+            trajectory.answer = info.get("answer")
+            trajectory.status = "ok" if terminated else f"truncated:{info.get('truncation')}"
+            return True
+        obs_ids = self.tokenizer.encode(observation, add_special_tokens=False)
+        if self._budget(episode) - len(obs_ids) < 1:
+            # The response budget is spent: the episode ends unanswered (reward 0).
+            trajectory.truncated = True
+            trajectory.status = "truncated:response_tokens"
+            return True
+        trajectory.add_observation(observation, obs_ids)
+        episode.context.extend(obs_ids)
+        return False
+
+
+def _timed_step(env: Any, action: str) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    out = env.step(action)
+    return out, time.perf_counter() - t0
+
+
+def _turn_seed(seed: int, turn: int) -> int:
+    return (seed * 1_000_003 + turn * 7919) % (2**62)
+
+
+def _stop_strings() -> tuple[str, ...]:
+    from coa_envs.protocol import STOP_STRINGS
+
+    return STOP_STRINGS
+
+
+def _failed(job: EpisodeJob, env_id: str, status: str, exc: Exception) -> Trajectory:
+    return Trajectory(env_id=env_id, task_id=f"index:{job.task_index}", seed=job.seed,
+                      sample_index=job.sample_index, status=status,
+                      info={"group_id": job.group_id, "task_index": job.task_index,
+                            "error": f"{type(exc).__name__}: {exc}"})
+
+
+def _build_engine(config: RLConfig) -> tuple[Any, Any]:
+    """The configured engine around a policy built like the learner's (weights synced later)."""
+    from agents.engines import build_engine
+    from trainers.rl.models import load_tokenizer_and_policy
+
+    if config.rollout_engine == "vllm":
+        engine = build_engine("vllm", model=config.init_checkpoint or config.model)
+        return engine, engine.tokenizer
+    tokenizer, model = load_tokenizer_and_policy(config)
+    import torch
+
+    device = "cuda" if config.num_gpus > 0 and torch.cuda.is_available() else "cpu"
+    engine = build_engine("hf", model=model, tokenizer=tokenizer, device=device,
+                          dtype=config.dtype, max_batch_size=max(config.episodes_in_flight, 1))
+    return engine, tokenizer
+
+
+def _load_engine_weights(engine: Any, state: dict[str, Any]) -> None:
+    model = getattr(engine, "model", None)
+    if model is not None and hasattr(model, "load_state_dict"):
+        model.load_state_dict(state, strict=True)
+        return
+    # vLLM: hand the tensors to the worker's model loader (no restart, no disk round trip).
+    llm = getattr(engine, "llm", None)
+    if llm is not None:
+        if hasattr(llm, "collective_rpc"):
+            llm.collective_rpc(_vllm_load, args=(list(state.items()),))
+            return
+        runner = llm.llm_engine.model_executor.driver_worker.model_runner
+        runner.model.load_weights(state.items())
+        return
+    raise TypeError(f"engine {type(engine).__name__} exposes no weights to update")
+
+
+def _vllm_load(worker: Any, items: list[tuple[str, Any]]) -> None:  # runs inside vLLM workers
+    worker.model_runner.model.load_weights(items)
