@@ -1,0 +1,107 @@
+"""The ``miniweb`` family: questions about the offline mini-web (``coa/MiniWeb-v0``).
+
+The site's port is chosen by the OS, so tasks (whose oracle scripts hold absolute URLs)
+and tools (the search index file, the crawl allow-list) can only be configured once the
+server runs. This module therefore offers the env a *family runtime*:
+:func:`open_runtime` starts (or joins) the process's shared mini-web server and returns
+the loader options (``base_url``) and tool overrides (``web_search.path`` = the exported
+page index, ``crawl_page.allow_hosts`` = the server's host) the env merges into its
+config; the env's ``close()`` closes the runtime and the last user stops the server.
+
+To run the tasks against a server you started yourself (``with coa_envs.miniweb.serve()
+as web``), pass ``gym.make("coa/MiniWeb-v0", **make_kwargs(web))``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from coa_envs.miniweb.server import MiniWebServer, acquire_shared, release_shared
+from coa_envs.miniweb.tasks import KINDS, build_tasks
+from coa_envs.miniweb.world import make_world
+from coa_envs.tasks.web_common import select_tasks
+from coa_envs.types import Task
+
+__all__ = ["MiniWebRuntime", "load_tasks", "make_kwargs", "open_runtime"]
+
+_SERVER_OPTIONS = ("slow_delay_s", "huge_page_bytes")
+
+
+def load_tasks(
+    path: str | None = None,
+    *,
+    seed: int = 0,
+    base_url: str | None = None,
+    include_js: bool = False,
+    kinds: list[str] | None = None,
+    limit: int | None = None,
+    slow_delay_s: float = 1.0,
+    huge_page_bytes: int = 1_200_000,
+) -> list[Task]:
+    """Tasks for the world of ``seed`` served at ``base_url``.
+
+    Without ``base_url`` (a direct call, outside an env) the process's shared server for
+    ``seed`` is started and stays up until the process ends. ``include_js`` adds tasks that
+    only a browser backend can solve; ``kinds`` keeps only some task kinds.
+    """
+    if path is not None:
+        raise ValueError("coa/MiniWeb-v0 generates its tasks from `seed`; it reads no data_path")
+    if kinds is not None:
+        unknown = set(kinds) - set(KINDS)
+        if unknown:
+            raise ValueError(f"kinds={sorted(unknown)} are not valid; allowed: {list(KINDS)}")
+    if base_url is None:
+        base_url = acquire_shared(seed, slow_delay_s=slow_delay_s,
+                                  huge_page_bytes=huge_page_bytes).base_url
+    tasks = build_tasks(make_world(seed), base_url, include_js=include_js)
+    if kinds is not None:
+        tasks = [t for t in tasks if t.metadata["kind"] in kinds]
+    return select_tasks(tasks, limit)
+
+
+def _tool_overrides(base_url: str, pages_path: str | None) -> dict[str, dict[str, Any]]:
+    host = urlsplit(base_url).hostname or "127.0.0.1"
+    overrides: dict[str, dict[str, Any]] = {"crawl_page": {"allow_hosts": [host]}}
+    if pages_path is not None:
+        overrides["web_search"] = {"path": pages_path}
+    return overrides
+
+
+@dataclass
+class MiniWebRuntime:
+    """What the env merges into its config while the mini-web serves its tasks."""
+
+    task_options: dict[str, Any]
+    tool_overrides: dict[str, dict[str, Any]]
+    server: MiniWebServer | None = None
+    _closed: bool = field(default=False, repr=False)
+
+    def close(self) -> None:
+        if self.server is not None and not self._closed:
+            self._closed = True
+            release_shared(self.server)
+
+
+def open_runtime(options: Mapping[str, Any]) -> MiniWebRuntime:
+    """Start or join the shared server for ``options`` (unless ``base_url`` names one)."""
+    if options.get("base_url"):
+        # An external server: the caller configures web_search.path itself (make_kwargs).
+        return MiniWebRuntime({}, _tool_overrides(str(options["base_url"]), None))
+    server = acquire_shared(
+        int(options.get("seed", 0)),
+        **{k: options[k] for k in _SERVER_OPTIONS if k in options},
+    )
+    return MiniWebRuntime({"base_url": server.base_url},
+                          _tool_overrides(server.base_url, str(server.pages_jsonl)), server)
+
+
+def make_kwargs(server: MiniWebServer, **task_options: Any) -> dict[str, Any]:
+    """``gym.make`` options that point ``coa/MiniWeb-v0`` at a server you manage."""
+    return {
+        "task_options": {"seed": server.site.world.seed, "base_url": server.base_url,
+                         **task_options},
+        "tools": _tool_overrides(server.base_url, str(server.pages_jsonl)),
+    }
