@@ -1,0 +1,267 @@
+"""The default backend: a pool of warm, pre-forking, jailed Python workers.
+
+Each worker (see :mod:`sandbox._worker`) imports the preloaded modules once and keeps one
+jailed child ready; a run costs a pipe round trip plus the child's own work. This module is
+the parent side: it starts workers, hands each run to an idle one, and replaces a worker
+that dies or stops answering. Every :meth:`PoolBackend.run` call returns exactly one
+result: answers carry the request id, a lost worker's run is retried once on a fresh worker,
+and a run that kills two workers is reported as a ``violation``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from sandbox._limits import clean_environment
+from sandbox._wire import FrameError, read_frame, write_frame
+from sandbox.backends.base import BackendUnavailable
+from sandbox.types import ExecResult, Limits, Status
+
+__all__ = ["DEFAULT_PRELOAD", "PoolBackend"]
+
+_log = logging.getLogger(__name__)
+_ROOT = str(Path(__file__).resolve().parents[2])
+_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from sandbox._worker import main; main()"
+#: Imported once per worker. numpy is the expensive one; the rest keep common solutions from
+#: reading the standard library from disk in every run.
+DEFAULT_PRELOAD = (
+    "numpy",
+    "numpy.random",
+    "collections",
+    "itertools",
+    "functools",
+    "heapq",
+    "bisect",
+    "math",
+    "re",
+    "string",
+    "random",
+    "typing",
+    "dataclasses",
+    "fractions",
+    "decimal",
+    "statistics",
+    "copy",
+    "operator",
+    "json",
+    "array",
+    "datetime",
+    "threading",
+    "traceback",
+)
+_GRACE_S = 10.0  # the worker enforces the wall limit; this only catches a wedged worker
+
+
+class _WorkerLost(RuntimeError):
+    pass
+
+
+class _Worker:
+    """Parent-side handle of one worker process."""
+
+    def __init__(self, python: str, config: dict[str, Any], start_timeout_s: float) -> None:
+        env = clean_environment("/tmp")
+        self.proc = subprocess.Popen(
+            [python, "-I", "-B", "-c", _BOOT, _ROOT],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=None if os.environ.get("COA_SANDBOX_DEBUG") else subprocess.DEVNULL,
+            env=env,
+            bufsize=0,
+            start_new_session=True,  # a terminal's Ctrl-C goes to the caller, not the jail
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self._in, self._out = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+        self.config = config
+        try:
+            write_frame(self._in, config)
+            hello = read_frame(self._out, time.monotonic() + start_timeout_s)
+        except (OSError, FrameError) as exc:
+            self.kill()
+            raise BackendUnavailable(f"sandbox worker did not start: {exc}") from exc
+        if not hello.get("ready"):
+            self.kill()
+            raise BackendUnavailable(f"sandbox worker cannot jail runs: {hello.get('error')}")
+        self.isolation: list[str] = hello["isolation"]
+        self.notes: list[str] = hello.get("notes", [])
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def call(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        try:
+            write_frame(self._in, request)
+            response = read_frame(self._out, time.monotonic() + timeout_s)
+        except (OSError, FrameError) as exc:
+            raise _WorkerLost(str(exc)) from exc
+        if response.get("id") != request["id"]:
+            raise _WorkerLost(f"answer for request {response.get('id')}, not {request['id']}")
+        if "internal_error" in response:
+            raise _WorkerLost(response["internal_error"])
+        return response
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+    def stop(self) -> None:
+        """Ask politely (EOF on its request pipe), then kill."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=2)
+        self.kill()
+
+
+class PoolBackend:
+    """Warm fork-per-run workers in namespaces (see the module docstring).
+
+    ``size`` workers (default ``2 × cpu_count``) run as root-owned processes; each run's
+    child becomes ``uid_base + slot`` so concurrent runs cannot touch each other. ``hide``
+    lists directories replaced by an empty view (the interpreter's own files stay visible).
+    """
+
+    name = "pool"
+
+    def __init__(
+        self,
+        size: int | None = None,
+        *,
+        preload: tuple[str, ...] | list[str] = DEFAULT_PRELOAD,
+        python: str | None = None,
+        uid_base: int = 61000,
+        hide: tuple[str, ...] | list[str] = ("/root",),
+        keep: tuple[str, ...] | list[str] = (),
+        workdir: str = "/tmp",
+        workdir_mb: int = 64,
+        seccomp: bool = True,
+        start_timeout_s: float = 60.0,
+    ) -> None:
+        if not sys.platform.startswith("linux"):
+            raise BackendUnavailable("the pool backend needs Linux namespaces")
+        self.size = size or max(2, 2 * (os.cpu_count() or 1))
+        self.python = python or sys.executable
+        self._start_timeout_s = start_timeout_s
+        self._configs = [
+            {
+                "uid": uid_base + slot,
+                "preload": list(preload),
+                "hide": list(hide),
+                "keep": list(keep),
+                "workdir": workdir,
+                "workdir_mb": workdir_mb,
+                "seccomp": seccomp,
+                "slot": slot,
+            }
+            for slot in range(self.size)
+        ]
+        self._ids = itertools.count(1)
+        self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._workers: dict[int, _Worker] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        with ThreadPoolExecutor(self.size) as starter:
+            futures = [starter.submit(self._start, config) for config in self._configs]
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        if errors:
+            self.close()
+            raise BackendUnavailable(str(errors[0]))
+        first = next(iter(self._workers.values()))
+        self.isolation = tuple(first.isolation)
+        for note in first.notes:
+            _log.info("sandbox pool: %s", note)
+
+    def _start(self, config: dict[str, Any]) -> _Worker:
+        worker = _Worker(self.python, config, self._start_timeout_s)
+        with self._lock:
+            if self._closed:
+                worker.stop()
+                raise BackendUnavailable("pool closed while starting")
+            self._workers[config["slot"]] = worker
+        self._idle.put(worker)
+        return worker
+
+    def worker_pids(self) -> list[int]:
+        """Host pids of the live workers (tests use them as attack targets)."""
+        with self._lock:
+            return [w.pid for w in self._workers.values()]
+
+    def uids(self) -> list[int]:
+        """The unprivileged uids runs execute as, one per worker slot."""
+        return [config["uid"] for config in self._configs]
+
+    def _acquire(self) -> _Worker:
+        while True:
+            if self._closed:
+                raise BackendUnavailable("sandbox pool is closed")
+            try:
+                return self._idle.get(timeout=1.0)
+            except queue.Empty:
+                with self._lock:
+                    if not self._workers:
+                        raise BackendUnavailable("sandbox pool has no live workers") from None
+
+    def _replace(self, worker: _Worker) -> None:
+        slot = worker.config["slot"]
+        worker.kill()
+        with self._lock:
+            if self._workers.get(slot) is worker:
+                del self._workers[slot]
+        if self._closed:
+            return
+        try:
+            self._start(worker.config)
+        except BackendUnavailable as exc:
+            _log.error("sandbox pool: could not replace worker %d: %s", slot, exc)
+
+    def run(self, code: str, *, stdin: str | None = None, limits: Limits) -> ExecResult:
+        request = {"code": code, "stdin": stdin or "", "limits": asdict(limits)}
+        lost = ""
+        for _attempt in range(2):
+            request["id"] = next(self._ids)
+            worker = self._acquire()
+            try:
+                response = worker.call(request, limits.wall_s + _GRACE_S)
+            except _WorkerLost as exc:
+                lost = str(exc)
+                _log.warning("sandbox pool: worker %d lost (%s); replacing", worker.pid, lost)
+                self._replace(worker)
+                continue
+            self._idle.put(worker)
+            return ExecResult(
+                stdout=response["stdout"],
+                stderr=response["stderr"],
+                exit_code=response["exit_code"],
+                status=Status(response["status"]),
+                wall_s=response["wall_s"],
+                cpu_s=response["cpu_s"],
+                truncated=response["truncated"],
+            )
+        return ExecResult(
+            "", f"sandbox: this run broke two workers ({lost})", None, Status.VIOLATION, limits.wall_s, 0.0
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            workers, self._workers = list(self._workers.values()), {}
+        for worker in workers:
+            worker.stop()
