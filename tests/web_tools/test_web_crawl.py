@@ -1,0 +1,149 @@
+"""crawl_page over httpx against the real test site: every awkward page becomes a clear observation."""
+
+from __future__ import annotations
+
+import pytest
+
+from coa_envs.tools.crawl_page import build, parse_crawl_query
+from coa_envs.types import ErrorKind, Task, ToolContext
+from coa_envs.web.testing import ARTICLE_FACT, PDF_FACT
+
+CTX = ToolContext()
+
+
+@pytest.fixture(scope="module")
+def crawl():
+    tool = build("httpx", allow_hosts=["127.0.0.1"], timeout_s=1.5, max_bytes=500_000, max_chars=3000)
+    yield tool
+    tool.close()
+
+
+def test_article_text_title_and_absolute_links(crawl, site) -> None:
+    result = crawl.run(site.url("/article.html"), CTX)
+    assert result.ok and result.error_kind is None
+    assert ARTICLE_FACT in result.text
+    assert "Title: Zephyr Falls Observatory" in result.text
+    assert "Contact: observatory@example.org" not in result.text  # boilerplate footer dropped
+    assert f"annual report: {site.url('/doc.pdf')}" in result.text  # links made absolute for the agent
+    assert f"{site.url('/page/3')}" in result.text
+
+
+def test_pdf_plain_text_and_encodings(crawl, site) -> None:
+    assert PDF_FACT in crawl.run(site.url("/doc.pdf"), CTX).text
+    assert "Second line with ünïcödé." in crawl.run(site.url("/plain.txt"), CTX).text
+    assert "Café crème à Besançon, naïve façade" in crawl.run(site.url("/latin1.html"), CTX).text
+    meta = crawl.run(site.url("/latin1-meta.html"), CTX)
+    assert "naïve façade, prix 3 €" in meta.text  # charset only in <meta>, cp1252 euro sign
+
+
+def test_redirect_chain_is_followed_and_reported(crawl, site) -> None:
+    result = crawl.run(site.url("/redirect/1"), CTX)
+    assert result.ok and ARTICLE_FACT in result.text
+    assert f"URL: {site.url('/article.html')} (redirected from {site.url('/redirect/1')})" in result.text
+
+
+@pytest.mark.parametrize(
+    "path, kind, words",
+    [
+        ("/loop/a", ErrorKind.TOOL_ERROR, "redirect loop"),
+        ("/chain/9", ErrorKind.TOOL_ERROR, "too many redirects"),
+        ("/missing", ErrorKind.TOOL_ERROR, "HTTP 404"),
+        ("/error", ErrorKind.TOOL_ERROR, "HTTP 500"),
+        ("/slow?s=4", ErrorKind.TOOL_TIMEOUT, "timed out"),
+        ("/binary", ErrorKind.TOOL_ERROR, "binary"),
+        ("/image.png", ErrorKind.TOOL_ERROR, "PNG image"),
+        ("/broken.pdf", ErrorKind.TOOL_ERROR, "PDF could not be read"),
+        ("/empty", ErrorKind.TOOL_ERROR, "empty"),
+    ],
+)
+def test_failures_are_observations_with_kinds(crawl, site, path, kind, words) -> None:
+    result = crawl.run(site.url(path), CTX)
+    assert not result.ok
+    assert result.error_kind == kind
+    assert words in result.text
+    assert result.text.startswith(f"Could not crawl {site.url(path)}")
+
+
+def test_transient_failures_are_flagged_for_the_cache(crawl, site) -> None:
+    assert crawl.run(site.url("/error"), CTX).details["transient"] is True
+    assert crawl.run(site.url("/missing"), CTX).details["transient"] is False
+
+
+def test_huge_page_is_capped_and_cut_with_a_marker(crawl, site) -> None:
+    result = crawl.run(site.url("/huge"), CTX)
+    assert result.ok
+    assert "[... page cut: showed 3000 of" in result.text
+    assert len(result.text) < 5000
+    assert result.details["pages"][0]["truncated_body"] is True  # download stopped at max_bytes
+
+
+def test_unreachable_port_is_a_tool_error(crawl) -> None:
+    result = crawl.run("http://127.0.0.1:9/nothing", CTX)
+    assert result.error_kind == ErrorKind.TOOL_ERROR and "could not fetch" in result.text
+
+
+def test_several_urls_and_a_goal(crawl, site) -> None:
+    result = crawl.run(f"{site.url('/article.html')} | {site.url('/missing')} | who founded it?", CTX)
+    assert result.ok  # one page worked
+    assert "--- Page 1/2 ---" in result.text and "--- Page 2/2 ---" in result.text
+    assert ARTICLE_FACT in result.text and "HTTP 404" in result.text
+    assert [p["ok"] for p in result.details["pages"]] == [True, False]
+
+
+def test_url_limit_per_call(site) -> None:
+    tool = build("httpx", allow_hosts=["127.0.0.1"], max_urls=2)
+    result = tool.run(" | ".join(site.url(f"/page/{n}") for n in range(4)), CTX)
+    assert "magic number of this page is 7." in result.text
+    assert "[ignored 2 more URL(s); at most 2 per call]" in result.text
+    tool.close()
+
+
+def test_query_parsing() -> None:
+    assert parse_crawl_query("https://a.org/x | https://b.org/y") == (["https://a.org/x", "https://b.org/y"], "")
+    assert parse_crawl_query("https://a.org/x | find the founding year") == (["https://a.org/x"],
+                                                                             "find the founding year")
+    assert parse_crawl_query("en.wikipedia.org/wiki/Mars") == (["https://en.wikipedia.org/wiki/Mars"], "")
+    assert parse_crawl_query("just some words") == ([], "just some words")
+
+
+@pytest.mark.parametrize("query", ["", "   ", "no url here at all"])
+def test_queries_without_a_url_are_bad_actions(crawl, query) -> None:
+    result = crawl.run(query, CTX)
+    assert result.error_kind == ErrorKind.BAD_ACTION and "needs a URL" in result.text
+
+
+def test_unknown_options_and_backends_fail_at_build_time() -> None:
+    with pytest.raises(ValueError, match="unknown crawl_page option"):
+        build("httpx", max_chrs=10)
+    with pytest.raises(ValueError, match="unknown crawl_page backend"):
+        build("curl")
+
+
+def test_llm_summary_is_steered_by_the_goal(site, chat_api) -> None:
+    api_server = chat_api
+    tool = build("httpx", allow_hosts=["127.0.0.1"],
+                 summary={"base_url": api_server.base_url + "/v1", "model": "summariser", "api_key": "k"})
+    result = tool.run(f"{site.url('/article.html')} | who founded the observatory?", CTX)
+    assert result.ok and result.details["pages"][0]["summarised"] is True
+    assert "Summary toward the goal:\nMODEL SAW" in result.text
+    request = api_server.requests[-1]
+    assert request.path == "/v1/chat/completions" and request.headers["authorization"] == "Bearer k"
+    prompt = request.json()["messages"][0]["content"]
+    assert "Goal: who founded the observatory?" in prompt and ARTICLE_FACT in prompt
+
+    # Without an explicit goal the task's question steers the summary.
+    task_ctx = ToolContext(task=Task(task_id="t1", question="When was it founded?"))
+    tool.run(site.url("/article.html"), task_ctx)
+    assert "Goal: When was it founded?" in api_server.requests[-1].json()["messages"][0]["content"]
+    tool.close()
+
+
+def test_dead_summary_endpoint_falls_back_to_the_page_text(site, api_server) -> None:
+    api_server.behaviour = lambda _r: (503, "text/plain", b"overloaded")
+    tool = build("httpx", allow_hosts=["127.0.0.1"],
+                 summary={"base_url": api_server.base_url, "model": "m", "max_retries": 1, "timeout_s": 2})
+    result = tool.run(site.url("/article.html"), CTX)
+    assert result.ok and ARTICLE_FACT in result.text
+    assert "[summary unavailable (model endpoint answered HTTP 503)" in result.text
+    assert len(api_server.requests) == 2  # one retry
+    tool.close()

@@ -1,0 +1,156 @@
+"""The SSRF guard refuses private destinations before any connection, and the allow-list opens them."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from coa_envs.tools.crawl_page import build as build_crawl
+from coa_envs.types import ErrorKind, ToolContext
+from coa_envs.web.fetch import FetchedPage, FetchFailure, HttpFetcher
+from coa_envs.web.ssrf import UrlGuard
+
+CTX = ToolContext()
+
+
+@pytest.mark.parametrize(
+    "url, reason_part",
+    [
+        ("http://127.0.0.1/", "loopback"),
+        ("http://localhost:8080/admin", "loopback"),
+        ("http://0x7f.1/", "loopback"),  # odd IPv4 spellings resolve to loopback too
+        ("http://[::1]/", "loopback"),
+        ("http://[::ffff:127.0.0.1]/", "loopback"),  # IPv4-mapped IPv6
+        ("http://10.1.2.3/", "private"),
+        ("http://192.168.0.10/", "private"),
+        ("http://172.16.5.4/", "private"),
+        ("http://100.64.1.1/", "CGNAT"),
+        ("http://169.254.169.254/latest/meta-data/", "metadata"),
+        ("http://[fd00:ec2::254]/", "metadata"),
+        ("http://169.254.10.10/", "link-local"),
+        ("http://224.0.0.1/", "multicast"),
+        ("http://0.0.0.0/", "address"),
+        ("file:///etc/passwd", "scheme"),
+        ("ftp://8.8.8.8/x", "scheme"),
+        ("gopher://8.8.8.8/", "scheme"),
+    ],
+)
+def test_guard_refuses_private_and_odd_destinations(url: str, reason_part: str) -> None:
+    verdict = UrlGuard().check(url)
+    assert verdict.status == "blocked"
+    assert reason_part.lower() in verdict.reason.lower()
+
+
+def test_guard_allows_public_addresses_and_allow_listed_hosts() -> None:
+    assert UrlGuard().check("https://8.8.8.8/search?q=x").allowed
+    assert UrlGuard(["127.0.0.1"]).check("http://127.0.0.1:9/").allowed
+    assert UrlGuard(["10.0.0.0/8"]).check("http://10.20.30.40/").allowed
+    assert not UrlGuard(["10.0.0.0/8"]).check("http://192.168.1.1/").allowed
+    fake_dns = {"intranet.example": ["10.0.0.5"], "mixed.example": ["8.8.8.8", "10.0.0.5"]}
+    guard = UrlGuard(["intranet.example"], resolver=lambda host, port: fake_dns[host])
+    assert guard.check("http://intranet.example/").allowed
+    # A name with one public and one private record is refused: the private one could be picked.
+    assert guard.check("http://mixed.example/").status == "blocked"
+
+
+def test_guard_reports_unresolvable_hosts_and_malformed_urls() -> None:
+    def no_dns(host: str, port: int) -> list[str]:
+        raise socket.gaierror(-2, "Name or service not known")
+
+    assert UrlGuard(resolver=no_dns).check("http://nowhere.invalid/").status == "dns_error"
+    assert UrlGuard().check("http://[::1/").status == "bad_url"
+    assert UrlGuard().check("http:///nohost").status == "bad_url"
+
+
+@pytest.fixture
+def accept_recorder() -> Iterator[tuple[int, list[int]]]:
+    """A listening socket on 127.0.0.1 that counts accepted connections (and answers HTTP)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    listener.settimeout(0.1)
+    accepts: list[int] = []
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            accepts.append(1)
+            with conn:
+                conn.settimeout(2)
+                try:
+                    conn.recv(65536)
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 11\r\n"
+                                 b"Connection: close\r\n\r\nhello agent")
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1], accepts
+    stop.set()
+    thread.join(timeout=2)
+    listener.close()
+
+
+def test_refused_fetch_makes_no_connection_and_allow_list_opens_it(accept_recorder) -> None:
+    port, accepts = accept_recorder
+    url = f"http://127.0.0.1:{port}/secret"
+    for query in (url, url.replace("127.0.0.1", "localhost")):
+        result = build_crawl("httpx").run(query, CTX)
+        assert not result.ok and result.error_kind == ErrorKind.BLOCKED_URL
+        assert "refused" in result.text
+    assert accepts == []  # refused before any TCP connection was attempted
+
+    allowed = build_crawl("httpx", allow_hosts=["127.0.0.1"]).run(url, CTX)
+    assert allowed.ok, allowed.text
+    assert "hello agent" in allowed.text
+    assert len(accepts) == 1
+
+
+def test_every_redirect_hop_is_checked(site) -> None:
+    tool = build_crawl("httpx", allow_hosts=["127.0.0.1"])
+    to_metadata = tool.run(site.url("/to-metadata"), CTX)
+    assert to_metadata.error_kind == ErrorKind.BLOCKED_URL and "169.254.169.254" in to_metadata.text
+    to_file = tool.run(site.url("/to-file"), CTX)
+    assert to_file.error_kind == ErrorKind.BLOCKED_URL and "scheme" in to_file.text
+
+
+def test_redirect_to_a_loopback_address_not_on_the_allow_list_never_reaches_it(site, other_site) -> None:
+    before = other_site.hits["/beacon"]
+    result = build_crawl("httpx", allow_hosts=["127.0.0.1"]).run(site.url(f"/to?u={other_site.url('/beacon')}"), CTX)
+    assert result.error_kind == ErrorKind.BLOCKED_URL
+    assert other_site.hits["/beacon"] == before
+
+
+def test_connection_uses_the_checked_address_not_a_second_dns_answer(site, other_site) -> None:
+    """DNS rebinding: the first answer is public, the next one private. The connect-time check
+    resolves again and refuses, so the private server is never contacted."""
+    answers = iter([["8.8.8.8"], ["127.0.0.2"], ["127.0.0.2"]])
+    guard = UrlGuard(resolver=lambda host, port: next(answers))
+    fetcher = HttpFetcher(guard, timeout_s=3)
+    before = sum(other_site.hits.values())
+    outcome = fetcher.fetch(f"http://rebind.example:{other_site.base_url.rsplit(':', 1)[1]}/beacon")
+    assert isinstance(outcome, FetchFailure) and outcome.kind == ErrorKind.BLOCKED_URL
+    assert sum(other_site.hits.values()) == before
+    fetcher.close()
+
+
+def test_fetcher_connects_to_the_resolved_address_with_the_original_host_name(site) -> None:
+    # "pinned.example" exists only in our resolver: the request can only succeed if the
+    # fetcher connects to the address the guard resolved and checked.
+    guard = UrlGuard(["127.0.0.1"], resolver=lambda host, port: ["127.0.0.1"])
+    fetcher = HttpFetcher(guard, timeout_s=3)
+    port = site.base_url.rsplit(":", 1)[1]
+    outcome = fetcher.fetch(f"http://pinned.example:{port}/article.html")
+    assert isinstance(outcome, FetchedPage), outcome
+    assert outcome.final_url == f"http://pinned.example:{port}/article.html"
+    fetcher.close()
