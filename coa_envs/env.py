@@ -70,6 +70,23 @@ def corrective_message(kind: str, message: str, tools: list[str]) -> str:
     )
 
 
+def _with_family_runtime(config: EnvConfig) -> tuple[EnvConfig, Any]:
+    """Let a family start a live resource its tasks and tools depend on (the mini-web's
+    server, whose port the OS picks): ``coa_envs.tasks.<family>.open_runtime(task_options)``
+    returns ``task_options`` and ``tool_overrides`` merged into the config, and is closed
+    by ``close()``. Families without ``open_runtime`` are unaffected."""
+    import dataclasses
+    import importlib
+
+    opener = getattr(importlib.import_module(f"coa_envs.tasks.{config.family}"), "open_runtime", None)
+    if opener is None:
+        return config, None
+    runtime = opener(dict(config.tasks))
+    tools = {name: {**cfg, **runtime.tool_overrides.get(name, {})} for name, cfg in config.tools.items()}
+    tasks = {**config.tasks, **runtime.task_options}
+    return dataclasses.replace(config, tasks=tasks, tools=tools), runtime
+
+
 class CoAEnv(gym.Env[str, str]):
     """A multi-turn text environment. See ``envs_registry.yaml`` for the registered ids."""
 
@@ -81,7 +98,13 @@ class CoAEnv(gym.Env[str, str]):
         budget = config.context_budget_chars or 1_000_000
         self.observation_space = TextSpace(max_length=max(budget, 1_000_000))
         self.action_space = TextSpace(max_length=max(budget, 1_000_000))
-        self.tasks: list[Task] = load_family_tasks(config.family, config.tasks)
+        self.config, self._runtime = _with_family_runtime(config)
+        try:
+            self.tasks: list[Task] = load_family_tasks(config.family, self.config.tasks)
+        except BaseException:
+            if self._runtime is not None:
+                self._runtime.close()
+            raise
         self._task_index = {t.task_id: i for i, t in enumerate(self.tasks)}
         self._tools: dict[str, Tool] | None = None
         self._reward: Reward | None = None
@@ -301,6 +324,9 @@ class CoAEnv(gym.Env[str, str]):
                     except Exception:
                         log.exception("tool %s failed to close", tool.name)
         self._tools = None
+        if getattr(self, "_runtime", None) is not None:
+            self._runtime.close()
+            self._runtime = None
         super().close()
 
     # -- pickling: resources are rebuilt on demand, episode state travels --------------------
@@ -309,6 +335,7 @@ class CoAEnv(gym.Env[str, str]):
         state["_tools"] = None
         state["_reward"] = None
         state["_token_counter"] = None
+        state["_runtime"] = None  # the original env owns it; the config keeps its settings
         state["tasks"] = None
         state["_task_index"] = None
         # Per-episode tool state (e.g. a live notebook process) cannot cross processes.

@@ -11,4 +11,9 @@ from pathlib import Path
 
 FIXTURES = Path(__file__).parent
 
-MAKE_KWARGS: dict[str, dict] = {}
+_WEB = FIXTURES / "web_envs" / "fixtures"  # invented tasks in each benchmark's official format
+MAKE_KWARGS: dict[str, dict] = {
+    "coa/GAIA-v0": {"data_path": str(_WEB / "gaia")},
+    "coa/BrowseComp-v0": {"data_path": str(_WEB / "browse_comp_test_set.csv")},
+    "coa/HLE-v0": {"data_path": str(_WEB / "hle")},
+}
