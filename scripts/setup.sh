@@ -19,6 +19,8 @@ if command -v apt-get >/dev/null 2>&1; then
   fi
 fi
 
+# A recent pip: older resolvers trip over lxml's doubly spelled html_clean extra.
+"$PYTHON" -m pip install -q --disable-pip-version-check --upgrade "pip>=25"
 # torch first, pinned to the CPU build: otherwise a dependency could pull a multi-GB CUDA build.
 "$PYTHON" -m pip install -q --disable-pip-version-check "torch==2.13.0"
 "$PYTHON" -m pip install -q --disable-pip-version-check -e ".[dev,all]"
