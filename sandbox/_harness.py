@@ -48,8 +48,38 @@ def is_denial(exc: BaseException) -> bool:
             return True
         if type(exc).__name__ == "gaierror":  # DNS lookup refused: there is no network
             return True
+        if getattr(exc, "_sandbox_process_limit", False):
+            return True
+        if isinstance(exc, RuntimeError) and "can't start new thread" in str(exc):
+            return True
         exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
     return False
+
+
+def _mark_process_limit(function):  # type: ignore[no-untyped-def]
+    """Wrap a process-creating call so hitting the process limit counts as a denial."""
+
+    def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+        try:
+            return function(*args, **kwargs)
+        except BlockingIOError as exc:  # EAGAIN from fork: RLIMIT_NPROC said no
+            exc._sandbox_process_limit = True  # type: ignore[attr-defined]
+            raise
+
+    wrapper.__wrapped__ = function  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _install_process_limit_markers() -> None:
+    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp"):
+        if hasattr(os, name) and not hasattr(getattr(os, name), "__wrapped__"):
+            setattr(os, name, _mark_process_limit(getattr(os, name)))
+    try:
+        import _posixsubprocess
+    except ImportError:
+        return
+    if not hasattr(_posixsubprocess.fork_exec, "__wrapped__"):
+        _posixsubprocess.fork_exec = _mark_process_limit(_posixsubprocess.fork_exec)
 
 
 def _report(status_fd: int | None, tag: bytes) -> None:
@@ -89,6 +119,7 @@ def execute(code: str, status_fd: int | None = None, filename: str = "<sandbox>"
     import atexit
     import linecache
 
+    _install_process_limit_markers()
     atexit._clear()  # handlers inherited from a forked worker are not the run's business
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__

@@ -9,6 +9,7 @@ Everything here goes through libc with ``ctypes`` because Python 3.11 has no ``u
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -17,11 +18,13 @@ from typing import Any
 
 __all__ = [
     "JailError",
+    "become_subreaper",
     "build_seccomp",
     "drop_privileges",
     "enter_run",
     "isolate_worker",
     "new_pid_namespace_for_children",
+    "unshare_pid",
 ]
 
 CLONE_NEWNS = 0x00020000
@@ -93,10 +96,9 @@ def _make_tree_readonly() -> None:
             flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID
             flags |= MS_NODEV if "nodev" in options else 0
             flags |= MS_NOEXEC if "noexec" in options else 0
-            try:
+            # Mounts hidden under another mount cannot be reached; they are covered anyway.
+            with contextlib.suppress(JailError):
                 _mount(None, target.replace("\\040", " "), None, flags)
-            except JailError:
-                pass  # mounts hidden under another mount cannot be reached; they are covered
 
 
 def _write(path: str, text: str) -> None:
@@ -159,6 +161,16 @@ def new_pid_namespace_for_children(own_pid_ns_fd: int) -> None:
     """
     _check(_libc.setns(own_pid_ns_fd, CLONE_NEWPID), "setns pid")
     _check(_libc.unshare(CLONE_NEWPID), "unshare pid")
+
+
+def unshare_pid() -> None:
+    """The calling process's next child starts a new PID namespace (once per process)."""
+    _check(_libc.unshare(CLONE_NEWPID), "unshare pid")
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants are re-parented to us, so we can wait for them directly."""
+    _check(_libc.prctl(36, 1, 0, 0, 0), "PR_SET_CHILD_SUBREAPER")
 
 
 def enter_run(workdir: str, owner: int, workdir_mb: int) -> list[str]:
@@ -269,10 +281,8 @@ def build_seccomp(allow_network: bool) -> Any | None:
         return None
     filt = sc.SyscallFilter(sc.ALLOW)
     for name in _DENIED_SYSCALLS:
-        try:
+        with contextlib.suppress(ValueError, OSError):  # not a syscall on this architecture
             filt.add_rule(sc.KILL_PROCESS, name)
-        except (ValueError, OSError):
-            pass  # not a syscall on this architecture
     for bit in _CLONE_NEW_FLAGS:
         filt.add_rule(sc.KILL_PROCESS, "clone", sc.Arg(0, sc.MASKED_EQ, bit, bit))
     # clone3 passes its flags in memory seccomp cannot read: answer ENOSYS so libc falls

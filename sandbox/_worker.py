@@ -17,6 +17,7 @@ import importlib
 import os
 import select
 import signal
+import struct
 import sys
 import time
 from dataclasses import dataclass
@@ -59,6 +60,24 @@ def _close_all_except(keep: set[int]) -> None:
             low = fd + 1
 
 
+def _wait_for_parent(worker_pid: int, timeout_s: float = 5.0) -> None:
+    """Block until we are re-parented to the worker.
+
+    The parent-death signal (set later) fires on *every* re-parenting, so setting it while
+    the intermediate process is still alive would kill us the moment it exits.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with open("/proc/self/status", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"PPid:"):
+                    if int(line.split()[1]) == worker_pid:
+                        return
+                    break
+        time.sleep(0.0005)
+    raise RuntimeError("run child was not re-parented to its worker")
+
+
 def _vm_size_bytes() -> int:
     with open("/proc/self/status", "rb") as handle:  # binary: no codec import in the child
         for line in handle:
@@ -77,6 +96,8 @@ class Worker:
         self.notes: list[str] = []
         keep = [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path, *config.get("keep", [])]
         self.isolation = _jail.isolate_worker(config.get("hide", ["/root"]), keep)
+        if "user namespace" in self.isolation:
+            self.uid = 0  # only our own uid is mapped: runs keep it, minus every capability
         for name in config.get("preload", []):
             try:
                 importlib.import_module(name)
@@ -84,8 +105,16 @@ class Worker:
                 self.notes.append(f"preload {name} skipped: {type(exc).__name__}: {exc}")
         self.seccomp = _jail.build_seccomp(allow_network=False) if config.get("seccomp") else None
         self.isolation.append("seccomp filter" if self.seccomp else "no seccomp (pyseccomp absent)")
-        self.isolation += [f"uid {self.uid}", "rlimits", "no_new_privs", "wall-clock kill"]
+        self.isolation += [
+            f"uid {self.uid}" if self.uid else "no capabilities",
+            "rlimits",
+            "no_new_privs",
+            "wall-clock kill",
+        ]
         self.pid_ns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        self.setns_works = True
+        self.worker_pid = os.getpid()
+        _jail.become_subreaper()
         self.prepared: _Prepared | None = None
         gc.freeze()  # keep the collector from touching (and so copying) inherited objects
 
@@ -95,16 +124,51 @@ class Worker:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         status_r, status_w = os.pipe()
-        _jail.new_pid_namespace_for_children(self.pid_ns_fd)
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - runs in the child
-            try:
-                self._child(req_r, out_w, err_w, status_w)
-            finally:
-                os._exit(70)
+        pid = self._fork_in_new_pid_namespace(lambda: self._child(req_r, out_w, err_w, status_w))
         for fd in (req_r, out_w, err_w, status_w):
             os.close(fd)
         return _Prepared(pid, os.pidfd_open(pid), req_w, out_r, err_r, status_r)
+
+    def _fork_in_new_pid_namespace(self, child: Any) -> int:
+        """Fork ``child`` as PID 1 of a new PID namespace; return its pid here.
+
+        As real root one fork does it (``setns`` back to our namespace, then ``unshare``).
+        Inside a user namespace ``setns`` is refused, so an intermediate process unshares,
+        forks the child and exits; being a subreaper, we inherit the child and can wait on it.
+        """
+        if self.setns_works:
+            try:
+                _jail.new_pid_namespace_for_children(self.pid_ns_fd)
+            except _jail.JailError:
+                self.setns_works = False
+        if self.setns_works:
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - runs in the child
+                try:
+                    child()
+                finally:
+                    os._exit(70)
+            return pid
+        relay_r, relay_w = os.pipe()
+        middle = os.fork()
+        if middle == 0:  # pragma: no cover - runs in the intermediate process
+            try:
+                _jail.unshare_pid()
+                pid = os.fork()
+                if pid == 0:
+                    os.close(relay_r)
+                    os.close(relay_w)
+                    child()
+                os.write(relay_w, struct.pack("=i", pid))
+            finally:
+                os._exit(0)
+        os.close(relay_w)
+        os.waitpid(middle, 0)
+        data = os.read(relay_r, 4)
+        os.close(relay_r)
+        if len(data) != 4:
+            raise RuntimeError("could not fork into a new PID namespace")
+        return struct.unpack("=i", data)[0]
 
     def _child(self, req_r: int, out_w: int, err_w: int, status_w: int) -> None:
         try:
@@ -112,6 +176,8 @@ class Worker:
             for fd in (0, 1, 2):
                 os.dup2(null, fd)
             _close_all_except({req_r, out_w, err_w, status_w})
+            if not self.setns_works:
+                _wait_for_parent(self.worker_pid)  # see _fork_in_new_pid_namespace
             _jail.enter_run(self.workdir, self.uid, self.workdir_mb)
             os.chdir(self.workdir)
             _jail.drop_privileges(self.uid, self.seccomp)
@@ -169,10 +235,8 @@ class Worker:
         prepared = self._take_prepared()
         started = time.monotonic()
         try:
-            try:
+            with contextlib.suppress(BrokenPipeError):  # a dead child shows up in collect()
                 write_frame(prepared.req_w, request)
-            except BrokenPipeError:
-                pass  # the child died; collect() sees it and the status says so
             os.close(prepared.req_w)
             prepared.req_w = -1
             collected = collect(
