@@ -31,7 +31,8 @@ __all__ = ["BACKENDS", "CrawlConfig", "CrawlPageTool", "build", "parse_crawl_que
 BACKENDS: tuple[str, ...] = ("httpx", "playwright", "selenium")
 _URL_RE = re.compile(r"^[a-z][a-z0-9+.\-]*://\S+$", re.I)
 _BARE_DOMAIN_RE = re.compile(r"^(www\.)?[\w\-]+(\.[\w\-]+)*\.[a-z]{2,}(:\d+)?(/\S*)?$", re.I)
-_PDF_VIEWER_MARK = 'type="application/pdf"'
+# Chromium's built-in PDF viewer (its extension id / embed type) replaces the document.
+_PDF_VIEWER_MARKS = ("mhjfbmdgcfjbbpaeojofohoefgiehjai", 'type="application/pdf"')
 _SUMMARY_PROMPT = (
     "You read web pages for a research agent. Goal: {goal}\n\n"
     "From the page below, report every piece of information that helps with the goal: exact "
@@ -164,7 +165,7 @@ class CrawlPageTool:
         if rendered.status is not None and rendered.status >= 400:
             return _PageOutcome(url, final_url=rendered.final_url, error=f"HTTP {rendered.status} for {url}",
                                 kind=ErrorKind.TOOL_ERROR, transient=rendered.status >= 500)
-        if _PDF_VIEWER_MARK in rendered.html[:5000]:  # Chromium's PDF viewer: read the file itself
+        if any(mark in rendered.html[:5000] for mark in _PDF_VIEWER_MARKS):  # read the PDF itself
             return self._via_http(rendered.final_url)
         body = rendered.html.encode("utf-8")[: self.config.max_bytes]
         try:

@@ -38,7 +38,7 @@ def other_site() -> Iterator[TestSite]:
         yield running
 
 
-def require_browser(engine: str) -> None:
+def _require_browser(engine: str) -> None:
     """Skip (with the reason) when the apt packages a browser backend needs are missing."""
     if find_chromium() is None:
         pytest.skip("chromium is not installed (apt-get install -y chromium chromium-driver)")
@@ -48,6 +48,11 @@ def require_browser(engine: str) -> None:
         pytest.importorskip("playwright.sync_api", reason="pip install playwright")
     else:
         pytest.importorskip("selenium", reason="pip install selenium")
+
+
+@pytest.fixture(scope="session")
+def require_browser() -> Callable[[str], None]:
+    return _require_browser
 
 
 @dataclass

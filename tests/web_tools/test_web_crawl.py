@@ -147,3 +147,10 @@ def test_dead_summary_endpoint_falls_back_to_the_page_text(site, api_server) -> 
     assert "[summary unavailable (model endpoint answered HTTP 503)" in result.text
     assert len(api_server.requests) == 2  # one retry
     tool.close()
+
+
+def test_missing_chromium_is_a_not_configured_observation(site) -> None:
+    tool = build("playwright", allow_hosts=["127.0.0.1"], executable_path="/nonexistent/chromium")
+    result = tool.run(site.url("/article.html"), CTX)
+    assert result.error_kind == ErrorKind.NOT_CONFIGURED and "apt-get install" in result.text
+    tool.close()

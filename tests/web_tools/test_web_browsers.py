@@ -1,0 +1,73 @@
+"""crawl_page with the Playwright and Selenium backends (Debian chromium): JS pages and the guard."""
+
+from __future__ import annotations
+
+import pytest
+
+from coa_envs.tools.crawl_page import build
+from coa_envs.types import ErrorKind, ToolContext
+from coa_envs.web.testing import ARTICLE_FACT, JS_SECRET, PDF_FACT, serve_test_site
+
+pytestmark = pytest.mark.browser
+CTX = ToolContext()
+ENGINES = ("playwright", "selenium")
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def browser_crawl(request, require_browser):
+    require_browser(request.param)
+    tool = build(request.param, allow_hosts=["127.0.0.1"], timeout_s=4, settle_ms=200)
+    yield tool
+    tool.close()
+
+
+def test_javascript_page_is_rendered_only_by_browsers(browser_crawl, site) -> None:
+    static = build("httpx", allow_hosts=["127.0.0.1"]).run(site.url("/js.html"), CTX)
+    assert JS_SECRET not in static.text  # the secret exists only after the script ran
+
+    rendered = browser_crawl.run(site.url("/js.html"), CTX)
+    assert rendered.ok, rendered.text
+    assert f"The secret code is {JS_SECRET}" in rendered.text
+    assert rendered.details["backend"] == browser_crawl.backend
+
+
+def test_redirects_and_pdfs(browser_crawl, site) -> None:
+    redirected = browser_crawl.run(site.url("/redirect/1"), CTX)
+    assert ARTICLE_FACT in redirected.text and f"URL: {site.url('/article.html')}" in redirected.text
+    pdf = browser_crawl.run(site.url("/doc.pdf"), CTX)  # Chromium shows a viewer; the tool reads the file
+    assert pdf.ok and PDF_FACT in pdf.text
+
+
+def test_top_level_private_url_is_refused_before_the_browser_starts(browser_crawl) -> None:
+    result = browser_crawl.run("http://169.254.169.254/latest/meta-data/", CTX)
+    assert result.error_kind == ErrorKind.BLOCKED_URL
+
+
+def test_redirect_to_metadata_address_is_refused_inside_the_browser(browser_crawl, site) -> None:
+    result = browser_crawl.run(site.url("/to-metadata"), CTX)
+    assert result.error_kind == ErrorKind.BLOCKED_URL
+
+
+def test_subrequests_and_redirects_to_unlisted_private_hosts_never_arrive(browser_crawl, other_site) -> None:
+    beacon = other_site.url("/beacon")
+    page = (f'<html><head><title>Sub</title></head><body><article><h1>Visible page</h1><p>The page itself '
+            f'loads fine and says hello to the reader at some length, enough for an extractor.</p>'
+            f'<img src="{beacon}?img"><script>fetch("{beacon}?fetch").catch(() => null);</script>'
+            f'</article></body></html>')
+    before = other_site.hits["/beacon"]
+    with serve_test_site(extra_pages={"/sub.html": ("text/html", page.encode())}) as host:
+        result = browser_crawl.run(host.url("/sub.html"), CTX)
+        assert result.ok and "Visible page" in result.text
+        redirected = browser_crawl.run(host.url(f"/to?u={beacon}"), CTX)
+        assert redirected.error_kind == ErrorKind.BLOCKED_URL
+    assert other_site.hits["/beacon"] == before  # 127.0.0.2 is not on the allow-list
+
+
+def test_timeouts_and_http_errors(browser_crawl, site) -> None:
+    slow = browser_crawl.run(site.url("/slow?s=8"), CTX)
+    assert slow.error_kind == ErrorKind.TOOL_TIMEOUT
+    missing = browser_crawl.run(site.url("/missing"), CTX)
+    if browser_crawl.backend == "playwright":  # Playwright sees the status code
+        assert missing.error_kind == ErrorKind.TOOL_ERROR and "HTTP 404" in missing.text
+    else:  # Selenium cannot read status codes; the page's own text says what happened
+        assert "404 Not Found" in missing.text
