@@ -1,0 +1,117 @@
+"""A deterministic stand-in for a judge model behind a real OpenAI-compatible HTTP endpoint.
+
+Only the *model* is a test double: it reads the grading prompt, compares ``[response]``
+with ``[correct_answer]`` after light normalisation and replies in the official grader
+format. The transport is real (threaded stdlib HTTP server on 127.0.0.1), so the judge
+client's request building, retries, timeouts and parsing run exactly as in production.
+The ``model`` name selects a behaviour: ``grader`` (correct), ``down`` (HTTP 500),
+``flaky`` (503 on the first call for a prompt, then correct), ``rambler`` (no verdict),
+``waffler`` (both verdicts), ``slow`` (answers after 2 s), ``broken`` (not a completion),
+``bad-key`` (401 unless the bearer token is ``secret``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+_FIELD = re.compile(r"^\[(question|response|correct_answer)\]: (.*?)(?=\n\n\[|\n\n[A-Z]|\Z)",
+                    re.S | re.M)
+
+
+def _norm(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch not in string.punctuation and not ch.isspace())
+
+
+def _grade(prompt: str) -> str:
+    fields = dict(_FIELD.findall(prompt))
+    response, correct = fields.get("response", ""), fields.get("correct_answer", "")
+    verdict = "yes" if response and _norm(correct) in _norm(response) else "no"
+    return (f"extracted_final_answer: {response.strip() or 'None'}\n"
+            f"reasoning: compared the normalised answers.\n"
+            f"correct: {verdict}\nconfidence: 100")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _JudgeServer
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+    def _reply(self, status: int, payload: object) -> None:
+        body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        self.server.requests.append({"path": self.path, "body": request,
+                                     "auth": self.headers.get("Authorization")})
+        if self.path != "/v1/chat/completions":
+            self._reply(404, {"error": "not found"})
+            return
+        model, prompt = request["model"], request["messages"][-1]["content"]
+        self.server.calls[(model, prompt)] += 1
+        if model == "down":
+            self._reply(500, {"error": "internal"})
+            return
+        if model == "flaky" and self.server.calls[(model, prompt)] == 1:
+            self._reply(503, {"error": "overloaded"})
+            return
+        if model == "bad-key" and self.headers.get("Authorization") != "Bearer secret":
+            self._reply(401, {"error": "bad key"})
+            return
+        if model == "slow":
+            time.sleep(2.0)
+        if model == "broken":
+            self._reply(200, b"<html>proxy error</html>")
+            return
+        content = _grade(prompt)
+        if model == "rambler":
+            content = "I think the answer looks plausible overall."
+        elif model == "waffler":
+            content = "correct: yes\n...on reflection...\ncorrect: no"
+        self._reply(200, {"id": "x", "object": "chat.completion", "model": model,
+                          "choices": [{"index": 0, "finish_reason": "stop",
+                                       "message": {"role": "assistant", "content": content}}]})
+
+
+class _JudgeServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A client that timed out (the "slow" model) closes early; that is expected.
+        return
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.requests: list[dict] = []
+        self.calls: Counter[tuple[str, str]] = Counter()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+@contextmanager
+def judge_server() -> Iterator[_JudgeServer]:
+    server = _JudgeServer()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

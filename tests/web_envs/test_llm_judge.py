@@ -1,0 +1,157 @@
+"""The LLM judge over a real OpenAI-compatible HTTP endpoint on 127.0.0.1.
+
+What a user relies on: a correct answer scores 1 and a wrong one 0; the judge's reply is
+kept; a dead, slow or confused judge never scores an answer as correct; with no judge the
+reward falls back to exact match and says so.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+
+import coa_envs  # noqa: F401
+from coa_envs.rewards.llm_judge import PROMPTS, build, parse_verdict
+from coa_envs.types import Task
+from tests.web_envs.judge_server import judge_server
+
+TASK = Task(task_id="t1", question="Which town hosts the kite festival?", gold=("Varnholm",))
+
+
+@pytest.fixture(scope="module")
+def judge():
+    with judge_server() as server:
+        yield server
+
+
+def _reward(judge, model: str, **options):
+    options.setdefault("backoff_s", 0.0)
+    return build(base_url=judge.base_url, model=model, **options)
+
+
+@pytest.mark.parametrize("prompt", ["browsecomp", "hle", "generic"])
+def test_correct_and_wrong_answers_with_each_official_prompt(judge, prompt):
+    reward = _reward(judge, "grader", prompt=prompt)
+    good = reward("It is Varnholm.", TASK)
+    assert good.score == 1.0
+    assert good.details["verdict"] == "yes" and good.details["scorer"] == "llm_judge"
+    assert good.details["prompt_version"] == f"{prompt}-v1"
+    assert "correct: yes" in good.details["raw_reply"]
+    assert good.details["extracted_final_answer"] == "It is Varnholm."
+    bad = reward("Kestermouth", TASK)
+    assert bad.score == 0.0 and bad.details["verdict"] == "no"
+
+
+def test_request_is_a_chat_completion_with_key_and_deterministic_sampling(judge):
+    reward = _reward(judge, "bad-key", api_key="secret", prompt="browsecomp")
+    assert reward("Varnholm", TASK).score == 1.0
+    sent = judge.requests[-1]
+    assert sent["path"] == "/v1/chat/completions" and sent["auth"] == "Bearer secret"
+    assert sent["body"]["temperature"] == 0.0
+    content = sent["body"]["messages"][0]["content"]
+    assert "[correct_answer]: Varnholm" in content and TASK.question in content
+
+
+def test_transient_server_error_is_retried(judge):
+    result = _reward(judge, "flaky", max_retries=2)("Varnholm", TASK)
+    assert result.score == 1.0 and result.details["attempts"] == 2
+
+
+@pytest.mark.parametrize(
+    ("model", "error", "options"),
+    [
+        ("down", "judge_http_status", {"max_retries": 2}),
+        ("rambler", "judge_unparseable", {"max_retries": 1}),
+        ("waffler", "judge_unparseable", {"max_retries": 0}),
+        ("broken", "judge_bad_response", {"max_retries": 0}),
+        ("slow", "judge_timeout", {"max_retries": 0, "timeout_s": 0.3}),
+        ("bad-key", "judge_http_status", {"max_retries": 3}),
+    ],
+)
+def test_a_failing_judge_never_counts_as_correct(judge, model, error, options):
+    result = _reward(judge, model, **options)("Varnholm", TASK)  # the right answer!
+    assert result.score == 0.0
+    assert result.details["error"] == error
+
+
+def test_client_errors_are_not_retried_but_server_errors_are(judge):
+    before = len(judge.requests)
+    _reward(judge, "bad-key", max_retries=3)("Varnholm", TASK)
+    assert len(judge.requests) - before == 1
+    before = len(judge.requests)
+    _reward(judge, "down", max_retries=2)("Varnholm", TASK)
+    assert len(judge.requests) - before == 3
+
+
+def test_unparseable_reply_is_kept_for_inspection(judge):
+    result = _reward(judge, "rambler", max_retries=0)("Varnholm", TASK)
+    assert result.details["raw_reply"] == "I think the answer looks plausible overall."
+
+
+def test_unreachable_judge_is_zero_with_error():
+    with judge_server() as server:
+        url = server.base_url
+    result = build(base_url=url, model="grader", max_retries=1, backoff_s=0.0)("Varnholm", TASK)
+    assert result.score == 0.0 and result.details["error"] == "judge_unreachable"
+
+
+def test_no_judge_configured_falls_back_to_exact_match(monkeypatch):
+    for name in ("COA_JUDGE_BASE_URL", "COA_JUDGE_MODEL", "COA_JUDGE_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    reward = build(prompt="browsecomp")
+    hit = reward(" varnholm ", TASK)
+    assert hit.score == 1.0 and hit.details["scorer"] == "fallback_em"
+    assert reward("It is Varnholm.", TASK).score == 0.0
+    off = build(fallback="off")("Varnholm", TASK)
+    assert off.score == 0.0 and off.details["error"] == "not_configured"
+
+
+def test_judge_is_configured_from_environment_variables(judge, monkeypatch):
+    monkeypatch.setenv("COA_JUDGE_BASE_URL", judge.base_url)
+    monkeypatch.setenv("COA_JUDGE_MODEL", "bad-key")
+    monkeypatch.setenv("COA_JUDGE_API_KEY", "secret")
+    result = build(prompt="hle", backoff_s=0.0)("Varnholm", TASK)
+    assert result.score == 1.0 and result.details["model"] == "bad-key"
+
+
+def test_env_reports_judge_details_in_info(judge, monkeypatch):
+    monkeypatch.setenv("COA_JUDGE_BASE_URL", judge.base_url)
+    monkeypatch.setenv("COA_JUDGE_MODEL", "grader")
+    env = gym.make("coa/BrowseComp-v0",
+                   data_path="tests/web_envs/fixtures/browse_comp_test_set.csv")
+    try:
+        env.reset(options={"task_id": "browsecomp-1"})
+        _, reward, terminated, _, info = env.step("<answer>The town is Varnholm</answer>")
+        assert terminated and reward == 1.0
+        assert info["reward_details"]["scorer"] == "llm_judge"
+        assert "correct: yes" in info["reward_details"]["raw_reply"]
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize(
+    ("reply", "verdict"),
+    [
+        ("extracted_final_answer: x\ncorrect: yes\nconfidence: 90", True),
+        ("**correct:** no", False),
+        ("- Correct: YES", True),
+        ("correct: yes\ncorrect: yes", True),
+        ("correct: yes\ncorrect: no", None),
+        ("The answer is correct", None),
+        ("incorrect: yes", None),
+        ("correct: maybe", None),
+        ("", None),
+    ],
+)
+def test_strict_verdict_parsing(reply, verdict):
+    assert parse_verdict(reply) is verdict
+
+
+def test_prompts_are_versioned_and_bad_options_fail_at_build():
+    assert {"browsecomp-v1", "hle-v1", "generic-v1"} <= set(PROMPTS)
+    with pytest.raises(ValueError, match="prompt"):
+        build(prompt="browsecomp-v9")
+    with pytest.raises(ValueError, match="unknown option"):
+        build(temprature=0.1)
+    with pytest.raises(ValueError, match="fallback"):
+        build(fallback="maybe")
