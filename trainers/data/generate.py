@@ -1,0 +1,62 @@
+"""Make SFT data by running an agent through a registered env (e.g. the oracle on SynthHop).
+
+This is the same path ``coa eval --agent oracle --out DIR`` takes (``agents.episode.run_episode``
+writing ``Trajectory`` JSONL); the trainer calls it when its ``train_path`` does not exist yet
+and its config says how to make it, so a demo config is one command.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["generate_trajectories"]
+
+
+def generate_trajectories(
+    env_id: str,
+    out_path: str | Path,
+    n: int,
+    *,
+    agent: str = "oracle",
+    seed: int = 0,
+    min_reward: float | None = None,
+    **make_kwargs: Any,
+) -> Path:
+    """Run ``n`` episodes (one per task, cycling) and write the trajectories as JSONL.
+
+    ``make_kwargs`` go to ``gymnasium.make`` (e.g. ``task_options={"num_tasks": 300}``).
+    Trajectories below ``min_reward`` are left out. The file is written to a temporary name
+    and renamed, so an interrupted run never leaves a half file that looks complete.
+    """
+    import gymnasium
+
+    import coa_envs  # noqa: F401  (registers the env ids)
+    from agents.episode import run_episode
+    from agents.trajectory import write_trajectory
+
+    if agent != "oracle":
+        raise ValueError(f"only the oracle agent can generate SFT data here, not {agent!r}")
+    from agents.oracle import OracleAgent
+
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    partial = out_path.with_suffix(out_path.suffix + f".part{os.getpid()}")
+    env = gymnasium.make(env_id, **make_kwargs)
+    try:
+        tasks = env.unwrapped.tasks
+        policy = OracleAgent(env)
+        with open(partial, "w", encoding="utf-8") as handle:
+            for index in range(n):
+                task = tasks[index % len(tasks)]
+                trajectory = run_episode(env, policy, seed=seed + index,
+                                         options={"task_id": task.task_id},
+                                         sample_index=index // len(tasks))
+                if min_reward is not None and trajectory.reward < min_reward:
+                    continue
+                write_trajectory(handle, trajectory)
+    finally:
+        env.close()
+    partial.replace(out_path)
+    return out_path

@@ -1,0 +1,150 @@
+"""Load the model and tokenizer the SFT trainer trains, and save what inference engines load.
+
+``model: tiny`` builds a small Qwen2 with a tokenizer trained on the training texts
+(``agents.tiny``); anything else goes through ``from_pretrained`` (a local directory or an
+HF id). LoRA wraps the model with peft. Checkpoints are written with ``save_pretrained`` and
+the stock ``sdpa`` attention so ``AutoModelForCausalLM.from_pretrained(dir)`` (the agents'
+``hf`` engine) loads them without this package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from trainers.sft_attention import set_attention
+from trainers.sft_config import SFTConfig
+
+__all__ = ["load_model", "load_tokenizer", "loss_sum", "save_for_inference", "unwrap"]
+
+_TINY_MODEL_KEYS = ("hidden_size", "layers", "heads", "kv_heads", "intermediate_size",
+                    "max_position_embeddings")
+
+
+def load_tokenizer(config: SFTConfig, texts: Iterable[str] = (), source: str | None = None) -> Any:
+    """The tokenizer: trained on ``texts`` for ``model: tiny``, else ``from_pretrained``."""
+    from transformers import AutoTokenizer
+
+    if source is not None:
+        return AutoTokenizer.from_pretrained(source)
+    if config.model == "tiny":
+        from agents.tiny import train_tiny_tokenizer
+
+        return train_tiny_tokenizer(list(texts), vocab_size=int(config.tiny["vocab_size"]))
+    return AutoTokenizer.from_pretrained(config.tokenizer or config.model)
+
+
+def _dtype(config: SFTConfig) -> Any:
+    import torch
+
+    return torch.bfloat16 if config.precision == "bf16_pure" else torch.float32
+
+
+def load_model(config: SFTConfig, tokenizer: Any, source: str | None = None) -> Any:
+    """Build or load the model, then apply dtype, attention, checkpointing and LoRA.
+
+    ``source`` is a checkpoint directory to resume from (full weights, or a LoRA adapter on
+    top of the configured base model).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    adapter = source is not None and (Path(source) / "adapter_config.json").exists()
+    weights = source if source is not None and not adapter else None
+    if weights is not None:
+        model = AutoModelForCausalLM.from_pretrained(weights, dtype=_dtype(config))
+    elif config.model == "tiny":
+        from agents.tiny import build_tiny_model
+
+        sizes = {k: config.tiny[k] for k in _TINY_MODEL_KEYS if k in config.tiny}
+        model = build_tiny_model(tokenizer, seed=config.seed, **sizes).to(_dtype(config))
+    else:
+        model = AutoModelForCausalLM.from_pretrained(config.model, dtype=_dtype(config))
+    set_attention(model, config.attention)
+    model.config.use_cache = False
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if config.lora is not None:
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        if adapter:
+            model = PeftModel.from_pretrained(model, source, is_trainable=True)
+        else:
+            lora = dict(config.lora)
+            model = get_peft_model(model, LoraConfig(
+                r=int(lora.get("r", 16)),
+                lora_alpha=int(lora.get("alpha", 32)),
+                lora_dropout=float(lora.get("dropout", 0.0)),
+                target_modules=lora.get("target_modules", "all-linear"),
+                task_type="CAUSAL_LM",
+            ))
+    torch.manual_seed(config.seed)  # the first step's RNG does not depend on how we loaded
+    return model.train()
+
+
+def unwrap(model: Any) -> Any:
+    """The HF model under DDP/DeepSpeed wrappers and our loss module."""
+    while hasattr(model, "module"):
+        model = model.module
+    return getattr(model, "model", model) if type(model).__name__ == "CausalLMLoss" else model
+
+
+def loss_sum(model: Any, batch: dict[str, Any], chunked: bool, chunk_tokens: int = 4096) -> Any:
+    """Sum of token cross-entropies over trained positions of one packed row.
+
+    ``chunked``: run the decoder, then the LM head only on positions that have a target, a
+    chunk at a time under activation checkpointing, so the ``T x vocab`` logits are never all
+    alive (they dominate memory for large vocabularies). Otherwise a plain forward.
+    """
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.checkpoint import checkpoint
+
+    targets = batch["targets"].reshape(-1)
+    attn_kwargs = {k: batch[k] for k in ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q",
+                                         "max_length_k") if k in batch}
+    if not chunked:
+        logits = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
+                       use_cache=False, **attn_kwargs).logits
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets,
+                               ignore_index=-100, reduction="sum")
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hidden = base.get_decoder()(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
+                                use_cache=False, **attn_kwargs).last_hidden_state
+    keep = targets != -100
+    hidden = hidden.reshape(-1, hidden.shape[-1])[keep]
+    targets = targets[keep]
+    head = base.get_output_embeddings()
+
+    def chunk_loss(h: Any, y: Any) -> Any:
+        return F.cross_entropy(head(h).float(), y, reduction="sum")
+
+    total = hidden.new_zeros((), dtype=torch.float32)
+    for start in range(0, hidden.shape[0], chunk_tokens):
+        h, y = hidden[start:start + chunk_tokens], targets[start:start + chunk_tokens]
+        total = total + (checkpoint(chunk_loss, h, y, use_reentrant=False)
+                         if torch.is_grad_enabled() else chunk_loss(h, y))
+    return total
+
+
+def save_for_inference(model: Any, tokenizer: Any, directory: str | Path, *,
+                       attention: str, merge_lora: bool = False) -> Path:
+    """``save_pretrained`` with stock attention; a LoRA model is merged when asked."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    model = unwrap(model)
+    if merge_lora and hasattr(model, "merge_and_unload"):
+        import copy
+
+        model = copy.deepcopy(model).merge_and_unload()
+    hf_model = model.get_base_model() if hasattr(model, "get_base_model") else model
+    set_attention(hf_model, "sdpa")
+    hf_model.config.use_cache = True
+    try:
+        model.save_pretrained(directory)
+    finally:
+        set_attention(hf_model, attention)
+        hf_model.config.use_cache = False
+    tokenizer.save_pretrained(directory)
+    return directory
