@@ -1,0 +1,38 @@
+"""``coa train sft|rl --config FILE [key=value ...]``: the trainers' command line.
+
+Trainers import torch; they are imported inside each command so ``coa --help`` stays light.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+__all__ = ["train_app"]
+
+train_app = typer.Typer(no_args_is_help=True, add_completion=False,
+                        help="Train a policy: masked SFT (sft) or agentic RL.")
+
+
+@train_app.command(
+    "sft", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def sft_command(
+    config: Path = typer.Option(..., "--config", "-c", exists=True, dir_okay=False,
+                                help="YAML config (see examples/sft_tiny.yaml)."),
+    overrides: list[str] = typer.Argument(None, help="key=value overrides, e.g. max_steps=10."),
+) -> None:
+    """Masked SFT on CoA trajectories (loss only on model-generated tokens)."""
+    from trainers.sft import load_config, train
+
+    try:
+        cfg = load_config(config, overrides or [])
+    except (ValueError, TypeError) as error:
+        raise typer.BadParameter(str(error), param_hint="--config / overrides") from error
+    result = train(cfg)
+    typer.echo(f"steps: {result.steps}  final loss: {result.losses[-1] if result.losses else 'n/a'}")
+    if result.eval_losses:
+        typer.echo(f"eval loss (generated tokens): {result.eval_losses[-1][1]:.4f}")
+    typer.echo(f"data: {result.train_report.summary()}")
+    typer.echo(f"tokens/s: {result.tokens_per_s:,.0f}")
+    typer.echo(f"model: {result.final_dir or 'halted; resume with resume=latest'}")
