@@ -41,7 +41,10 @@ def render_hits(query: str, hits: list[SearchHit]) -> str:
     """Numbered entries, one blank line apart: ``N. title`` / ``URL: ...`` / snippet."""
     if not hits:
         return f"No results found for '{query}'. Try different or fewer keywords."
-    blocks = [f"{i}. {h.title or '(untitled)'}\nURL: {h.url}\n{h.snippet}".rstrip() for i, h in enumerate(hits, 1)]
+    blocks = [
+        "\n".join(part for part in (f"{i}. {h.title or '(untitled)'}", h.url and f"URL: {h.url}", h.snippet) if part)
+        for i, h in enumerate(hits, 1)
+    ]
     return f"Search results for '{query}':\n\n" + "\n\n".join(blocks)
 
 
