@@ -20,7 +20,13 @@ from coa_envs.retrieval.base import (
     SearchHit,
     build_hint,
 )
-from coa_envs.retrieval.corpus import CorpusError, Passage, iter_corpus, write_corpus
+from coa_envs.retrieval.corpus import (
+    CorpusError,
+    Passage,
+    iter_corpus,
+    passage_from_row,
+    write_corpus,
+)
 
 __all__ = [
     "BACKENDS",
@@ -35,6 +41,7 @@ __all__ = [
     "build_index",
     "iter_corpus",
     "open_retriever",
+    "passage_from_row",
     "write_corpus",
 ]
 

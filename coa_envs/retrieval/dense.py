@@ -68,15 +68,32 @@ def _prefixes(model: str, query_prefix: str | None, passage_prefix: str | None) 
     )
 
 
+_encoders: dict[tuple[str, str], Any] = {}
+_encoders_lock = threading.Lock()
+_encode_lock = threading.Lock()
+
+
 def load_encoder(model: str | None = None, device: str = "cpu") -> tuple[Any, str]:
-    """Load a SentenceTransformer; ``None``/``DEFAULT_MODEL`` means the bundled MiniLM offline."""
+    """Load a SentenceTransformer once per process; ``None`` means the bundled MiniLM, offline."""
     from sentence_transformers import SentenceTransformer
 
-    if model in (None, "", DEFAULT_MODEL):
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        return SentenceTransformer(str(default_model_path()), device=device), DEFAULT_MODEL
-    return SentenceTransformer(model, device=device), model
+    name = DEFAULT_MODEL if model in (None, "", DEFAULT_MODEL) else str(model)
+    with _encoders_lock:
+        if (name, device) not in _encoders:
+            if name == DEFAULT_MODEL:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                source = str(default_model_path())
+            else:
+                source = name
+            _encoders[(name, device)] = SentenceTransformer(source, device=device)
+        return _encoders[(name, device)], name
+
+
+def _dimension(encoder: Any) -> int:
+    # sentence-transformers >= 5 renamed the method; support both.
+    getter = getattr(encoder, "get_embedding_dimension", None) or encoder.get_sentence_embedding_dimension
+    return int(getter())
 
 
 def _encode(encoder: Any, texts: list[str], batch_size: int) -> np.ndarray:
@@ -115,7 +132,7 @@ def build_dense_index(
     rows = list(iter_corpus(corpus_path))
     if not rows:
         raise RetrievalIndexError(f"corpus {corpus_path} has no passages")
-    index = faiss.IndexFlatIP(encoder.get_sentence_embedding_dimension())
+    index = faiss.IndexFlatIP(_dimension(encoder))
     starts = range(0, len(rows), chunk_size)
     if show_progress:
         from tqdm.auto import tqdm
@@ -193,12 +210,11 @@ class DenseRetriever:
             )
             wanted_model = meta["model"]
         self._encoder, self.model = load_encoder(wanted_model, device)
-        if self._encoder.get_sentence_embedding_dimension() != self._index.d:
+        if _dimension(self._encoder) != self._index.d:
             raise RetrievalIndexError(f"model {self.model} does not match the index dimension {self._index.d}")
         self._query_prefix, _ = _prefixes(self.model, meta.get("query_prefix"), meta.get("passage_prefix"))
         self.num_docs = int(self._index.ntotal)
         self._corpus = CorpusReader(corpus, offsets)
-        self._encode_lock = threading.Lock()
 
     def search(self, queries: list[str], k: int = 3) -> list[list[SearchHit]]:
         """Top-``k`` passages per query by cosine similarity; blank queries get ``[]``."""
@@ -209,7 +225,7 @@ class DenseRetriever:
         answerable = [i for i, query in enumerate(queries) if query.strip()]
         if not answerable:
             return results
-        with self._encode_lock:
+        with _encode_lock:  # encoders are shared between retrievers
             vectors = _encode(self._encoder, [self._query_prefix + queries[i] for i in answerable], 64)
         scores, docs = self._index.search(vectors, k)
         for row, query_index in enumerate(answerable):

@@ -1,0 +1,95 @@
+"""EM/F1 must equal the official SQuAD v1.1 and HotpotQA definitions, quirks included.
+
+Expected values are worked out by hand from the official scripts' definitions
+(lower -> strip ASCII punctuation -> drop a/an/the -> squeeze whitespace; F1 over the
+bag of normalised tokens; HotpotQA's yes/no/noanswer rule).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from coa_envs.rewards import em_f1
+from coa_envs.rewards.em_f1 import exact_match, f1_score, hotpot_f1, max_over_golds, normalize_answer
+from coa_envs.types import Task
+
+NORMALISATION = [
+    ("The Eiffel Tower", "eiffel tower"),
+    ("  New   York  ", "new york"),
+    ("U.S.A.", "usa"),  # punctuation is deleted, not replaced by a space
+    ("a.b", "ab"),
+    ("an apple a day", "apple day"),
+    ("Theatre at the Thermal baths", "theatre at thermal baths"),  # \b keeps "the" inside words
+    ("THE END", "end"),  # lower-casing happens before article removal
+    ("1,000", "1000"),
+    ("$5", "5"),
+    ("Röntgen", "röntgen"),  # accents are kept
+    ("“Hello”", "“hello”"),  # curly quotes are not string.punctuation
+    ("1914–1918", "1914–1918"),  # an en dash survives, a hyphen would not
+    ("1914-1918", "19141918"),
+    ("the", ""),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), NORMALISATION)
+def test_normalisation_matches_squad_v11(text, expected):
+    assert normalize_answer(text) == expected
+
+
+# (prediction, golds, em, squad f1, hotpot f1)
+TABLE = [
+    ("the Eiffel Tower", ["Eiffel Tower"], 1.0, 1.0, 1.0),
+    ("Paris!", ["paris"], 1.0, 1.0, 1.0),
+    ("U.S. Army", ["US army"], 1.0, 1.0, 1.0),
+    ("Dai Xiuli", ["Xiu Li Dai", "Dai Xiuli", "Dai Yongge"], 1.0, 1.0, 1.0),  # best over aliases
+    ("Xiuli", ["Xiu Li Dai", "Dai Xiuli"], 0.0, 2 / 3, 2 / 3),  # P=1, R=1/2
+    ("the big red dog", ["red dog"], 0.0, 0.8, 0.8),  # P=2/3, R=1
+    ("dog dog dog", ["dog"], 0.0, 0.5, 0.5),  # repeated tokens count once per gold token
+    ("Rontgen", ["Wilhelm Conrad Röntgen"], 0.0, 0.0, 0.0),  # no accent folding
+    ("Wilhelm Conrad Röntgen", ["wilhelm conrad röntgen"], 1.0, 1.0, 1.0),
+    ("“Carmen”", ["Carmen"], 0.0, 0.0, 0.0),
+    ("", ["dog"], 0.0, 0.0, 0.0),
+    ("the", ["a"], 1.0, 0.0, 0.0),  # both normalise to "": EM 1 but F1 0 in v1.1
+    ("yes", ["yes"], 1.0, 1.0, 1.0),
+    ("yes", ["yes sir"], 0.0, 2 / 3, 0.0),  # HotpotQA zeroes yes/no mismatches
+    ("no answer", ["noanswer"], 0.0, 0.0, 0.0),
+    ("1000", ["1,000", "one thousand"], 1.0, 1.0, 1.0),
+    ("anything", [], 0.0, 0.0, 0.0),  # no gold: nothing to match
+]
+
+
+@pytest.mark.parametrize(("prediction", "golds", "em", "f1", "hotpot"), TABLE)
+def test_metrics_table(prediction, golds, em, f1, hotpot):
+    assert max_over_golds(exact_match, prediction, golds) == em
+    assert max_over_golds(f1_score, prediction, golds) == pytest.approx(f1)
+    assert max_over_golds(hotpot_f1, prediction, golds) == pytest.approx(hotpot)
+
+
+def test_reward_scores_em_and_reports_f1_in_details():
+    reward = em_f1.build()
+    task = Task("t", "Who owns Reading FC?", gold=("Dai Yongge", "Yongge Dai"))
+    exact = reward("yongge dai", task)
+    partial = reward("Mr Dai Yongge of China", task)
+    assert exact.score == 1.0 and exact.details["f1"] == 1.0
+    assert partial.score == 0.0 and partial.details["f1"] == pytest.approx(2 * 0.4 * 1 / 1.4)
+    assert partial.details["golds"] == ["Dai Yongge", "Yongge Dai"]
+
+
+def test_reward_takes_the_last_answer_span_when_given_a_whole_turn():
+    reward = em_f1.build()
+    task = Task("t", "q", gold=("Paris",))
+    assert reward("<think>hmm</think><answer>Lyon</answer> <answer> Paris </answer>", task).score == 1.0
+
+
+def test_f1_metric_option_and_bad_options():
+    task = Task("t", "q", gold=("red dog",))
+    assert em_f1.build(metric="f1")("the big red dog", task).score == pytest.approx(0.8)
+    with pytest.raises(ValueError, match="metric"):
+        em_f1.build(metric="bleu")
+    with pytest.raises(TypeError, match="unknown options"):
+        em_f1.build(lowercase=False)
+
+
+def test_task_without_gold_scores_zero_with_a_warning():
+    result = em_f1.build()("Paris", Task("t", "q"))
+    assert result.score == 0.0 and "no gold" in result.details["warning"]
