@@ -174,7 +174,11 @@ def become_subreaper() -> None:
 
 
 def enter_run(workdir: str, owner: int, workdir_mb: int) -> list[str]:
-    """In the forked run child (PID 1 of its namespace, still privileged)."""
+    """In the forked run child (PID 1 of its namespace, still privileged).
+
+    A fresh tmpfs is mounted on the workdir's parent (``/tmp`` by default) and left owned by
+    root, so the run can write only in its workdir below it, never in ``/tmp`` itself.
+    """
     _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS), "unshare run")
     layers = ["pid namespace", "ipc namespace", "uts namespace"]
     try:
@@ -183,8 +187,10 @@ def enter_run(workdir: str, owner: int, workdir_mb: int) -> list[str]:
     except JailError:  # user namespaces may not mount proc: hide the host's instead
         _mount("tmpfs", "/proc", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "size=4k")
         layers.append("/proc hidden")
-    owner_opts = f",uid={owner},gid={owner}" if os.geteuid() == 0 and owner else ""
-    _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, f"size={workdir_mb}m,mode=0700{owner_opts}")
+    scratch = os.path.dirname(workdir.rstrip("/")) or "/"
+    _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, f"size={workdir_mb}m,mode=0755")
+    os.mkdir(workdir, 0o700)
+    os.chown(workdir, owner, owner)
     layers.append(f"private {workdir_mb} MB workdir")
     _check(_libc.sethostname(b"sandbox", 7), "sethostname")
     return layers

@@ -91,7 +91,7 @@ class Worker:
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.uid = int(config["uid"])
-        self.workdir = config.get("workdir", "/tmp")
+        self.workdir = config.get("workdir", "/tmp/work")
         self.workdir_mb = int(config.get("workdir_mb", 64))
         self.notes: list[str] = []
         keep = [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path, *config.get("keep", [])]

@@ -150,7 +150,7 @@ class PoolBackend:
         uid_base: int = 61000,
         hide: tuple[str, ...] | list[str] = ("/root",),
         keep: tuple[str, ...] | list[str] = (),
-        workdir: str = "/tmp",
+        workdir: str = "/tmp/work",
         workdir_mb: int = 64,
         seccomp: bool = True,
         start_timeout_s: float = 60.0,
@@ -232,7 +232,8 @@ class PoolBackend:
         except BackendUnavailable as exc:
             _log.error("sandbox pool: could not replace worker %d: %s", slot, exc)
 
-    def run(self, code: str, *, stdin: str | None = None, limits: Limits) -> ExecResult:
+    def run(self, code: str, *, stdin: str | None = None, limits: Limits | None = None) -> ExecResult:
+        limits = limits or Limits()
         request = {"code": code, "stdin": stdin or "", "limits": asdict(limits)}
         lost = ""
         for _attempt in range(2):

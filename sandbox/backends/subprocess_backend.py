@@ -41,7 +41,8 @@ class SubprocessBackend:
                 "isolation; use the 'pool' backend where the kernel allows namespaces"
             )
 
-    def run(self, code: str, *, stdin: str | None = None, limits: Limits) -> ExecResult:
+    def run(self, code: str, *, stdin: str | None = None, limits: Limits | None = None) -> ExecResult:
+        limits = limits or Limits()
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="coa-sandbox-") as workdir:
             code_path = os.path.join(workdir, ".code.py")

@@ -1,0 +1,61 @@
+"""Fixtures for the sandbox tests: the default backend, which must be the hardened pool."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import sandbox
+from sandbox.backends import BackendUnavailable
+
+
+@pytest.fixture(scope="session")
+def pool():
+    """The process-wide default backend; skip (with the reason) when it is not the pool."""
+    backend = sandbox.default_backend()
+    if backend.name != "pool":
+        pytest.skip(
+            f"default sandbox backend is {backend.name!r}: the kernel refused namespaces here, "
+            "so the hardened pool (and this security suite) cannot run"
+        )
+    return backend
+
+
+@pytest.fixture()
+def fresh_pool():
+    """A private pool for tests that change the environment or kill workers."""
+    try:
+        backend = sandbox.get_backend("pool", size=1)
+    except BackendUnavailable as exc:
+        pytest.skip(f"pool backend unavailable: {exc}")
+    yield backend
+    backend.close()
+
+
+@pytest.fixture()
+def leftovers(pool):
+    """Returns host pids of run processes still alive (besides the idle, prepared children)."""
+    return lambda: _run_leftovers(pool.uids())
+
+
+def _run_leftovers(uids: list[int]) -> list[int]:
+    """Processes owned by a run uid that are not PID 1 of their namespace.
+
+    Each worker keeps one *prepared* child waiting for the next run: it runs as the slot's
+    uid and is PID 1 of a fresh namespace. Anything else with such a uid is left over.
+    """
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status", encoding="ascii", errors="replace") as handle:
+                fields = dict(line.split(":", 1) for line in handle if ":" in line)
+        except OSError:
+            continue
+        uid = int(fields.get("Uid", "-1").split()[0])
+        innermost_pid = fields.get("NSpid", entry).split()[-1]
+        if uid in uids and innermost_pid != "1":
+            found.append(int(entry))
+    return found
