@@ -1,0 +1,210 @@
+"""Record/replay cache: modes, keys, strict misses, transient results, concurrency, export."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from coa_envs.tools import build_tool
+from coa_envs.tools.cache import CachedTool, ToolCache, cache_key, normalise_query
+from coa_envs.types import ErrorKind, Task, ToolContext, ToolResult
+
+CTX = ToolContext()
+
+
+class CountingTool:
+    """A deterministic tool that counts its live calls (the thing the cache must avoid)."""
+
+    name = "web_search"
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def run(self, query: str, ctx: ToolContext) -> ToolResult:
+        with self._lock:
+            self.calls += 1
+        if query.startswith("timeout"):
+            return ToolResult.failure("timed out", ErrorKind.TOOL_TIMEOUT)
+        if query.startswith("flaky"):
+            return ToolResult.failure("HTTP 503", ErrorKind.TOOL_ERROR, transient=True)
+        if query.startswith("blocked"):
+            return ToolResult.failure("refused", ErrorKind.BLOCKED_URL)
+        return ToolResult(f"answer to {query}", details={"n": len(query)})
+
+
+def test_normalisation_collapses_whitespace_but_keeps_case() -> None:
+    assert normalise_query("  who\tfounded \n  it ") == "who founded it"
+    assert normalise_query("Cafe\u0301") == "Café"  # NFC
+    assert cache_key("t", "b", "a  b") == cache_key("t", "b", " a b ")
+    assert cache_key("t", "b", "Apple") != cache_key("t", "b", "apple")
+    assert cache_key("t", "b", "q") != cache_key("t", "other", "q") != cache_key("u", "b", "q")
+
+
+def test_record_then_replay_without_calling_the_tool(tmp_path) -> None:
+    db = tmp_path / "cache.sqlite"
+    recorder = CachedTool(CountingTool(), backend="local", mode="record", path=db)
+    first = recorder.run("mars moons", CTX)
+    assert first.text == "answer to mars moons" and recorder.tool.calls == 1
+    recorder.run("mars moons", CTX)  # record mode always calls and overwrites
+    assert recorder.tool.calls == 2
+    recorder.close()
+
+    live = CountingTool()
+    replayer = CachedTool(live, backend="local", mode="replay", path=db)
+    hit = replayer.run("  mars   moons ", CTX)
+    assert live.calls == 0
+    assert hit.ok and hit.text == "answer to mars moons"
+    assert hit.details["cache"] == "hit" and hit.details["n"] == len("mars moons")
+    assert replayer.name == "web_search"
+    replayer.close()
+
+
+def test_strict_replay_miss_is_a_clear_failure_and_lenient_miss_calls_live(tmp_path) -> None:
+    db = tmp_path / "cache.sqlite"
+    live = CountingTool()
+    strict = CachedTool(live, backend="local", mode="replay", path=db)
+    miss = strict.run("unseen query", CTX)
+    assert not miss.ok and miss.error_kind == ErrorKind.CACHE_MISS
+    assert "No recorded result" in miss.text and str(db) in miss.text
+    assert live.calls == 0
+    lenient = CachedTool(live, backend="local", mode="replay", path=db, strict=False)
+    assert lenient.run("unseen query", CTX).text == "answer to unseen query"
+    assert live.calls == 1
+    assert strict.run("unseen query", CTX).error_kind == ErrorKind.CACHE_MISS  # lenient misses are not stored
+
+
+def test_replay_or_record_and_off(tmp_path) -> None:
+    live = CountingTool()
+    tool = CachedTool(live, backend="local", mode="replay-or-record", path=tmp_path / "c.sqlite")
+    for _ in range(3):
+        tool.run("q", CTX)
+    assert live.calls == 1
+    off = CachedTool(live, backend="local", mode="off", path=tmp_path / "unused.sqlite")
+    off.run("q", CTX)
+    off.run("q", CTX)
+    assert live.calls == 3 and not (tmp_path / "unused.sqlite").exists()
+    with pytest.raises(ValueError, match="cache mode"):
+        CachedTool(live, mode="sometimes")
+
+
+def test_transient_failures_are_not_stored_but_deterministic_ones_are(tmp_path) -> None:
+    live = CountingTool()
+    tool = CachedTool(live, backend="x", mode="replay-or-record", path=tmp_path / "c.sqlite")
+    for query in ("timeout 1", "flaky 1", "blocked 1"):
+        tool.run(query, CTX)
+        tool.run(query, CTX)
+    assert live.calls == 2 + 2 + 1
+    replay = tool.run("blocked 1", CTX)
+    assert replay.error_kind == ErrorKind.BLOCKED_URL and not replay.ok
+
+
+def test_context_dependent_tools_are_keyed_by_their_context(tmp_path) -> None:
+    class PerTaskTool(CountingTool):
+        name = "visual_inspector"
+
+        def cache_context(self, ctx: ToolContext) -> str:
+            return ctx.task.task_id if ctx.task else ""
+
+        def run(self, query: str, ctx: ToolContext) -> ToolResult:
+            super().run(query, ctx)
+            return ToolResult(f"{ctx.task.task_id}:{query}")
+
+    tool = CachedTool(PerTaskTool(), backend="files", mode="replay-or-record", path=tmp_path / "c.sqlite")
+    a = tool.run("data.xlsx", ToolContext(task=Task("task-a", "q")))
+    b = tool.run("data.xlsx", ToolContext(task=Task("task-b", "q")))
+    assert (a.text, b.text) == ("task-a:data.xlsx", "task-b:data.xlsx")
+
+
+def test_many_threads_share_one_store(tmp_path) -> None:
+    live = CountingTool()
+    tool = CachedTool(live, backend="x", mode="replay-or-record", path=tmp_path / "c.sqlite")
+    queries = [f"query {i % 40}" for i in range(400)]
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(lambda q: tool.run(q, CTX), queries))
+    assert all(r.text == f"answer to {q}" for r, q in zip(results, queries, strict=True))
+    assert len(tool.store) == 40
+    assert live.calls < 400  # most calls were served from the store
+    tool.close()
+
+
+_WRITER = textwrap.dedent("""
+    import sys
+    from coa_envs.tools.cache import CachedTool
+    from coa_envs.types import ToolContext, ToolResult
+
+    class Echo:
+        name = "web_search"
+        def run(self, query, ctx):
+            return ToolResult("echo " + query)
+
+    worker, db = sys.argv[1], sys.argv[2]
+    tool = CachedTool(Echo(), backend="local", mode="replay-or-record", path=db)
+    for i in range(150):
+        tool.run(f"private {worker} {i}", ToolContext())
+        tool.run(f"shared {i}", ToolContext())
+    tool.close()
+""")
+
+
+def test_concurrent_writer_processes(tmp_path) -> None:
+    db = tmp_path / "shared.sqlite"
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(w), str(db)], stderr=subprocess.PIPE)
+             for w in range(4)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err.decode()
+    store = ToolCache(db)
+    assert len(store) == 4 * 150 + 150
+    journal = store._conn().execute("PRAGMA journal_mode").fetchone()[0]
+    assert journal == "wal"
+    store.close()
+
+
+def test_export_and_import_jsonl(tmp_path) -> None:
+    tool = CachedTool(CountingTool(), backend="local", mode="record", path=tmp_path / "a.sqlite")
+    for query in ("alpha", "beta", "blocked x"):
+        tool.run(query, CTX)
+    out = tmp_path / "cache.jsonl"
+    assert tool.store.export_jsonl(out) == 3
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert {r["query"] for r in rows} == {"alpha", "beta", "blocked x"}
+    assert {"key", "tool", "backend", "text", "ok", "error_kind", "details"} <= set(rows[0])
+
+    fresh = CachedTool(CountingTool(), backend="local", mode="replay", path=tmp_path / "b.sqlite")
+    assert fresh.store.import_jsonl(out) == 3
+    assert fresh.run("beta", CTX).text == "answer to beta"
+    assert fresh.run("blocked x", CTX).error_kind == ErrorKind.BLOCKED_URL
+    assert fresh.tool.calls == 0
+
+
+def test_build_tool_wraps_a_configured_tool(tmp_path) -> None:
+    pages = tmp_path / "pages.jsonl"
+    pages.write_text(json.dumps({"url": "http://127.0.0.1/x", "title": "Xenon", "text": "Xenon is a gas."}) + "\n")
+    db = tmp_path / "c.sqlite"
+    config = {"backend": "local", "path": str(pages), "cache": {"mode": "record", "path": str(db)}}
+    recorded = build_tool("web_search", config).run("xenon gas", CTX)
+    pages.unlink()  # replay must not need the collection any more
+    replayed = build_tool("web_search", {**config, "cache": {"mode": "replay", "path": str(db)}})
+    assert isinstance(replayed, CachedTool)
+    assert replayed.run("xenon  gas", CTX).text == recorded.text
+    assert replayed.run("argon", CTX).error_kind == ErrorKind.CACHE_MISS
+
+
+def test_closing_closes_the_wrapped_tool(tmp_path) -> None:
+    class Closable(CountingTool):
+        closed = False
+
+        def close(self) -> None:
+            self.closed = True
+
+    inner = Closable()
+    CachedTool(inner, mode="replay", path=Path(tmp_path) / "c.sqlite").close()
+    assert inner.closed
