@@ -21,7 +21,7 @@ This module is stdlib only; backends import their heavy libraries lazily.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -89,6 +89,8 @@ class GenerationRequest:
 
     ``messages`` is the chat history for chat endpoints; ``prefix`` is the assistant text
     generated so far in this episode (continued, not re-prompted, on chat endpoints).
+    ``on_token(token_id, logprob)``, when set, is called for every sampled token as it is
+    sampled (streaming servers); engines that cannot stream call it after the fact.
     """
 
     token_ids: tuple[int, ...] = ()
@@ -96,6 +98,7 @@ class GenerationRequest:
     messages: tuple[dict[str, str], ...] = ()
     prefix: str = ""
     params: SamplingParams | None = None
+    on_token: Callable[[int, float], None] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

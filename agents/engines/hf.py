@@ -124,13 +124,15 @@ class HFEngine:
             else:
                 rows.append(i)
         if rows:
-            for i, completion in zip(rows, self._sample([prompts[i] for i in rows],
-                                                        [params[i] for i in rows]), strict=True):
+            sampled = self._sample([prompts[i] for i in rows], [params[i] for i in rows],
+                                   [requests[i].on_token for i in rows])
+            for i, completion in zip(rows, sampled, strict=True):
                 out[i] = completion
         assert all(c is not None for c in out)
         return out  # type: ignore[return-value]
 
-    def _sample(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Completion]:
+    def _sample(self, prompts: list[list[int]], params: list[SamplingParams],
+                callbacks: list[Any]) -> list[Completion]:
         torch = self.torch
         from transformers import DynamicCache
 
@@ -177,6 +179,11 @@ class HFEngine:
                     token = int(tokens[row])
                     generated[row].append(token)
                     logprobs[row].append(float(token_logprobs[row]))
+                    if callbacks[row] is not None:
+                        try:
+                            callbacks[row](token, logprobs[row][-1])
+                        except Exception:  # a gone stream listener must not stop the batch
+                            callbacks[row] = None
                     if token in self.eos_ids:
                         finish[row] = "eos"
                         continue

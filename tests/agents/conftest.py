@@ -49,13 +49,15 @@ def make_scripted_lm(tokenizer, turns: list[str]):
             self.scripts = [tokenizer.encode(t, add_special_tokens=False) for t in turns]
             self.turn = -1
             self.step = 0
+            self._cache_id = None
 
         @property
         def device(self):
             return self.anchor.device
 
-        def forward(self, input_ids, **_: object):
-            if input_ids.shape[1] > 1 or self.turn < 0:  # a prefill starts the next turn
+        def forward(self, input_ids, past_key_values=None, **_: object):
+            if id(past_key_values) != self._cache_id:  # a fresh cache: the next generate call
+                self._cache_id = id(past_key_values)
                 self.turn, self.step = self.turn + 1, 0
             script = self.scripts[min(self.turn, len(self.scripts) - 1)]
             token = script[min(self.step, len(script) - 1)]

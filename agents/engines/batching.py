@@ -1,0 +1,99 @@
+"""Merge concurrent callers of a local engine into shared batches.
+
+A rollout runner drives one episode per thread and a server answers one request per
+connection, but a local model is fastest when it decodes many sequences per forward pass.
+:class:`BatchingEngine` queues requests from any thread; a single worker takes whatever
+has queued (while the previous batch ran, more requests arrive: continuous-ish batching),
+runs one ``generate`` and hands each caller its completion. Requests keep their own
+``SamplingParams`` (seed included), so results do not depend on who shared the batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from agents.engines import Completion, Engine, EngineErrorKind, GenerationRequest, SamplingParams
+
+__all__ = ["BatchingEngine"]
+
+
+class BatchingEngine:
+    """Wraps ``engine``; thread-safe; ``close()`` stops the worker thread."""
+
+    def __init__(self, engine: Engine, max_batch_size: int = 32, max_wait_s: float = 0.002):
+        self.engine = engine
+        self.name = engine.name
+        self.tokenizer = getattr(engine, "tokenizer", None)
+        self.max_batch_size = max_batch_size
+        self.max_wait_s = max_wait_s
+        self.batch_sizes: list[int] = []  # observability: how well requests were merged
+        self._queue: queue.Queue[tuple[GenerationRequest, Future[Completion]] | None] = (
+            queue.Queue())
+        self._closed = False
+        self._worker = threading.Thread(target=self._run, name="coa-batcher", daemon=True)
+        self._worker.start()
+
+    def __getattr__(self, name: str) -> Any:  # encode(), max_context… of the wrapped engine
+        return getattr(self.engine, name)
+
+    def generate(
+        self, requests: Sequence[GenerationRequest], params: SamplingParams
+    ) -> list[Completion]:
+        if self._closed:
+            raise RuntimeError("BatchingEngine is closed")
+        futures: list[Future[Completion]] = []
+        for request in requests:
+            future: Future[Completion] = Future()
+            resolved = request if request.params else dataclasses.replace(request, params=params)
+            self._queue.put((resolved, future))
+            futures.append(future)
+        return [f.result() for f in futures]
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            batch = [item]
+            try:
+                first = self._queue.get(timeout=self.max_wait_s)
+                if first is None:
+                    self._queue.put(None)
+                else:
+                    batch.append(first)
+            except queue.Empty:
+                pass
+            while len(batch) < self.max_batch_size:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._queue.put(None)
+                    break
+                batch.append(more)
+            self.batch_sizes.append(len(batch))
+            requests = [r for r, _ in batch]
+            try:
+                default = requests[0].params or SamplingParams()
+                completions = self.engine.generate(requests, default)
+            except Exception as exc:  # engines should not raise; never strand a caller
+                message = f"{type(exc).__name__}: {exc}"
+                completions = [Completion.failure(EngineErrorKind.INTERNAL, message)
+                               for _ in batch]
+            for (_, future), completion in zip(batch, completions, strict=True):
+                future.set_result(completion)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._queue.put(None)
+            self._worker.join(timeout=30)
+            closer = getattr(self.engine, "close", None)
+            if callable(closer):
+                closer()

@@ -1,0 +1,256 @@
+"""The ``openai`` engine: any OpenAI-compatible endpoint (coa serve, vLLM, a hosted API).
+
+Two modes. ``completions`` (default) sends the rendered prompt plus the episode so far
+(as token ids when known and the server takes them, as text otherwise) to
+``/v1/completions``: the model continues its own message exactly, the way CoA episodes
+grow. ``chat`` sends the messages to ``/v1/chat/completions`` and, after the first turn,
+the assistant's text so far as a final assistant message with vLLM's
+``continue_final_message`` (servers without it restart the assistant turn).
+
+``server_extensions=True`` (the default; right for ``coa serve`` and vLLM, wrong for
+api.openai.com) asks for the sampled token ids (``return_token_ids``,
+``return_tokens_as_token_ids``), the stop string in the output
+(``include_stop_str_in_output``) and ``top_k``. Without them the engine returns text and
+logprobs only, and infers which closing tag stopped the text.
+
+Retries (exponential backoff on connection errors, 408/409/429/5xx) and timeouts are the
+``openai`` client's; a concurrency cap bounds in-flight requests per engine. Failures come
+back as error completions, never as exceptions. ``agenerate`` is the asyncio twin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from agents.engines import (
+    Completion,
+    EngineErrorKind,
+    GenerationRequest,
+    SamplingParams,
+    find_stop,
+)
+
+__all__ = ["OpenAIEngine", "infer_stop"]
+
+
+def infer_stop(text: str, stops: Sequence[str]) -> str | None:
+    """Which closing tag a server cut off: the stop whose opening tag is still unclosed last."""
+    best, best_at = None, -1
+    for stop in stops:
+        if not (stop.startswith("</") and stop.endswith(">")):
+            continue
+        opening = "<" + stop[2:]
+        at = text.rfind(opening)
+        if at > best_at and text.find(stop, at) < 0:
+            best, best_at = stop, at
+    return best
+
+
+class OpenAIEngine:
+    """``base_url`` like ``http://127.0.0.1:8000/v1``; ``model`` as the server names it.
+
+    ``tokenizer`` (object or path) makes trajectories token-exact when the server returns
+    token ids, and lets ``completions`` mode render the chat template locally.
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str = "EMPTY",
+        mode: str = "completions",
+        tokenizer: Any | None = None,
+        timeout_s: float = 120.0,
+        max_retries: int = 3,
+        concurrency: int = 16,
+        server_extensions: bool = True,
+    ):
+        import openai
+
+        if mode not in ("completions", "chat"):
+            raise ValueError(f"mode={mode!r}; use 'completions' or 'chat'")
+        if isinstance(tokenizer, str):
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+        if mode == "completions" and tokenizer is None:
+            mode = "chat"  # no way to render the chat template locally
+        self.model, self.mode, self.tokenizer = model, mode, tokenizer
+        self.server_extensions = server_extensions
+        self.concurrency = concurrency
+        options = {"base_url": base_url, "api_key": api_key, "timeout": timeout_s,
+                   "max_retries": max_retries}
+        self.client = openai.OpenAI(**options)
+        self._async_options = options
+        self._slots = threading.BoundedSemaphore(concurrency)
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="coa-http")
+
+    # -- sync -----------------------------------------------------------------------------
+    def generate(
+        self, requests: Sequence[GenerationRequest], params: SamplingParams
+    ) -> list[Completion]:
+        if len(requests) == 1:
+            return [self._one(requests[0], requests[0].params or params)]
+        return list(self._pool.map(lambda r: self._one(r, r.params or params), requests))
+
+    def _one(self, request: GenerationRequest, params: SamplingParams) -> Completion:
+        with self._slots:
+            try:
+                if self.mode == "completions":
+                    response = self.client.completions.create(**self._completion_args(request,
+                                                                                       params))
+                else:
+                    response = self.client.chat.completions.create(**self._chat_args(request,
+                                                                                      params))
+            except Exception as exc:
+                return _failure(exc)
+        return self._parse(response, params)
+
+    # -- async ----------------------------------------------------------------------------
+    async def agenerate(
+        self, requests: Sequence[GenerationRequest], params: SamplingParams
+    ) -> list[Completion]:
+        """Asyncio version for callers that live in an event loop."""
+        import openai
+
+        client = openai.AsyncOpenAI(**self._async_options)
+        limit = asyncio.Semaphore(self.concurrency)
+
+        async def one(request: GenerationRequest) -> Completion:
+            p = request.params or params
+            async with limit:
+                try:
+                    if self.mode == "completions":
+                        response = await client.completions.create(
+                            **self._completion_args(request, p))
+                    else:
+                        response = await client.chat.completions.create(
+                            **self._chat_args(request, p))
+                except Exception as exc:
+                    return _failure(exc)
+            return self._parse(response, p)
+
+        try:
+            return list(await asyncio.gather(*(one(r) for r in requests)))
+        finally:
+            await client.close()
+
+    # -- request building -----------------------------------------------------------------
+    def _sampling_args(self, params: SamplingParams) -> dict[str, Any]:
+        args: dict[str, Any] = {"model": self.model, "max_tokens": params.max_new_tokens,
+                                "temperature": params.temperature, "top_p": params.top_p}
+        if params.stop:
+            args["stop"] = list(params.stop)
+        if params.seed is not None:
+            args["seed"] = params.seed
+        extra: dict[str, Any] = {}
+        if self.server_extensions:
+            extra = {"include_stop_str_in_output": True, "return_token_ids": True,
+                     "return_tokens_as_token_ids": True}
+            if params.top_k:
+                extra["top_k"] = params.top_k
+        if extra:
+            args["extra_body"] = extra
+        return args
+
+    def _completion_args(self, request: GenerationRequest, params: SamplingParams) -> dict:
+        args = self._sampling_args(params)
+        if request.token_ids and self.server_extensions:
+            args["prompt"] = list(request.token_ids)
+        elif request.text:
+            args["prompt"] = request.text
+        else:
+            rendered = self.tokenizer.apply_chat_template(
+                list(request.messages), tokenize=False, add_generation_prompt=True)
+            args["prompt"] = rendered + request.prefix
+        args["logprobs"] = 1
+        return args
+
+    def _chat_args(self, request: GenerationRequest, params: SamplingParams) -> dict:
+        args = self._sampling_args(params)
+        messages = [dict(m) for m in request.messages] or [{"role": "user",
+                                                             "content": request.text}]
+        if request.prefix:
+            messages.append({"role": "assistant", "content": request.prefix})
+            if self.server_extensions:
+                args["extra_body"] = {**args.get("extra_body", {}),
+                                      "continue_final_message": True,
+                                      "add_generation_prompt": False}
+        args["messages"] = messages
+        args["logprobs"] = True
+        return args
+
+    # -- response parsing -----------------------------------------------------------------
+    def _parse(self, response: Any, params: SamplingParams) -> Completion:
+        try:
+            choice = response.choices[0]
+            extra = choice.model_extra or {}
+            if self.mode == "completions":
+                text = choice.text or ""
+                lp = choice.logprobs
+                logprobs = [float(x) for x in (lp.token_logprobs or [])] if lp else []
+                tokens = list(lp.tokens or []) if lp else []
+            else:
+                text = choice.message.content or ""
+                content = choice.logprobs.content if choice.logprobs else None
+                logprobs = [float(x.logprob) for x in content or []]
+                tokens = [x.token for x in content or []]
+            ids = extra.get("token_ids")
+            if ids is None and tokens and all(t.startswith("token_id:") for t in tokens):
+                ids = [int(t.split(":", 1)[1]) for t in tokens]
+            return self._completion(text, ids or [], logprobs, choice.finish_reason,
+                                    extra.get("stop_reason"), params)
+        except Exception as exc:
+            return Completion.failure(EngineErrorKind.BAD_RESPONSE,
+                                      f"{type(exc).__name__}: {exc}")
+
+    def _completion(self, text: str, ids: list[int], logprobs: list[float], finish: str | None,
+                    stop_reason: Any, params: SamplingParams) -> Completion:
+        eos_text = getattr(self.tokenizer, "eos_token", "") or ""
+        if ids and self.tokenizer is not None:
+            # The ids are the truth (the server's text is cut at the stop string).
+            text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        else:
+            ids = []  # without a tokenizer, ids could not be kept consistent with the text
+        stop = stop_reason if isinstance(stop_reason, str) else None
+        if finish == "length":
+            return Completion(text, tuple(ids), tuple(logprobs), "length", eos_text=eos_text)
+        hit = find_stop(text, params.stop)
+        if hit is not None:
+            stop = hit[1]
+        elif not ids:
+            # The server cut the stop string off (plain OpenAI semantics); the env needs it.
+            stop = stop or infer_stop(text, params.stop)
+            if stop is not None:
+                text += stop
+        reason = "stop" if stop is not None else "eos"
+        return Completion(text, tuple(ids), tuple(logprobs), reason, stop, eos_text=eos_text)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+        self.client.close()
+
+
+def _failure(exc: Exception) -> Completion:
+    import openai
+
+    message = f"{type(exc).__name__}: {exc}"
+    response = getattr(exc, "response", None)
+    if response is not None:
+        with contextlib.suppress(Exception):  # a streamed response has no text to show
+            message += f" {response.text[:500]}"
+    if isinstance(exc, openai.APITimeoutError):
+        return Completion.failure(EngineErrorKind.TIMEOUT, message)
+    if isinstance(exc, openai.BadRequestError) and "context" in message.lower():
+        return Completion.failure(EngineErrorKind.CONTEXT_OVERFLOW, message)
+    if isinstance(exc, openai.APIError):
+        return Completion.failure(EngineErrorKind.HTTP_ERROR, message)
+    return Completion.failure(EngineErrorKind.INTERNAL, message)

@@ -1,0 +1,307 @@
+"""An OpenAI-compatible HTTP server over any local :class:`~agents.engines.Engine`.
+
+``coa serve`` runs it; tests start it on 127.0.0.1 with the tiny model and drive it with
+the ``openai`` engine, so the HTTP engine is exercised against a real server offline.
+Endpoints: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``
+(both with ``stream``, ``logprobs``, ``stop``, ``seed``, ``n``). It also accepts the vLLM
+server's extensions, so clients written for vLLM work unchanged: ``top_k``,
+``include_stop_str_in_output``, ``return_tokens_as_token_ids``, ``return_token_ids``
+(adds ``token_ids``/``prompt_token_ids`` to each choice), token-id prompts, and
+``add_generation_prompt``/``continue_final_message`` for chat. ``stop_reason`` names the
+stop string that ended a choice, as vLLM does.
+
+Concurrent requests are merged into shared batches by :class:`BatchingEngine`. Streaming is
+real: tokens go out as the engine samples them (text deltas are held back while a stop
+string might still be forming, so a streamed stop string never leaks).
+"""
+
+# No ``from __future__ import annotations``: FastAPI must see the request-body classes
+# defined inside create_app as real types, not as strings it cannot resolve.
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+from agents.engines import Completion, Engine, GenerationRequest, SamplingParams
+
+__all__ = ["create_app", "serve_in_thread"]
+
+
+def _stop_list(stop: Any) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    return (stop,) if isinstance(stop, str) else tuple(stop)
+
+
+def _visible(completion_text: str, stop: str | None, include_stop: bool) -> str:
+    """OpenAI semantics: the text ends before the stop string (or after it, if asked)."""
+    if stop is None:
+        return completion_text
+    at = completion_text.find(stop)
+    if at < 0:
+        return completion_text
+    return completion_text[: at + len(stop)] if include_stop else completion_text[:at]
+
+
+def _finish(completion: Completion) -> str:
+    return "length" if completion.finish_reason == "length" else "stop"
+
+
+def create_app(engine: Engine, tokenizer: Any, model_name: str) -> Any:
+    """A FastAPI app serving ``engine``; ``tokenizer`` renders chat templates and tokens."""
+    from fastapi import FastAPI, HTTPException
+    from fastapi.responses import JSONResponse, StreamingResponse
+    from pydantic import BaseModel, ConfigDict, Field
+
+    from agents.engines.batching import BatchingEngine
+
+    batcher = engine if isinstance(engine, BatchingEngine) else BatchingEngine(engine)
+    eos_text = tokenizer.eos_token or ""
+
+    class _Common(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        model: str | None = None
+        max_tokens: int | None = None
+        max_completion_tokens: int | None = None
+        temperature: float = 1.0
+        top_p: float = 1.0
+        top_k: int = 0
+        n: int = Field(1, ge=1, le=64)
+        stop: str | list[str] | None = None
+        seed: int | None = None
+        stream: bool = False
+        include_stop_str_in_output: bool = False
+        return_tokens_as_token_ids: bool = False
+        return_token_ids: bool = False
+
+    class CompletionBody(_Common):
+        prompt: str | list[int] | list[str] | list[list[int]]
+        logprobs: int | None = None
+        echo: bool = False
+
+    class ChatBody(_Common):
+        messages: list[dict[str, Any]]
+        logprobs: bool = False
+        top_logprobs: int | None = None
+        add_generation_prompt: bool = True
+        continue_final_message: bool = False
+
+    @asynccontextmanager
+    async def lifespan(_app: Any) -> AsyncIterator[None]:
+        yield
+        if batcher is not engine:  # we made it, we stop its worker
+            batcher.close()
+
+    app = FastAPI(title="coa serve", version="1", lifespan=lifespan)
+    app.state.engine = batcher
+
+    def token_str(token: int, as_ids: bool) -> str:
+        return f"token_id:{token}" if as_ids else tokenizer.decode([token])
+
+    def params_for(body: _Common, index: int, default_max: int) -> SamplingParams:
+        limit = body.max_completion_tokens or body.max_tokens or default_max
+        seed = None if body.seed is None else body.seed + index
+        try:
+            return SamplingParams(max_new_tokens=limit, temperature=body.temperature,
+                                  top_p=body.top_p, top_k=body.top_k,
+                                  stop=_stop_list(body.stop), seed=seed)
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+
+    def prompt_ids(prompt: str | list[int]) -> list[int]:
+        if isinstance(prompt, str):
+            return tokenizer.encode(prompt, add_special_tokens=False)
+        return list(prompt)
+
+    def chat_prompt(body: ChatBody) -> list[int]:
+        try:
+            text = tokenizer.apply_chat_template(
+                body.messages, tokenize=False,
+                add_generation_prompt=body.add_generation_prompt and not body.continue_final_message,
+                continue_final_message=body.continue_final_message)
+        except Exception as exc:
+            raise HTTPException(400, f"cannot render the chat template: {exc}") from None
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    def run(prompts: list[list[int]], body: _Common, default_max: int) -> list[Completion]:
+        requests = [GenerationRequest(token_ids=tuple(ids), params=params_for(body, i, default_max))
+                    for ids in prompts for i in range(body.n)]
+        return batcher.generate(requests, SamplingParams())
+
+    def check(completion: Completion) -> None:
+        if not completion.ok:
+            code = 400 if completion.error_kind == "context_overflow" else 500
+            raise HTTPException(code, f"{completion.error_kind}: {completion.error}")
+
+    def usage(prompts: list[list[int]], completions: list[Completion]) -> dict[str, int]:
+        p = sum(len(x) for x in prompts)
+        c = sum(len(x.token_ids) for x in completions)
+        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+    @app.get("/v1/models")
+    def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": model_name, "object": "model",
+                                            "created": int(time.time()), "owned_by": "coa"}]}
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionBody) -> Any:
+        raw = body.prompt
+        if isinstance(raw, str) or (raw and isinstance(raw[0], int)):
+            prompts = [prompt_ids(raw)]  # type: ignore[arg-type]
+        else:
+            prompts = [prompt_ids(p) for p in raw]  # type: ignore[union-attr]
+        if body.stream:
+            if len(prompts) * body.n != 1:
+                raise HTTPException(400, "stream supports one prompt with n=1")
+            return StreamingResponse(_stream(prompts[0], body, "text_completion"),
+                                     media_type="text/event-stream")
+        done = await asyncio.to_thread(run, prompts, body, 16)
+        choices = []
+        for index, completion in enumerate(done):
+            check(completion)
+            text = _visible(completion.action_text, completion.stop_string,
+                            body.include_stop_str_in_output)
+            choice: dict[str, Any] = {"index": index, "text": text,
+                                      "finish_reason": _finish(completion),
+                                      "stop_reason": completion.stop_string, "logprobs": None}
+            if body.logprobs is not None:
+                tokens = [token_str(t, body.return_tokens_as_token_ids)
+                          for t in completion.token_ids]
+                offsets, at = [], 0
+                for t in tokens:
+                    offsets.append(at)
+                    at += len(t)
+                choice["logprobs"] = {"tokens": tokens,
+                                      "token_logprobs": list(completion.logprobs),
+                                      "top_logprobs": None, "text_offset": offsets}
+            if body.return_token_ids:
+                choice["token_ids"] = list(completion.token_ids)
+                choice["prompt_token_ids"] = prompts[index // body.n]
+            choices.append(choice)
+        return JSONResponse({"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
+                             "created": int(time.time()), "model": model_name,
+                             "choices": choices, "usage": usage(prompts, done)})
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatBody) -> Any:
+        ids = chat_prompt(body)
+        if body.stream:
+            if body.n != 1:
+                raise HTTPException(400, "stream supports n=1")
+            return StreamingResponse(_stream(ids, body, "chat.completion.chunk"),
+                                     media_type="text/event-stream")
+        done = await asyncio.to_thread(run, [ids], body, 512)
+        choices = []
+        for index, completion in enumerate(done):
+            check(completion)
+            text = _visible(completion.action_text, completion.stop_string,
+                            body.include_stop_str_in_output)
+            choice: dict[str, Any] = {
+                "index": index, "message": {"role": "assistant", "content": text},
+                "finish_reason": _finish(completion), "stop_reason": completion.stop_string,
+                "logprobs": None}
+            if body.logprobs:
+                choice["logprobs"] = {"content": [
+                    {"token": token_str(t, body.return_tokens_as_token_ids), "logprob": lp,
+                     "bytes": list(tokenizer.decode([t]).encode()), "top_logprobs": []}
+                    for t, lp in zip(completion.token_ids, completion.logprobs, strict=True)]}
+            if body.return_token_ids:
+                choice["token_ids"] = list(completion.token_ids)
+                choice["prompt_token_ids"] = ids
+            choices.append(choice)
+        return JSONResponse({"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
+                             "created": int(time.time()), "model": model_name,
+                             "choices": choices, "usage": usage([ids], done)})
+
+    async def _stream(ids: list[int], body: Any, kind: str) -> AsyncIterator[str]:
+        """Server-sent events: one chunk per released text delta, then ``[DONE]``."""
+        loop = asyncio.get_running_loop()
+        tokens: asyncio.Queue[tuple[int, float] | None] = asyncio.Queue()
+        default_max = 16 if kind == "text_completion" else 512
+        params = params_for(body, 0, default_max)
+        request = GenerationRequest(
+            token_ids=tuple(ids), params=params,
+            on_token=lambda t, lp: loop.call_soon_threadsafe(tokens.put_nowait, (t, lp)))
+        job = asyncio.ensure_future(asyncio.to_thread(batcher.generate, [request], params))
+        job.add_done_callback(lambda _: tokens.put_nowait(None))
+        created, ident = int(time.time()), f"cmpl-{uuid.uuid4().hex}"
+        sent, generated = 0, []
+        hold = max((len(s) for s in params.stop), default=0) + len(eos_text)
+
+        first = True
+
+        def chunk(delta: str, finish: str | None, stop_reason: str | None = None) -> str:
+            nonlocal first
+            if kind == "text_completion":
+                choice = {"index": 0, "text": delta, "finish_reason": finish,
+                          "stop_reason": stop_reason, "logprobs": None}
+            else:
+                content: dict[str, str] = {"role": "assistant"} if first else {}
+                if delta:
+                    content["content"] = delta
+                choice = {"index": 0, "delta": content, "finish_reason": finish,
+                          "stop_reason": stop_reason, "logprobs": None}
+            first = False
+            payload = {"id": ident, "object": kind, "created": created, "model": model_name,
+                       "choices": [choice]}
+            return f"data: {json.dumps(payload)}\n\n"
+
+        while (item := await tokens.get()) is not None:
+            generated.append(item[0])
+            text = tokenizer.decode(generated, skip_special_tokens=False)
+            # Hold back a tail that could still become a stop string or the eos, never send
+            # past a completed stop string, and never split a character.
+            safe = len(text) - hold
+            for stop in params.stop:
+                at = text.find(stop)
+                if at >= 0:
+                    safe = min(safe, at)
+            while safe > sent and text[safe - 1] == "\ufffd":
+                safe -= 1
+            if safe > sent:
+                yield chunk(text[sent:safe], None)
+                sent = safe
+        (completion,) = await job
+        if not completion.ok:
+            error = {"error": {"message": completion.error, "type": str(completion.error_kind)}}
+            yield f"data: {json.dumps(error)}\n\n"
+        else:
+            final = _visible(completion.action_text, completion.stop_string,
+                             body.include_stop_str_in_output)
+            yield chunk(final[sent:], _finish(completion), completion.stop_string)
+        yield "data: [DONE]\n\n"
+
+    return app
+
+
+@contextmanager
+def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Run ``app`` with uvicorn in a background thread; yields the base URL (``…/v1``).
+
+    ``port=0`` picks a free port. The server stops when the block exits.
+    """
+    import uvicorn
+
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="coa-serve", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the server did not start")
+        time.sleep(0.01)
+    bound = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://{host}:{bound}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
