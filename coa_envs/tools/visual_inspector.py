@@ -48,9 +48,9 @@ def parse_file_query(query: str, files: tuple[str, ...]) -> tuple[str | None, st
                 return path, tail.strip()
     for path in candidates:
         for token in (path, Path(path).name):
-            if token and token in query:
-                question = query.replace(token, "", 1).replace("|", " ")
-                return path, " ".join(question.split())
+            if token and token in query:  # the sentence around the name is the question
+                question = " ".join(query.replace("|", " ").split())
+                return path, "" if question == token else question
     if len(files) == 1:
         return files[0], query.replace("|", " ").strip()
     return None, query
