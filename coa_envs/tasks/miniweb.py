@@ -5,7 +5,7 @@ and tools (the search index file, the crawl allow-list) can only be configured o
 server runs. This module therefore offers the env a *family runtime*:
 :func:`open_runtime` starts (or joins) the process's shared mini-web server and returns
 the loader options (``base_url``) and tool overrides (``web_search.path`` = the exported
-page index, ``crawl_page.allow_hosts`` = the server's host) the env merges into its
+page index, ``crawl_page.allow_hosts`` = the server's ``host:port`` only) the env merges into its
 config; the env's ``close()`` closes the runtime and the last user stops the server.
 
 To run the tasks against a server you started yourself (``with coa_envs.miniweb.serve()
@@ -63,8 +63,11 @@ def load_tasks(
 
 
 def _tool_overrides(base_url: str, pages_path: str | None) -> dict[str, dict[str, Any]]:
-    host = urlsplit(base_url).hostname or "127.0.0.1"
-    overrides: dict[str, dict[str, Any]] = {"crawl_page": {"allow_hosts": [host]}}
+    # Open exactly this server (host and port) to the crawler; the rest of loopback stays shut.
+    parts = urlsplit(base_url)
+    host = parts.hostname or "127.0.0.1"
+    endpoint = f"[{host}]:{parts.port or 80}" if ":" in host else f"{host}:{parts.port or 80}"
+    overrides: dict[str, dict[str, Any]] = {"crawl_page": {"allow_hosts": [endpoint]}}
     if pages_path is not None:
         overrides["web_search"] = {"path": pages_path}
     return overrides

@@ -65,6 +65,9 @@ def test_wrong_answer_and_broken_links_are_observations_not_crashes(web):
         assert not terminated and "404" in observation and info["error_kind"]
         observation, _, _, _, info = env.step("<crawl_page>http://10.1.2.3/admin</crawl_page>")
         assert info["error_kind"] == "blocked_url"
+        with serve(5) as neighbour:  # another service on 127.0.0.1: not this env's server
+            observation, _, _, _, info = env.step(f"<crawl_page>{neighbour.url('/')}</crawl_page>")
+            assert info["error_kind"] == "blocked_url" and neighbour.hits.total() == 0
         _, reward, terminated, _, _ = env.step("<answer>certainly not this</answer>")
         assert terminated and reward == 0.0
     finally:
@@ -79,7 +82,7 @@ def test_default_make_serves_itself_and_close_stops_the_server():
         assert other.unwrapped._runtime.server is server  # one shared server per process
         base = env.unwrapped.config.tasks["base_url"]
         assert base == server.base_url and base.startswith("http://127.0.0.1:")
-        assert env.unwrapped.config.tools["crawl_page"]["allow_hosts"] == ["127.0.0.1"]
+        assert env.unwrapped.config.tools["crawl_page"]["allow_hosts"] == [base[len("http://"):]]
         assert env.unwrapped.config.tools["web_search"]["path"] == str(server.pages_jsonl)
         env.reset(seed=1)
         reward, _ = _play(env, env.unwrapped.tasks[0].task_id)
@@ -127,3 +130,14 @@ def test_browser_backends_solve_the_javascript_task_and_a_walking_task(web, back
             assert reward == 1.0, (backend, task.task_id)
     finally:
         env.close()
+
+
+def test_port_scoped_allow_list_opens_one_service_only():
+    from coa_envs.web.ssrf import UrlGuard
+
+    guard = UrlGuard(["127.0.0.1:8080", "[::1]:9000"])
+    assert guard.check("http://127.0.0.1:8080/page").allowed
+    assert not guard.check("http://127.0.0.1:8081/page").allowed
+    assert not guard.check("http://127.0.0.1/page").allowed
+    assert guard.check("http://[::1]:9000/").allowed and not guard.check("http://[::1]:9001/").allowed
+    assert not guard.check("http://10.0.0.1:8080/").allowed
