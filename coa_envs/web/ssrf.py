@@ -99,6 +99,14 @@ def _blocked_reason(ip: IPAddress) -> str:
     return ""
 
 
+def _split_endpoint(entry: str) -> tuple[str, int] | None:
+    """``127.0.0.1:8080`` / ``[::1]:8080`` / ``host:8080`` -> (host, port); else None."""
+    host, sep, port = entry.rpartition(":")
+    if not sep or not port.isdigit() or not host or (":" in host and not host.startswith("[")):
+        return None
+    return host.strip("[]").rstrip("."), int(port)
+
+
 class UrlGuard:
     """Policy for agent-chosen URLs.
 
@@ -121,9 +129,15 @@ class UrlGuard:
         self._allowed_names: set[str] = set()
         self._allowed_suffixes: list[str] = []
         self._allowed_nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+        # ``host:port`` / ``[v6]:port`` entries open one service only (the mini-web's server).
+        self._allowed_endpoints: set[tuple[str, int]] = set()
         for entry in allow_hosts:
             entry = str(entry).strip().lower()
             if not entry:
+                continue
+            endpoint = _split_endpoint(entry)
+            if endpoint is not None:
+                self._allowed_endpoints.add(endpoint)
                 continue
             try:
                 self._allowed_nets.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
@@ -143,9 +157,11 @@ class UrlGuard:
         candidates = {ip, _embedded_ipv4(ip)}
         return any(c in net for c in candidates for net in self._allowed_nets if c.version == net.version)
 
-    def check_address(self, host: str, ip_text: str) -> str:
+    def check_address(self, host: str, ip_text: str, port: int | None = None) -> str:
         """Return ``""`` if ``ip_text`` (resolved from ``host``) may be contacted, else why not."""
         if self.allow_private or self._name_allowed(host):
+            return ""
+        if port is not None and {(host.lower().rstrip("."), port), (ip_text, port)} & self._allowed_endpoints:
             return ""
         try:
             ip = ipaddress.ip_address(ip_text)
@@ -168,7 +184,7 @@ class UrlGuard:
         if not addresses:
             return UrlVerdict("dns_error", "", f"host {host!r} has no addresses", host=host, port=port)
         for ip_text in addresses:
-            reason = self.check_address(host, ip_text)
+            reason = self.check_address(host, ip_text, port)
             if reason:
                 return UrlVerdict(
                     "blocked", "", f"{host} resolves to {ip_text} ({reason})", host=host, port=port
