@@ -1,0 +1,218 @@
+"""Code family loader: LiveCodeBench in the seed's verl parquet and in the official jsonl.
+
+Tests end up in ``Task.tests`` as one JSON-friendly dict, whatever the source:
+
+* ``{"kind": "stdin", "cases": [{"input": str, "output": str}, ...]}`` — run the program
+  with ``input`` on stdin, compare stdout with ``output``;
+* ``{"kind": "functional", "func_name": str, "cases": [...]}`` — official LiveCodeBench
+  LeetCode tests: ``input`` holds one JSON value per line (the arguments), ``output`` one
+  JSON value (the return value of ``Solution().<func_name>(*args)``);
+* ``{"kind": "assert", "func_name": str, "snippets": [str, ...]}`` — the verl files' LeetCode
+  tests: Python that calls the solution and asserts the result.
+
+The verl column ``reward_model.ground_truth`` is a JSON *string* inside a dict (sometimes the
+dict itself arrives as a JSON string); both layers are decoded here, once, so rewards never
+see raw strings (the seed's reward code crashed on exactly that).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import pickle
+import zlib
+from pathlib import Path
+from typing import Any
+
+from coa_envs.tasks import TaskDataError, iter_jsonl, require, resolve_path
+from coa_envs.types import Task
+
+__all__ = ["DATASETS", "load_tasks", "parse_ground_truth"]
+
+DATASETS = {
+    "v4": "pkg:data/code/livecodebench_v4.parquet",
+    "v5": "pkg:data/code/livecodebench_v5.parquet",
+}
+_TASK_MARKER = "\nTask:"
+
+
+def load_tasks(
+    path: str | None = None,
+    dataset: str = "v5",
+    format: str = "auto",
+    limit: int | None = None,
+    platform: str | None = None,
+) -> list[Task]:
+    """Load LiveCodeBench tasks.
+
+    ``path`` None uses the shipped verl file of ``dataset`` (``v4`` | ``v5``). ``format`` is
+    ``auto`` (by suffix), ``parquet`` (verl) or ``jsonl`` (official LiveCodeBench release
+    files, e.g. ``test5.jsonl``). ``platform`` keeps only ``atcoder``/``leetcode``/... tasks.
+    """
+    if path is None:
+        if dataset not in DATASETS:
+            raise ValueError(f"unknown LiveCodeBench dataset {dataset!r}; allowed: {sorted(DATASETS)}")
+        path = DATASETS[dataset]
+    resolved = resolve_path(path)
+    assert resolved is not None
+    if not resolved.exists():
+        raise FileNotFoundError(
+            f"code task file not found: {resolved}. Pass data_path= a verl parquet or an official "
+            "LiveCodeBench jsonl (huggingface.co/datasets/livecodebench/code_generation_lite)."
+        )
+    if format == "auto":
+        format = "parquet" if resolved.suffix == ".parquet" else "jsonl"
+    if format == "parquet":
+        tasks = _load_verl_parquet(resolved, dataset)
+    elif format == "jsonl":
+        tasks = _load_official_jsonl(resolved, dataset)
+    else:
+        raise ValueError(f"unknown code format {format!r}; allowed: auto, parquet, jsonl")
+    if platform is not None:
+        tasks = [t for t in tasks if t.metadata.get("platform") == platform]
+    return tasks[:limit] if limit else tasks
+
+
+def _json_value(value: Any, file: Path, row: int, field: str) -> Any:
+    """Decode ``value`` while it is a JSON string (handles JSON-in-JSON)."""
+    for _ in range(3):
+        if not isinstance(value, str):
+            return value
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise TaskDataError(file, row, field, "is not valid JSON") from None
+    return value
+
+
+def parse_ground_truth(
+    reward_model: Any, file: Path | str = "<memory>", row: int = 0, func_name: str | None = None
+) -> dict[str, Any]:
+    """Turn a verl ``reward_model`` (dict or JSON string) into our ``tests`` dict."""
+    file = Path(file)
+    reward_model = _json_value(reward_model, file, row, "reward_model")
+    if not isinstance(reward_model, dict):
+        raise TaskDataError(file, row, "reward_model", "is not an object")
+    truth = _json_value(require(reward_model, "ground_truth", file, row), file, row, "ground_truth")
+    if not isinstance(truth, dict):
+        raise TaskDataError(file, row, "reward_model.ground_truth", "is not an object")
+    if "functional" in truth:
+        snippets = truth["functional"]
+        snippets = [snippets] if isinstance(snippets, str) else snippets
+        if not snippets or not all(isinstance(s, str) and s.strip() for s in snippets):
+            raise TaskDataError(file, row, "reward_model.ground_truth.functional", "is empty")
+        return {"kind": "assert", "func_name": func_name, "snippets": list(snippets)}
+    inputs = require(truth, "stdin", file, row)
+    outputs = require(truth, "expected_output", file, row)
+    if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
+        raise TaskDataError(file, row, "reward_model.ground_truth", "needs equal stdin/expected_output lists")
+    if not inputs:
+        raise TaskDataError(file, row, "reward_model.ground_truth.stdin", "is empty")
+    cases = [{"input": str(i), "output": str(o)} for i, o in zip(inputs, outputs, strict=True)]
+    return {"kind": "stdin", "cases": cases}
+
+
+def _load_verl_parquet(file: Path, dataset: str) -> list[Task]:
+    import pyarrow.parquet as pq
+
+    tasks = []
+    for row_number, row in enumerate(pq.read_table(file).to_pylist(), start=1):
+        prompt = row.get("prompt")
+        if not isinstance(prompt, list) or not prompt or not isinstance(prompt[-1], dict):
+            raise TaskDataError(file, row_number, "prompt", "is not a list of chat messages")
+        content = require(prompt[-1], "content", file, row_number)
+        at = content.rfind(_TASK_MARKER)
+        question = content[at + len(_TASK_MARKER) :] if at >= 0 else content
+        extra = row.get("extra_info") or {}
+        meta = _json_value(extra.get("metadata") or "{}", file, row_number, "extra_info.metadata")
+        func_name = meta.get("func_name") if isinstance(meta, dict) else None
+        tests = parse_ground_truth(row.get("reward_model"), file, row_number, func_name)
+        source = row.get("data_source") or f"livecodebench_{dataset}"
+        task_id = str(extra.get("index") or f"{source}-{row_number - 1}")
+        tasks.append(
+            Task(
+                task_id=task_id,
+                question=question.strip(),
+                tests=tests,
+                metadata={
+                    "data_source": source,
+                    "platform": extra.get("platform"),
+                    "difficulty": extra.get("difficulty"),
+                    "contest_date": extra.get("contest_date"),
+                    "title": extra.get("question_title"),
+                    "starter_code": extra.get("starter_code") or "",
+                    "func_name": func_name,
+                    "source_prompt": content,
+                },
+            )
+        )
+    return tasks
+
+
+class _StringsOnly(pickle.Unpickler):
+    """The official release pickles its private tests (a str): refuse anything else."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from test data")
+
+
+def _decode_cases(value: Any, file: Path, row: int, field: str) -> list[dict[str, Any]]:
+    if value in (None, "", []):
+        return []
+    if isinstance(value, str) and not value.lstrip().startswith("["):
+        try:  # newer releases: base64(zlib(pickle(json string)))
+            raw = zlib.decompress(base64.b64decode(value))
+            value = _StringsOnly(io.BytesIO(raw)).load()
+        except Exception as exc:
+            raise TaskDataError(file, row, field, f"cannot be decoded ({type(exc).__name__})") from None
+    cases = _json_value(value, file, row, field)
+    if not isinstance(cases, list) or not all(isinstance(c, dict) for c in cases):
+        raise TaskDataError(file, row, field, "is not a list of test objects")
+    for c in cases:
+        if "input" not in c or "output" not in c:
+            raise TaskDataError(file, row, field, "has a test without input/output")
+    return cases
+
+
+def _load_official_jsonl(file: Path, dataset: str) -> list[Task]:
+    tasks = []
+    for row_number, record in iter_jsonl(file):
+        content = require(record, "question_content", file, row_number)
+        question_id = str(require(record, "question_id", file, row_number))
+        cases = _decode_cases(record.get("public_test_cases"), file, row_number, "public_test_cases")
+        cases += _decode_cases(record.get("private_test_cases"), file, row_number, "private_test_cases")
+        if not cases:
+            raise TaskDataError(file, row_number, "public_test_cases")
+        meta = _json_value(record.get("metadata") or "{}", file, row_number, "metadata")
+        func_name = meta.get("func_name") if isinstance(meta, dict) else None
+        functional = any(c.get("testtype") == "functional" for c in cases)
+        if functional and not func_name:
+            raise TaskDataError(file, row_number, "metadata.func_name")
+        pairs = [{"input": str(c["input"]), "output": str(c["output"])} for c in cases]
+        tests = (
+            {"kind": "functional", "func_name": func_name, "cases": pairs}
+            if functional
+            else {"kind": "stdin", "cases": pairs}
+        )
+        starter = record.get("starter_code") or ""
+        question = content.strip()
+        if starter:
+            question += f"\n\nYou will use the following starter code to write the solution:\n```python\n{starter}\n```"
+        tasks.append(
+            Task(
+                task_id=question_id,
+                question=question,
+                tests=tests,
+                metadata={
+                    "data_source": f"livecodebench_{dataset}",
+                    "platform": record.get("platform"),
+                    "difficulty": record.get("difficulty"),
+                    "contest_date": record.get("contest_date"),
+                    "title": record.get("question_title"),
+                    "starter_code": starter,
+                    "func_name": func_name,
+                },
+            )
+        )
+    return tasks
