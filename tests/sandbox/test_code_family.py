@@ -1,0 +1,224 @@
+"""The code family end to end: LiveCodeBench loading and the all-tests-pass reward.
+
+No reference solutions ship with the data, so these tests carry their own correct and
+wrong programs for a few problems (stdin- and function-style) and check reward 1 / 0.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import pickle
+import zlib
+
+import pytest
+
+from coa_envs.rewards.code_tests import build, extract_code, outputs_match
+from coa_envs.tasks import TaskDataError
+from coa_envs.tasks.code import load_tasks, parse_ground_truth
+from coa_envs.types import Task
+
+
+@pytest.fixture(scope="module")
+def v5():
+    return {t.task_id: t for t in load_tasks(dataset="v5")}
+
+
+@pytest.fixture(scope="module")
+def v4():
+    return {t.task_id: t for t in load_tasks(dataset="v4")}
+
+
+@pytest.fixture(scope="module")
+def reward():
+    return build(cpu_s=4, wall_s=8)
+
+
+def fenced(code: str) -> str:
+    return f"<think>done</think>\n```python\n{code}\n```"
+
+
+SAN_RIGHT = "s = input().strip()\nprint('Yes' if s.endswith('san') else 'No')"
+SAN_WRONG = "input()\nprint('Yes')"
+LUNCH_RIGHT = """
+n = int(input())
+k = list(map(int, input().split()))
+total = sum(k)
+best = total
+for mask in range(1 << n):
+    a = sum(k[i] for i in range(n) if mask >> i & 1)
+    best = min(best, max(a, total - a))
+print(best)
+"""
+LUNCH_WRONG = """
+n = int(input())
+k = sorted(map(int, input().split()), reverse=True)
+a = b = 0
+for x in k:
+    if a <= b:
+        a += x
+    else:
+        b += x
+print(max(a, b) + 1)
+"""
+KCONSTRAINT_RIGHT = """
+class Solution:
+    def countKConstraintSubstrings(self, s: str, k: int) -> int:
+        count = 0
+        for i in range(len(s)):
+            for j in range(i + 1, len(s) + 1):
+                part = s[i:j]
+                if part.count('0') <= k or part.count('1') <= k:
+                    count += 1
+        return count
+"""
+KCONSTRAINT_WRONG = KCONSTRAINT_RIGHT.replace("or part.count", "and part.count")
+XSUM_RIGHT = """
+class Solution:
+    def findXSum(self, nums: List[int], k: int, x: int) -> List[int]:
+        out = []
+        for i in range(len(nums) - k + 1):
+            window = nums[i:i + k]
+            counts = Counter(window)
+            top = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)[:x]
+            out.append(sum(value * times for value, times in top))
+        return out
+"""
+XSUM_WRONG = XSUM_RIGHT.replace("[:x]", "[: x - 1]")  # off by one: drops an element
+
+
+@pytest.mark.parametrize(
+    ("dataset", "task_id", "right", "wrong"),
+    [
+        ("v5", "abc374_a", SAN_RIGHT, SAN_WRONG),
+        ("v5", "abc374_c", LUNCH_RIGHT, LUNCH_WRONG),
+        ("v4", "3543", KCONSTRAINT_RIGHT, KCONSTRAINT_WRONG),
+        ("v5", "3610", XSUM_RIGHT, XSUM_WRONG),
+    ],
+    ids=["stdin-san", "stdin-lunch", "assert-kconstraint", "assert-xsum"],
+)
+def test_reference_solutions_score_one_and_wrong_ones_zero(reward, v4, v5, dataset, task_id, right, wrong):
+    task = (v5 if dataset == "v5" else v4)[task_id]
+    good = reward(fenced(right), task)
+    assert good.score == 1.0, good.details
+    assert good.details["passed"] == good.details["total"] >= 1
+    bad = reward(fenced(wrong), task)
+    assert bad.score == 0.0
+    assert any(t["reason"] == "wrong_answer" for t in bad.details["tests"] if not t["passed"]) or any(
+        "AssertionError" in t.get("stderr", "") for t in bad.details["tests"]
+    )
+
+
+def test_per_test_status_reports_timeouts_and_crashes(v5):
+    task = v5["abc374_a"]
+    slow = build(cpu_s=1, wall_s=2)(fenced("while True:\n    pass"), task)
+    assert slow.score == 0.0
+    assert {t["reason"] for t in slow.details["tests"]} == {"time_limit"}
+    crash = build()(fenced("raise ValueError('boom')"), task)
+    assert {t["reason"] for t in crash.details["tests"]} == {"runtime_error"}
+    assert "ValueError: boom" in crash.details["tests"][0]["stderr"]
+
+
+def test_answer_without_code_scores_zero(v5):
+    result = build()("", v5["abc374_a"])
+    assert result.score == 0.0 and result.details["code_found"] is False
+
+
+def test_code_extraction_prefers_the_last_python_block():
+    answer = "```text\nnot code\n```\nfirst:\n```py\nprint(1)\n```\nfinal:\n```python\nprint(2)\n```"
+    assert extract_code(answer) == "print(2)"
+    assert extract_code("print(3)") == "print(3)"
+    assert extract_code("```\nprint(4)\n```") == "print(4)"
+
+
+def test_output_comparison_normalises_whitespace_per_line():
+    assert outputs_match("1  2 \n3\n\n", "1 2\n3")
+    assert outputs_match("1.50\n", "1.5\n")  # numeric tokens compared as decimals
+    assert not outputs_match("1 2\n", "12\n")
+    assert not outputs_match("Yes\n", "yes\n")
+
+
+def test_ground_truth_json_string_inside_dict_and_dict_as_string():
+    truth = json.dumps({"stdin": ["1\n"], "expected_output": ["2\n"]})
+    as_dict = parse_ground_truth({"ground_truth": truth, "style": "rule"})
+    as_text = parse_ground_truth(json.dumps({"ground_truth": truth}))
+    assert as_dict == as_text == {"kind": "stdin", "cases": [{"input": "1\n", "output": "2\n"}]}
+    functional = parse_ground_truth({"ground_truth": json.dumps({"functional": "assert True"})})
+    assert functional["kind"] == "assert"
+
+
+@pytest.mark.parametrize(
+    ("reward_model", "field"),
+    [
+        ({"style": "rule"}, "ground_truth"),
+        ({"ground_truth": json.dumps({"stdin": ["1"]})}, "expected_output"),
+        ({"ground_truth": "{not json"}, "ground_truth"),
+        ({"ground_truth": json.dumps({"stdin": ["1"], "expected_output": []})}, "reward_model.ground_truth"),
+    ],
+)
+def test_missing_or_broken_ground_truth_names_the_field(reward_model, field):
+    with pytest.raises(TaskDataError) as error:
+        parse_ground_truth(reward_model, "lcb.parquet", 7)
+    assert error.value.field == field and error.value.row == 7
+
+
+def _official_row(question_id: str, tests: list[dict], private: list[dict], **extra) -> dict:
+    packed = base64.b64encode(zlib.compress(pickle.dumps(json.dumps(private)))).decode()
+    row = {
+        "question_title": "t",
+        "question_content": "Add the numbers.",
+        "platform": "leetcode",
+        "question_id": question_id,
+        "contest_id": "c",
+        "contest_date": "2024-01-01T00:00:00",
+        "difficulty": "easy",
+        "public_test_cases": json.dumps(tests),
+        "private_test_cases": packed,
+    }
+    row.update(extra)
+    return row
+
+
+def test_official_jsonl_functional_and_stdin_tasks(tmp_path, reward):
+    functional = [{"input": "[1, 2]\n3", "output": "6", "testtype": "functional"}]
+    rows = [
+        _official_row(
+            "f1",
+            functional,
+            [{"input": "[]\n0", "output": "0", "testtype": "functional"}],
+            starter_code="class Solution:\n    def total(self, nums: List[int], extra: int) -> int:\n",
+            metadata=json.dumps({"func_name": "total"}),
+        ),
+        _official_row("s1", [{"input": "2 3\n", "output": "5\n", "testtype": "stdin"}], [], platform="atcoder"),
+    ]
+    path = tmp_path / "test.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    tasks = {t.task_id: t for t in load_tasks(str(path))}
+    assert tasks["f1"].tests["kind"] == "functional" and len(tasks["f1"].tests["cases"]) == 2
+    assert "starter code" in tasks["f1"].question
+    right = (
+        "class Solution:\n    def total(self, nums: List[int], extra: int) -> int:\n        return sum(nums) + extra"
+    )
+    assert reward(fenced(right), tasks["f1"]).score == 1.0
+    assert reward(fenced(right.replace("+ extra", "- extra")), tasks["f1"]).score == 0.0
+    assert reward(fenced("a, b = map(int, input().split())\nprint(a + b)"), tasks["s1"]).score == 1.0
+    assert reward(fenced("print(5 + 1)"), tasks["s1"]).score == 0.0
+
+
+def test_official_jsonl_refuses_pickled_objects(tmp_path):
+    evil = base64.b64encode(zlib.compress(pickle.dumps(Task("x", "y")))).decode()
+    row = _official_row("e1", [{"input": "1", "output": "1", "testtype": "stdin"}], [])
+    row["private_test_cases"] = evil
+    path = tmp_path / "evil.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(TaskDataError) as error:
+        load_tasks(str(path))
+    assert error.value.field == "private_test_cases"
+
+
+def test_shipped_datasets_load_with_both_test_kinds(v4, v5):
+    assert len(v4) == 100 and len(v5) == 167
+    kinds = {t.tests["kind"] for t in v5.values()}
+    assert kinds == {"stdin", "assert"}
+    assert not v5["abc374_a"].question.startswith("You are an expert")  # seed instructions dropped
+    assert v5["3610"].metadata["func_name"] == "findXSum"
