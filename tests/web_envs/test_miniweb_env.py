@@ -141,3 +141,23 @@ def test_port_scoped_allow_list_opens_one_service_only():
     assert not guard.check("http://127.0.0.1/page").allowed
     assert guard.check("http://[::1]:9000/").allowed and not guard.check("http://[::1]:9001/").allowed
     assert not guard.check("http://10.0.0.1:8080/").allowed
+
+
+def test_concurrent_episodes_share_one_server_without_errors(web):
+    """Rollout workers run many episodes at once against one mini-web; none may fail."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    envs = [gym.make("coa/MiniWeb-v0", **make_kwargs(web)) for _ in range(8)]
+    try:
+        task_ids = [t.task_id for t in envs[0].unwrapped.tasks]
+
+        def run(index: int) -> list[float]:
+            env = envs[index]
+            return [_play(env, task_ids[index % len(task_ids)])[0]]
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            rewards = [r for batch in pool.map(run, range(8)) for r in batch]
+        assert rewards == [1.0] * 8
+    finally:
+        for env in envs:
+            env.close()
