@@ -8,6 +8,7 @@ import typer
 
 from coa_envs.cli.eval import eval_command
 from coa_envs.cli.retriever import app as retriever_app
+from coa_envs.cli.serve import serve_command
 from coa_envs.cli.train import train_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Chain-of-Agents environments.")
@@ -37,6 +38,7 @@ def list_envs(as_json: bool = typer.Option(False, "--json", help="Print JSON ins
 app.command("eval")(eval_command)
 app.add_typer(retriever_app, name="retriever")
 app.add_typer(train_app, name="train")
+app.command("serve")(serve_command)
 
 
 if __name__ == "__main__":

@@ -134,3 +134,40 @@ def test_context_overflow_is_a_400(tiny_tokenizer, tiny_model):
         (completion,) = client.generate([GenerationRequest(token_ids=tuple(range(3, 40)))],
                                         SamplingParams())
         assert completion.error_kind == "context_overflow"
+
+
+@pytest.mark.slow
+def test_coa_serve_cli_starts_and_answers(tmp_path):
+    """The real command in a subprocess: writes the tiny model, serves, answers, stops."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, "-m", "coa_envs.cli.main", "serve", "--tiny", str(tmp_path / "m"),
+               "--port", str(port), "--served-model-name", "tiny-cli"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(600):
+            if process.poll() is not None:
+                raise AssertionError(process.stdout.read().decode())
+            try:
+                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        models = httpx.get(f"{base}/v1/models").json()
+        assert models["data"][0]["id"] == "tiny-cli"
+        reply = httpx.post(f"{base}/v1/chat/completions", json={
+            "model": "tiny-cli", "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 5, "logprobs": True}).json()
+        assert len(reply["choices"][0]["logprobs"]["content"]) >= 1
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

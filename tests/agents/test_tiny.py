@@ -61,3 +61,21 @@ def test_save_and_load_offline(tokenizer, tmp_path):
     with torch.no_grad():
         assert torch.allclose(model(ids).logits, loaded_model(ids).logits)
     assert loaded_model.config.vocab_size == len(tokenizer)
+
+
+def test_vllm_engine_generates_token_exact_completions(tmp_path, tokenizer):
+    """Runs wherever vllm is importable (GPU machines with the [vllm] extra)."""
+    pytest.importorskip("vllm", reason="vllm is not installed (optional [vllm] extra, GPU only)")
+    from agents.engines import GenerationRequest, SamplingParams
+    from agents.engines.vllm import VLLMEngine
+
+    save_tiny(tmp_path, tokenizer)
+    engine = VLLMEngine(str(tmp_path), dtype="float32", gpu_memory_utilization=0.2,
+                        max_model_len=1024, enforce_eager=True)
+    prompt = tuple(tokenizer.encode("<|im_start|>assistant\n"))
+    completions = engine.generate([GenerationRequest(token_ids=prompt)] * 2,
+                                  SamplingParams(max_new_tokens=16, seed=3))
+    for completion in completions:
+        assert completion.ok
+        assert tokenizer.decode(list(completion.token_ids)) == completion.text
+        assert len(completion.logprobs) == len(completion.token_ids)
