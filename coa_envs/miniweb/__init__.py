@@ -17,11 +17,13 @@ from coa_envs.miniweb.site import (
     Site,
     build_site,
 )
+from coa_envs.miniweb.tasks import KINDS, build_tasks
 from coa_envs.miniweb.world import World, make_world
 
 __all__ = [
     "HUGE_PAGE_PATH",
     "JS_PAGE_PATH",
+    "KINDS",
     "MISSING_PAGE_PATH",
     "SLOW_PAGE_PATH",
     "MiniWebServer",
@@ -30,6 +32,7 @@ __all__ = [
     "World",
     "acquire_shared",
     "build_site",
+    "build_tasks",
     "make_world",
     "release_shared",
     "serve",
