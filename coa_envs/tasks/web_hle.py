@@ -98,6 +98,10 @@ def _hub_rows() -> Iterable[tuple[Path, int, dict[str, Any]]] | None:
     except ImportError:
         return None
     table = datasets.load_dataset(HLE_REPO, split="test")
+    # Preview images are decoded Image features (PIL); the loader only needs the data URI.
+    drop = [c for c in ("image_preview", "rationale_image") if c in table.column_names]
+    if drop:
+        table = table.remove_columns(drop)
     source = Path(f"hf://datasets/{HLE_REPO}")
     return ((source, number, dict(row)) for number, row in enumerate(table, 1))
 
