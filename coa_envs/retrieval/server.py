@@ -9,8 +9,8 @@ therefore adds no waiting time, and a busy one amortises tokenisation/encoding o
 concurrent rollouts. fastapi and uvicorn are imported only here (the ``serve`` extra).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: FastAPI must resolve the request model, which is
+# defined inside create_app (pydantic/fastapi stay lazy imports), from real annotations.
 import asyncio
 import contextlib
 import json

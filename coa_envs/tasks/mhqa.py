@@ -96,7 +96,7 @@ def row_to_task(row: dict[str, Any], *, fmt: str, dataset: str, split: str, file
     row_format = _detect(row) if fmt == "auto" else fmt
     question = str(require(row, "question", file, number)).strip()
     golds = _golds(row, row_format, file, number)
-    raw_id = row.get("id", row.get("_id", row.get("qid")))
+    raw_id = next((row[key] for key in ("id", "_id", "qid", "question_id") if row.get(key) is not None), None)
     task_id = f"{dataset}-{raw_id}" if raw_id is not None else f"{dataset}-{split}-{number:05d}"
     keep = {k: v for k, v in row.items() if k not in ("question", "golden_answers", "answer")}
     metadata = {

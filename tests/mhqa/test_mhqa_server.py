@@ -1,0 +1,155 @@
+"""The Search-R1 HTTP API: our server answers it, our client speaks it, and a server that is
+down or silent becomes a bounded, retried failure instead of a hang."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+pytest.importorskip("fastapi", reason="the retrieval server needs the [serve] extra")
+pytest.importorskip("uvicorn", reason="the retrieval server needs the [serve] extra")
+
+from coa_envs.retrieval import RetrieverUnavailable, open_retriever
+from coa_envs.retrieval.remote import RemoteRetriever
+from coa_envs.retrieval.server import serve_in_thread
+
+
+@pytest.fixture(scope="module")
+def server(small_index):
+    local = open_retriever("bm25", index=str(small_index))
+    with serve_in_thread(local) as url:
+        yield url, local
+
+
+def test_server_speaks_the_search_r1_wire_format(server):
+    url, _ = server
+    body = {"queries": ["capital of Hungary", "Beagle"], "topk": 2, "return_scores": True}
+    result = httpx.post(f"{url}/retrieve", json=body, timeout=5).json()["result"]
+    assert len(result) == 2 and len(result[0]) == 2
+    first = result[0][0]
+    assert set(first) == {"document", "score"} and set(first["document"]) == {"id", "contents"}
+    assert first["document"]["contents"].startswith("Budapest\n")
+    plain = httpx.post(f"{url}/retrieve", json={**body, "return_scores": False}, timeout=5).json()
+    assert plain["result"][1][0] == {"id": "6", "contents": result[1][0]["document"]["contents"]}
+
+
+def test_server_rejects_bad_requests_with_422(server):
+    url, _ = server
+    assert httpx.post(f"{url}/retrieve", json={"queries": [], "topk": 3}, timeout=5).status_code == 422
+    assert httpx.post(f"{url}/retrieve", json={"queries": ["x"], "topk": 0}, timeout=5).status_code == 422
+    assert httpx.get(f"{url}/health", timeout=5).json()["num_docs"] == 10
+
+
+def test_remote_client_matches_in_process_search(server):
+    url, local = server
+    client = RemoteRetriever(url)
+    queries = ["first Nobel Prize in Physics", "東京", "qwxzv", "river Europe Caspian"]
+    remote_hits = client.search(queries, k=3)
+    local_hits = local.search(queries, k=3)
+    assert [[h.passage for h in row] for row in remote_hits] == [[h.passage for h in row] for row in local_hits]
+    assert remote_hits[2] == []
+    client.close()
+
+
+def test_concurrent_requests_are_batched_and_answered_correctly(server):
+    url, local = server
+    client = RemoteRetriever(url)
+    queries = ["Carmen", "Petra Jordan", "Isar Bavaria", "Eiffel"] * 16
+    with ThreadPoolExecutor(16) as pool:
+        got = list(pool.map(lambda q: client.search([q], k=1)[0][0].passage.title, queries))
+    assert got == [local.search([q], k=1)[0][0].passage.title for q in queries]
+    client.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_server_down_fails_after_configured_retries():
+    client = RemoteRetriever(f"http://127.0.0.1:{_free_port()}", timeout_s=1, retries=2, backoff_s=0.01)
+    with pytest.raises(RetrieverUnavailable, match=r"3 attempt\(s\).*could not connect"):
+        client.search(["anything"])
+
+
+def test_silent_server_times_out_instead_of_hanging():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept_and_say_nothing() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept_and_say_nothing, daemon=True)
+    thread.start()
+    try:
+        client = RemoteRetriever(
+            f"http://127.0.0.1:{listener.getsockname()[1]}", timeout_s=0.3, retries=1, backoff_s=0.01
+        )
+        with pytest.raises(RetrieverUnavailable, match="timed out"):
+            client.search(["anything"])
+        assert len(accepted) == 2  # the first try and one retry
+    finally:
+        stop.set()
+        thread.join()
+        for conn in accepted:
+            conn.close()
+        listener.close()
+
+
+def test_client_validates_its_configuration():
+    with pytest.raises(ValueError, match="http"):
+        RemoteRetriever("ftp://example")
+    with pytest.raises(ValueError, match="retries"):
+        RemoteRetriever("http://127.0.0.1:1", retries=-1)
+
+
+def test_cli_serve_answers_until_stopped(small_index):
+    import subprocess
+    import sys
+
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "coa_envs.cli.main",
+            "retriever",
+            "serve",
+            "--index",
+            str(small_index),
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        client = RemoteRetriever(f"http://127.0.0.1:{port}", timeout_s=2, retries=0)
+        for _ in range(150):
+            try:
+                hits = client.search(["Budapest Hungary"], k=1)
+                break
+            except RetrieverUnavailable:
+                if process.poll() is not None:
+                    pytest.fail(process.stdout.read().decode())
+                time.sleep(0.1)
+        else:
+            pytest.fail("coa retriever serve did not come up")
+        assert hits[0][0].passage.title == "Budapest"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
