@@ -182,3 +182,42 @@ def test_make_without_data_says_how_to_get_it(env_id, must_mention):
         gym.make(env_id)
     for text in must_mention:
         assert text in str(caught.value)
+
+
+# -- Hugging Face Hub path (the network call is replaced; the loader's wiring is real) --------
+def test_hub_is_only_tried_with_a_token(monkeypatch):
+    from coa_envs.tasks import web_common
+
+    monkeypatch.delenv("COA_NO_HF_DOWNLOAD", raising=False)
+    monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
+    assert web_common.hf_authorised() is False
+    monkeypatch.setattr("huggingface_hub.get_token", lambda: "hf_x")
+    assert web_common.hf_authorised() is True
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert web_common.hf_authorised() is False
+
+
+def test_gaia_downloads_the_split_from_the_hub_when_authorised(monkeypatch):
+    calls = []
+
+    def fake_snapshot_download(**kwargs):
+        calls.append(kwargs)
+        return str(FIXTURES / "gaia")
+
+    monkeypatch.setattr("coa_envs.tasks.web_gaia.hf_authorised", lambda: True)
+    monkeypatch.setattr("huggingface_hub.snapshot_download", fake_snapshot_download)
+    assert len(load_tasks(dataset="gaia")) == 3
+    assert calls == [{"repo_id": "gaia-benchmark/GAIA", "repo_type": "dataset",
+                      "allow_patterns": ["2023/validation/*"]}]
+
+
+def test_hle_reads_the_hub_dataset_when_authorised(monkeypatch):
+    datasets = pytest.importorskip("datasets", reason="pip install datasets")
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(next((FIXTURES / "hle" / "data").glob("*.parquet"))).to_pylist()
+    monkeypatch.setattr("coa_envs.tasks.web_hle.hf_authorised", lambda: True)
+    monkeypatch.setattr(datasets, "load_dataset",
+                        lambda repo, split: datasets.Dataset.from_list(rows))
+    tasks = load_tasks(dataset="hle")
+    assert [t.gold[0] for t in tasks] == ["391", "C", "red"] and tasks[2].files
