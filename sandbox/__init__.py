@@ -1,7 +1,8 @@
 """Isolated execution of untrusted, model-written code.
 
 One API whatever the backend: ``run(code, stdin=None, limits=Limits()) -> ExecResult``, its
-``await arun(...)`` twin, and :class:`Session` for notebook-style multi-cell execution.
+``await arun(...)`` twin, and :class:`Session` for notebook-style multi-cell execution
+(``with Session() as s: s.run("x = 1"); s.run("print(x)")``).
 The backend comes from :func:`configure` or the ``COA_SANDBOX_BACKEND`` environment
 variable (``pool`` | ``subprocess`` | ``bwrap`` | ``nsjail`` | ``docker`` | ``auto``).
 This package imports nothing from the rest of the project.
@@ -14,6 +15,7 @@ import concurrent.futures
 import threading
 
 from sandbox.backends import BackendUnavailable, configure, default_backend, get_backend
+from sandbox.session import Session
 from sandbox.types import NSJAIL_SEED_PRESET, ExecResult, Limits, Status
 
 __all__ = [
@@ -21,6 +23,7 @@ __all__ = [
     "BackendUnavailable",
     "ExecResult",
     "Limits",
+    "Session",
     "Status",
     "arun",
     "configure",

@@ -18,7 +18,7 @@ import os
 import sys
 import types
 
-__all__ = ["STATUS_DENIED", "STATUS_MEMORY", "execute", "is_denial"]
+__all__ = ["STATUS_DENIED", "STATUS_MEMORY", "execute", "execute_cell", "is_denial", "new_main_module"]
 
 STATUS_DENIED = b"V"
 STATUS_MEMORY = b"M"
@@ -104,10 +104,50 @@ def _print_traceback(exc: BaseException) -> None:
     import traceback
 
     tb = exc.__traceback__
-    if tb is not None and tb.tb_frame.f_code is execute.__code__:
+    if tb is not None and tb.tb_frame.f_code is _run_in.__code__:
         tb = tb.tb_next  # hide the harness frame: show the traceback `python -c` would show
     with contextlib.suppress(Exception):
         traceback.print_exception(type(exc), exc, tb)
+
+
+def _run_in(namespace: dict, code: str, status_fd: int | None, filename: str) -> int:
+    """Execute ``code`` in ``namespace``; classify how it ended; return an exit code."""
+    import linecache
+
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    try:
+        exec(compile(code, filename, "exec"), namespace)
+    except SystemExit as exc:
+        return _exit_code(exc)
+    except MemoryError as exc:
+        _report(status_fd, STATUS_MEMORY)
+        _print_traceback(exc)
+        return 1
+    except BaseException as exc:
+        if is_denial(exc):
+            _report(status_fd, STATUS_DENIED)
+        _print_traceback(exc)
+        return 1
+    return 0
+
+
+def _flush(rc: int) -> int:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            rc = rc or 120  # like CPython when flushing stdout fails at exit
+    return rc
+
+
+def new_main_module(filename: str = "<sandbox>") -> types.ModuleType:
+    """A fresh ``__main__`` (installed in ``sys.modules``) for code that expects one."""
+    _install_process_limit_markers()
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = __builtins__
+    sys.modules["__main__"] = main
+    sys.argv = [filename]
+    return main
 
 
 def execute(code: str, status_fd: int | None = None, filename: str = "<sandbox>") -> int:
@@ -117,29 +157,10 @@ def execute(code: str, status_fd: int | None = None, filename: str = "<sandbox>"
     traceback and gives 1, non-daemon threads and ``atexit`` handlers run before the end.
     """
     import atexit
-    import linecache
 
-    _install_process_limit_markers()
     atexit._clear()  # handlers inherited from a forked worker are not the run's business
-    main = types.ModuleType("__main__")
-    main.__dict__["__builtins__"] = __builtins__
-    sys.modules["__main__"] = main
-    sys.argv = [filename]
-    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-    rc = 0
-    try:
-        exec(compile(code, filename, "exec"), main.__dict__)
-    except SystemExit as exc:
-        rc = _exit_code(exc)
-    except MemoryError as exc:
-        _report(status_fd, STATUS_MEMORY)
-        _print_traceback(exc)
-        rc = 1
-    except BaseException as exc:
-        if is_denial(exc):
-            _report(status_fd, STATUS_DENIED)
-        _print_traceback(exc)
-        rc = 1
+    main = new_main_module(filename)
+    rc = _run_in(main.__dict__, code, status_fd, filename)
     try:
         threading = sys.modules.get("threading")
         if threading is not None:
@@ -147,12 +168,15 @@ def execute(code: str, status_fd: int | None = None, filename: str = "<sandbox>"
         atexit._run_exitfuncs()
     except BaseException as exc:
         _print_traceback(exc)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BaseException:
-            rc = rc or 120  # like CPython when flushing stdout fails at exit
-    return rc
+    return _flush(rc)
+
+
+def execute_cell(code: str, main: types.ModuleType, status_fd: int | None, filename: str) -> int:
+    """One notebook cell: like :func:`execute` but the namespace outlives it.
+
+    ``SystemExit`` ends the cell, not the session.
+    """
+    return _flush(_run_in(main.__dict__, code, status_fd, filename))
 
 
 def _main(argv: list[str]) -> None:

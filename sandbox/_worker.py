@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox import _jail
-from sandbox._collect import classify, collect, hard_output_cap, to_text
-from sandbox._harness import execute
-from sandbox._limits import apply_rlimits, clean_environment
+from sandbox._child import close_all_except, run_once, serve_cells, wait_for_parent
+from sandbox._collect import Collected, classify, collect, hard_output_cap, to_text
 from sandbox._wire import FrameError, read_frame, write_frame
 from sandbox.types import Limits
 
@@ -44,78 +43,51 @@ class _Prepared:
     out_r: int
     err_r: int
     status_r: int
+    done_r: int = -1  # session children only: one frame per finished cell
     ready: bool = False
 
     def close(self) -> None:
-        for fd in (self.req_w, self.out_r, self.err_r, self.status_r, self.pidfd):
+        for fd in (self.req_w, self.out_r, self.err_r, self.status_r, self.done_r, self.pidfd):
             with contextlib.suppress(OSError):
                 os.close(fd)
-
-
-def _close_all_except(keep: set[int]) -> None:
-    low = 3
-    for fd in sorted(keep | {1 << 20}):
-        if fd >= low:
-            os.closerange(low, fd)
-            low = fd + 1
-
-
-def _wait_for_parent(worker_pid: int, timeout_s: float = 5.0) -> None:
-    """Block until we are re-parented to the worker.
-
-    The parent-death signal (set later) fires on *every* re-parenting, so setting it while
-    the intermediate process is still alive would kill us the moment it exits.
-    """
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with open("/proc/self/status", "rb") as handle:
-            for line in handle:
-                if line.startswith(b"PPid:"):
-                    if int(line.split()[1]) == worker_pid:
-                        return
-                    break
-        time.sleep(0.0005)
-    raise RuntimeError("run child was not re-parented to its worker")
-
-
-def _vm_size_bytes() -> int:
-    with open("/proc/self/status", "rb") as handle:  # binary: no codec import in the child
-        for line in handle:
-            if line.startswith(b"VmSize:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 class Worker:
     """State of one worker process; see the module docstring."""
 
     def __init__(self, config: dict[str, Any]) -> None:
-        self.uid = int(config["uid"])
+        self.uid = int(config.get("uid", 0))
         self.workdir = config.get("workdir", "/tmp/work")
         self.workdir_mb = int(config.get("workdir_mb", 64))
+        self.session = config.get("mode") == "session"
+        self.jail = bool(config.get("jail", True))
         self.notes: list[str] = []
-        keep = [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path, *config.get("keep", [])]
-        self.isolation = _jail.isolate_worker(config.get("hide", ["/root"]), keep)
-        if "user namespace" in self.isolation:
-            self.uid = 0  # only our own uid is mapped: runs keep it, minus every capability
+        self.seccomp = None
+        if self.jail:
+            keep = [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path, *config.get("keep", [])]
+            self.isolation = _jail.isolate_worker(config.get("hide", ["/root"]), keep)
+            if "user namespace" in self.isolation:
+                self.uid = 0  # only our own uid is mapped: runs keep it, minus every capability
+        else:
+            self.isolation = ["no isolation (rlimits and wall-clock kill only)"]
         for name in config.get("preload", []):
             try:
                 importlib.import_module(name)
             except Exception as exc:  # a missing optional module must not stop the pool
                 self.notes.append(f"preload {name} skipped: {type(exc).__name__}: {exc}")
-        self.seccomp = _jail.build_seccomp(allow_network=False) if config.get("seccomp") else None
-        self.isolation.append("seccomp filter" if self.seccomp else "no seccomp (pyseccomp absent)")
-        self.isolation += [
-            f"uid {self.uid}" if self.uid else "no capabilities",
-            "rlimits",
-            "no_new_privs",
-            "wall-clock kill",
-        ]
+        if self.jail:
+            self.seccomp = _jail.build_seccomp(allow_network=False) if config.get("seccomp") else None
+            self.isolation.append("seccomp filter" if self.seccomp else "no seccomp (pyseccomp absent)")
+            self.isolation += [f"uid {self.uid}" if self.uid else "no capabilities", "no_new_privs"]
+        self.isolation += ["rlimits", "wall-clock kill"]
         self.pid_ns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-        self.setns_works = True
+        self.setns_works = self.jail
         self.worker_pid = os.getpid()
-        _jail.become_subreaper()
         self.prepared: _Prepared | None = None
+        self.current: _Prepared | None = None  # the live session child, between cells
+        self.lost_state = False  # the last session child died: the next cell starts afresh
+        if self.jail:
+            _jail.become_subreaper()
         gc.freeze()  # keep the collector from touching (and so copying) inherited objects
 
     # -- the jailed child ---------------------------------------------------------------
@@ -124,10 +96,13 @@ class Worker:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         status_r, status_w = os.pipe()
-        pid = self._fork_in_new_pid_namespace(lambda: self._child(req_r, out_w, err_w, status_w))
-        for fd in (req_r, out_w, err_w, status_w):
-            os.close(fd)
-        return _Prepared(pid, os.pidfd_open(pid), req_w, out_r, err_r, status_r)
+        done_r, done_w = os.pipe() if self.session else (-1, -1)
+        fds = (req_r, out_w, err_w, status_w, done_w)
+        pid = self._fork_in_new_pid_namespace(lambda: self._child(*fds))
+        for fd in fds:
+            if fd >= 0:
+                os.close(fd)
+        return _Prepared(pid, os.pidfd_open(pid), req_w, out_r, err_r, status_r, done_r)
 
     def _fork_in_new_pid_namespace(self, child: Any) -> int:
         """Fork ``child`` as PID 1 of a new PID namespace; return its pid here.
@@ -142,6 +117,14 @@ class Worker:
             except _jail.JailError:
                 self.setns_works = False
         if self.setns_works:
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - runs in the child
+                try:
+                    child()
+                finally:
+                    os._exit(70)
+            return pid
+        if not self.jail:
             pid = os.fork()
             if pid == 0:  # pragma: no cover - runs in the child
                 try:
@@ -170,40 +153,29 @@ class Worker:
             raise RuntimeError("could not fork into a new PID namespace")
         return struct.unpack("=i", data)[0]
 
-    def _child(self, req_r: int, out_w: int, err_w: int, status_w: int) -> None:
+    def _child(self, req_r: int, out_w: int, err_w: int, status_w: int, done_w: int) -> None:
         try:
             null = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(null, fd)
-            _close_all_except({req_r, out_w, err_w, status_w})
-            if not self.setns_works:
-                _wait_for_parent(self.worker_pid)  # see _fork_in_new_pid_namespace
-            _jail.enter_run(self.workdir, self.uid, self.workdir_mb)
+            close_all_except({req_r, out_w, err_w, status_w, done_w})
+            if self.jail:
+                if not self.setns_works:
+                    wait_for_parent(self.worker_pid)  # see _fork_in_new_pid_namespace
+                _jail.enter_run(self.workdir, self.uid, self.workdir_mb)
+            else:
+                os.makedirs(self.workdir, exist_ok=True)
             os.chdir(self.workdir)
-            _jail.drop_privileges(self.uid, self.seccomp)
+            if self.jail:
+                _jail.drop_privileges(self.uid, self.seccomp)
             os.write(status_w, _READY)
         except BaseException as exc:
             os.write(status_w, _FAILED + f"{type(exc).__name__}: {exc}".encode()[:1000])
             os._exit(70)
-        try:
-            request = read_frame(req_r)
-        except FrameError:
-            os._exit(0)  # retired before use
-        try:
-            os.close(req_r)
-            limits = Limits(**request["limits"])
-            stdin_fd = os.memfd_create("stdin")
-            os.write(stdin_fd, request.get("stdin", "").encode("utf-8"))
-            os.lseek(stdin_fd, 0, os.SEEK_SET)
-            for source, target in ((stdin_fd, 0), (out_w, 1), (err_w, 2)):
-                os.dup2(source, target)
-                os.close(source)
-            _reset_process_state(self.workdir)
-            apply_rlimits(limits, address_space_base=_vm_size_bytes())
-        except BaseException as exc:  # a sandbox bug, not the code's: say so on stderr
-            os.write(2, f"sandbox setup failed: {exc!r}\n".encode())
-            os._exit(70)
-        os._exit(execute(request["code"], status_w))
+        if self.session:
+            serve_cells(req_r, out_w, err_w, status_w, done_w, self.workdir)
+            os._exit(0)
+        run_once(req_r, out_w, err_w, status_w, self.workdir)
 
     def _take_prepared(self) -> _Prepared:
         for attempt in range(2):
@@ -239,65 +211,97 @@ class Worker:
                 write_frame(prepared.req_w, request)
             os.close(prepared.req_w)
             prepared.req_w = -1
-            collected = collect(
-                prepared.out_r,
-                prepared.err_r,
-                prepared.status_r,
-                prepared.pidfd,
-                started + limits.wall_s,
-                hard_output_cap(limits),
-                lambda: os.kill(prepared.pid, signal.SIGKILL),  # PID 1: the namespace dies
-            )
+            collected = self._collect(prepared, prepared.pidfd, started, limits)
             _, wait_status, usage = os.wait4(prepared.pid, 0)
         finally:
             prepared.close()
         returncode = os.waitstatus_to_exitcode(wait_status)
-        cpu_s = usage.ru_utime + usage.ru_stime
-        stdout, cut_out = to_text(collected.stdout, limits.max_output_chars)
-        stderr, cut_err = to_text(collected.stderr, limits.max_output_chars)
-        return {
-            "stdout": stdout,
-            "stderr": stderr,
-            "exit_code": returncode,
-            "status": classify(returncode, collected, cpu_s, limits).value,
-            "wall_s": time.monotonic() - started,
-            "cpu_s": cpu_s,
-            "truncated": cut_out or cut_err or collected.output_killed,
-        }
+        return _result(collected, returncode, usage.ru_utime + usage.ru_stime, limits, started)
+
+    def _collect(self, child: _Prepared, done_fd: int, started: float, limits: Limits) -> Collected:
+        return collect(
+            child.out_r,
+            child.err_r,
+            child.status_r,
+            done_fd,
+            started + limits.wall_s,
+            hard_output_cap(limits),
+            lambda: os.kill(child.pid, signal.SIGKILL),  # PID 1: its whole namespace dies
+        )
+
+    def cell(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One cell of a session: state persists in ``self.current`` until it dies."""
+        limits = Limits(**request["limits"])
+        restarted, self.lost_state = self.lost_state, False
+        child = self.current = self.current or self._take_prepared()
+        started = time.monotonic()
+        with contextlib.suppress(BrokenPipeError):
+            write_frame(child.req_w, request)
+        collected = self._collect(child, child.done_r, started, limits)
+        done = None
+        if not (collected.wall_killed or collected.output_killed):
+            with contextlib.suppress(FrameError, OSError):
+                done = read_frame(child.done_r, time.monotonic() + 5)
+        if done is None:  # the cell killed the session (or we did): report how it died
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGKILL)
+            _, wait_status, usage = os.wait4(child.pid, 0)
+            child.close()
+            self.current, self.lost_state = None, True
+            returncode, cpu_s = os.waitstatus_to_exitcode(wait_status), usage.ru_utime + usage.ru_stime
+        else:
+            returncode, cpu_s = int(done["rc"]), float(done["cpu_s"])
+        response = _result(collected, returncode, cpu_s, limits, started)
+        response["session_restarted"] = restarted
+        response["session_alive"] = self.current is not None
+        return response
+
+    def reset(self) -> dict[str, Any]:
+        if self.current is not None:
+            self._discard(self.current)
+            self.current = None
+        self.lost_state = False
+        return {"reset": True}
 
     def serve(self, control_in: int, control_out: int) -> None:
         while True:
-            if self.prepared is None:
-                self.prepared = self.prepare()  # between runs, off the caller's clock
+            if self.prepared is None and self.current is None:
+                self.prepared = self.prepare()  # between requests, off the caller's clock
             try:
                 request = read_frame(control_in)
             except FrameError:
                 break
             response = {"id": request.get("id")}
+            op = request.get("op", "run")
             try:
-                response.update(self.run(request))
+                if op == "cell" and self.session:
+                    response.update(self.cell(request))
+                elif op == "reset" and self.session:
+                    response.update(self.reset())
+                elif op == "run" and not self.session:
+                    response.update(self.run(request))
+                else:
+                    response["internal_error"] = f"operation {op!r} not served by this worker"
             except Exception as exc:
                 response["internal_error"] = f"{type(exc).__name__}: {exc}"
             write_frame(control_out, response)
-        if self.prepared is not None:
-            self._discard(self.prepared)
+        for child in (self.prepared, self.current):
+            if child is not None:
+                self._discard(child)
 
 
-def _reset_process_state(workdir: str) -> None:
-    """Make the forked child look like a fresh interpreter to the code it runs."""
-    sys.stdin = sys.__stdin__ = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
-    sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
-    sys.stderr = sys.__stderr__ = open(  # noqa: SIM115
-        2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False
-    )
-    os.environ.clear()
-    os.environ.update(clean_environment(workdir))
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    if "random" in sys.modules:
-        sys.modules["random"].seed()
-    if "numpy" in sys.modules:
-        with contextlib.suppress(Exception):
-            sys.modules["numpy"].random.seed()
+def _result(collected: Collected, returncode: int, cpu_s: float, limits: Limits, started: float) -> dict[str, Any]:
+    stdout, cut_out = to_text(collected.stdout, limits.max_output_chars)
+    stderr, cut_err = to_text(collected.stderr, limits.max_output_chars)
+    return {
+        "stdout": stdout,
+        "stderr": stderr,
+        "exit_code": returncode,
+        "status": classify(returncode, collected, cpu_s, limits).value,
+        "wall_s": time.monotonic() - started,
+        "cpu_s": cpu_s,
+        "truncated": cut_out or cut_err or collected.output_killed,
+    }
 
 
 def main() -> None:

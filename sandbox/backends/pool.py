@@ -10,31 +10,23 @@ and a run that kills two workers is reported as a ``violation``.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import os
 import queue
-import signal
-import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
-from sandbox._limits import clean_environment
-from sandbox._wire import FrameError, read_frame, write_frame
+from sandbox._workerproc import WorkerLost, WorkerProcess
 from sandbox.backends.base import BackendUnavailable
 from sandbox.types import ExecResult, Limits, Status
 
 __all__ = ["DEFAULT_PRELOAD", "PoolBackend"]
 
 _log = logging.getLogger(__name__)
-_ROOT = str(Path(__file__).resolve().parents[2])
-_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from sandbox._worker import main; main()"
 #: Imported once per worker. numpy is the expensive one; the rest keep common solutions from
 #: reading the standard library from disk in every run.
 DEFAULT_PRELOAD = (
@@ -63,72 +55,6 @@ DEFAULT_PRELOAD = (
     "traceback",
 )
 _GRACE_S = 10.0  # the worker enforces the wall limit; this only catches a wedged worker
-
-
-class _WorkerLost(RuntimeError):
-    pass
-
-
-class _Worker:
-    """Parent-side handle of one worker process."""
-
-    def __init__(self, python: str, config: dict[str, Any], start_timeout_s: float) -> None:
-        env = clean_environment("/tmp")
-        self.proc = subprocess.Popen(
-            [python, "-I", "-B", "-c", _BOOT, _ROOT],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=None if os.environ.get("COA_SANDBOX_DEBUG") else subprocess.DEVNULL,
-            env=env,
-            bufsize=0,
-            start_new_session=True,  # a terminal's Ctrl-C goes to the caller, not the jail
-        )
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self._in, self._out = self.proc.stdin.fileno(), self.proc.stdout.fileno()
-        self.config = config
-        try:
-            write_frame(self._in, config)
-            hello = read_frame(self._out, time.monotonic() + start_timeout_s)
-        except (OSError, FrameError) as exc:
-            self.kill()
-            raise BackendUnavailable(f"sandbox worker did not start: {exc}") from exc
-        if not hello.get("ready"):
-            self.kill()
-            raise BackendUnavailable(f"sandbox worker cannot jail runs: {hello.get('error')}")
-        self.isolation: list[str] = hello["isolation"]
-        self.notes: list[str] = hello.get("notes", [])
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def call(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        try:
-            write_frame(self._in, request)
-            response = read_frame(self._out, time.monotonic() + timeout_s)
-        except (OSError, FrameError) as exc:
-            raise _WorkerLost(str(exc)) from exc
-        if response.get("id") != request["id"]:
-            raise _WorkerLost(f"answer for request {response.get('id')}, not {request['id']}")
-        if "internal_error" in response:
-            raise _WorkerLost(response["internal_error"])
-        return response
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            if pipe is not None:
-                pipe.close()
-
-    def stop(self) -> None:
-        """Ask politely (EOF on its request pipe), then kill."""
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=2)
-        self.kill()
 
 
 class PoolBackend:
@@ -174,8 +100,8 @@ class PoolBackend:
             for slot in range(self.size)
         ]
         self._ids = itertools.count(1)
-        self._idle: queue.Queue[_Worker] = queue.Queue()
-        self._workers: dict[int, _Worker] = {}
+        self._idle: queue.Queue[WorkerProcess] = queue.Queue()
+        self._workers: dict[int, WorkerProcess] = {}
         self._lock = threading.Lock()
         self._closed = False
         with ThreadPoolExecutor(self.size) as starter:
@@ -189,8 +115,8 @@ class PoolBackend:
         for note in first.notes:
             _log.info("sandbox pool: %s", note)
 
-    def _start(self, config: dict[str, Any]) -> _Worker:
-        worker = _Worker(self.python, config, self._start_timeout_s)
+    def _start(self, config: dict[str, Any]) -> WorkerProcess:
+        worker = WorkerProcess(self.python, config, self._start_timeout_s)
         with self._lock:
             if self._closed:
                 worker.stop()
@@ -208,7 +134,7 @@ class PoolBackend:
         """The unprivileged uids runs execute as, one per worker slot."""
         return [config["uid"] for config in self._configs]
 
-    def _acquire(self) -> _Worker:
+    def _acquire(self) -> WorkerProcess:
         while True:
             if self._closed:
                 raise BackendUnavailable("sandbox pool is closed")
@@ -219,7 +145,7 @@ class PoolBackend:
                     if not self._workers:
                         raise BackendUnavailable("sandbox pool has no live workers") from None
 
-    def _replace(self, worker: _Worker) -> None:
+    def _replace(self, worker: WorkerProcess) -> None:
         slot = worker.config["slot"]
         worker.kill()
         with self._lock:
@@ -241,7 +167,7 @@ class PoolBackend:
             worker = self._acquire()
             try:
                 response = worker.call(request, limits.wall_s + _GRACE_S)
-            except _WorkerLost as exc:
+            except WorkerLost as exc:
                 lost = str(exc)
                 _log.warning("sandbox pool: worker %d lost (%s); replacing", worker.pid, lost)
                 self._replace(worker)

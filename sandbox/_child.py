@@ -1,0 +1,135 @@
+"""What a forked, jailed child does once it holds a request: one run, or a session's cells.
+
+Runs in the child only (after :mod:`sandbox._jail` set it up). A *run* child executes one
+snippet and exits. A *session* child keeps one ``__main__`` namespace and executes cells
+until its request pipe closes; after each cell it writes a frame on its ``done`` pipe, so
+the worker knows the cell is over without the process having to exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import signal
+import sys
+import time
+
+from sandbox._harness import execute, execute_cell, new_main_module
+from sandbox._limits import apply_rlimits, clean_environment
+from sandbox._wire import FrameError, read_frame, write_frame
+from sandbox.types import Limits
+
+__all__ = ["close_all_except", "run_once", "serve_cells", "wait_for_parent"]
+
+
+def close_all_except(keep: set[int]) -> None:
+    low = 3
+    for fd in sorted(keep | {1 << 20}):
+        if fd >= low:
+            os.closerange(low, fd)
+            low = fd + 1
+
+
+def wait_for_parent(worker_pid: int, timeout_s: float = 5.0) -> None:
+    """Block until we are re-parented to the worker.
+
+    The parent-death signal (set later) fires on *every* re-parenting, so setting it while
+    the intermediate process is still alive would kill us the moment it exits.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with open("/proc/self/status", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"PPid:"):
+                    if int(line.split()[1]) == worker_pid:
+                        return
+                    break
+        time.sleep(0.0005)
+    raise RuntimeError("run child was not re-parented to its worker")
+
+
+def _vm_size_bytes() -> int:
+    with open("/proc/self/status", "rb") as handle:  # binary: no codec import in the child
+        for line in handle:
+            if line.startswith(b"VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _install_stdin(text: str) -> None:
+    stdin_fd = os.memfd_create("stdin")
+    os.write(stdin_fd, text.encode("utf-8"))
+    os.lseek(stdin_fd, 0, os.SEEK_SET)
+    os.dup2(stdin_fd, 0)
+    os.close(stdin_fd)
+    sys.stdin = sys.__stdin__ = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+
+
+def _reset_process_state(out_w: int, err_w: int, workdir: str) -> None:
+    """Make the forked child look like a fresh interpreter to the code it runs."""
+    for source, target in ((out_w, 1), (err_w, 2)):
+        os.dup2(source, target)
+        os.close(source)
+    sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    sys.stderr = sys.__stderr__ = open(  # noqa: SIM115
+        2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False
+    )
+    os.environ.clear()
+    os.environ.update(clean_environment(workdir))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if "random" in sys.modules:
+        sys.modules["random"].seed()
+    if "numpy.random" in sys.modules:  # only when preloaded: importing it costs ~30 ms
+        with contextlib.suppress(Exception):
+            sys.modules["numpy.random"].seed()
+
+
+def run_once(req_r: int, out_w: int, err_w: int, status_w: int, workdir: str) -> None:
+    """Wait for one request, run it, exit with its exit code. Never returns."""
+    try:
+        request = read_frame(req_r)
+    except FrameError:
+        os._exit(0)  # retired before use
+    try:
+        os.close(req_r)
+        _install_stdin(request.get("stdin", ""))
+        _reset_process_state(out_w, err_w, workdir)
+        apply_rlimits(Limits(**request["limits"]), address_space_base=_vm_size_bytes())
+    except BaseException as exc:  # a sandbox bug, not the code's: say so on stderr
+        os.write(2, f"sandbox setup failed: {exc!r}\n".encode())
+        os._exit(70)
+    os._exit(execute(request["code"], status_w))
+
+
+def _cpu_used() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def serve_cells(req_r: int, out_w: int, err_w: int, status_w: int, done_w: int, workdir: str) -> None:
+    """Session child: run cells in one namespace until the request pipe closes."""
+    _reset_process_state(out_w, err_w, workdir)
+    main = new_main_module("<cell>")
+    limited = False
+    number = 0
+    while True:
+        try:
+            request = read_frame(req_r)
+        except FrameError:
+            os._exit(0)
+        limits = Limits(**request["limits"])
+        if not limited:  # memory, processes, files: once, for the whole session
+            apply_rlimits(
+                limits.with_(cpu_s=float(request.get("session_cpu_s", 600))), address_space_base=_vm_size_bytes()
+            )
+            limited = True
+        before = _cpu_used()
+        soft = int(before + limits.cpu_s) + 1  # SIGXCPU at the cell's budget; wall kill backs it
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        resource.setrlimit(resource.RLIMIT_CPU, (min(soft, hard), hard))
+        _install_stdin(request.get("stdin", ""))
+        number += 1
+        rc = execute_cell(request["code"], main, status_w, f"<cell {number}>")
+        write_frame(done_w, {"rc": rc, "cpu_s": _cpu_used() - before})

@@ -1,0 +1,199 @@
+"""Stateful, notebook-like execution: variables persist from one ``run`` to the next.
+
+A :class:`Session` owns one dedicated worker process (in ``session`` mode) whose jailed
+child keeps a single ``__main__`` namespace for the whole episode. Each cell has its own
+wall-clock and CPU limits; a cell that times out, exhausts memory or kills its process
+loses the session's state, and the next cell starts from a fresh namespace (its result says
+so in ``stderr``). Starting a worker costs an interpreter start plus the preloaded imports,
+so one spare worker is kept warm in the background and handed to the next new session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import itertools
+import logging
+import queue
+import sys
+import threading
+from dataclasses import asdict
+from typing import Any
+
+from sandbox._workerproc import WorkerLost, WorkerProcess
+from sandbox.backends.base import BackendUnavailable
+from sandbox.backends.pool import DEFAULT_PRELOAD
+from sandbox.types import ExecResult, Limits, Status
+
+__all__ = ["RESTART_NOTE", "Session"]
+
+_log = logging.getLogger(__name__)
+RESTART_NOTE = "[sandbox: the previous cell ended the session; earlier variables are gone]\n"
+_GRACE_S = 10.0
+_UID_BASE = 62000
+_uids = itertools.count()
+_spares: dict[tuple, queue.Queue[WorkerProcess]] = {}
+_spares_lock = threading.Lock()
+
+
+def _config(jail: bool, preload: tuple[str, ...], workdir_mb: int, seccomp: bool) -> dict[str, Any]:
+    return {
+        "mode": "session",
+        "jail": jail,
+        "uid": _UID_BASE + next(_uids) % 1000,  # one uid per session: its own process budget
+        "preload": list(preload),
+        "workdir_mb": workdir_mb,
+        "seccomp": seccomp,
+    }
+
+
+class Session:
+    """One stateful interpreter. Thread-safe; use as a context manager or call :meth:`close`.
+
+    ``jail`` None means: namespaces when the kernel allows them, else the weak unjailed mode
+    (logged). ``session_cpu_s`` caps the CPU time of the whole session.
+    """
+
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        *,
+        jail: bool | None = None,
+        preload: tuple[str, ...] | list[str] = DEFAULT_PRELOAD,
+        python: str | None = None,
+        workdir_mb: int = 64,
+        seccomp: bool = True,
+        session_cpu_s: float = 600.0,
+        warm_spare: bool = True,
+        start_timeout_s: float = 60.0,
+    ) -> None:
+        self.limits = limits or Limits()
+        self.session_cpu_s = session_cpu_s
+        self._python = python or sys.executable
+        self._preload = tuple(preload)
+        self._workdir_mb, self._seccomp = workdir_mb, seccomp
+        self._warm_spare, self._start_timeout_s = warm_spare, start_timeout_s
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._closed = False
+        self.jail = jail
+        self._worker = self._start()
+        self.isolation = tuple(self._worker.isolation)
+
+    # -- worker lifecycle ---------------------------------------------------------------
+    def _key(self, jail: bool) -> tuple:
+        return (self._python, jail, self._preload, self._workdir_mb, self._seccomp)
+
+    def _spawn(self, jail: bool) -> WorkerProcess:
+        config = _config(jail, self._preload, self._workdir_mb, self._seccomp)
+        return WorkerProcess(self._python, config, self._start_timeout_s)
+
+    def _start(self) -> WorkerProcess:
+        if self.jail is None:
+            try:
+                worker = self._take_or_spawn(True)
+                self.jail = True
+                return worker
+            except BackendUnavailable as exc:
+                _log.warning("sandbox session: no namespaces (%s); running unjailed (weaker)", exc)
+                self.jail = False
+        return self._take_or_spawn(self.jail)
+
+    def _take_or_spawn(self, jail: bool) -> WorkerProcess:
+        key = self._key(jail)
+        with _spares_lock:
+            spares = _spares.setdefault(key, queue.Queue())
+        try:
+            worker = spares.get_nowait()
+        except queue.Empty:
+            worker = self._spawn(jail)
+        if self._warm_spare and spares.qsize() == 0:
+            threading.Thread(target=self._add_spare, args=(jail, spares), daemon=True).start()
+        return worker
+
+    def _add_spare(self, jail: bool, spares: queue.Queue[WorkerProcess]) -> None:
+        try:
+            spares.put(self._spawn(jail))
+        except BackendUnavailable as exc:
+            _log.debug("sandbox session: spare worker failed to start: %s", exc)
+
+    # -- cells --------------------------------------------------------------------------
+    def run(self, code: str, stdin: str | None = None, limits: Limits | None = None) -> ExecResult:
+        """Execute one cell; names it defines stay visible to later cells."""
+        limits = limits or self.limits
+        request = {
+            "op": "cell",
+            "code": code,
+            "stdin": stdin or "",
+            "limits": asdict(limits),
+            "session_cpu_s": self.session_cpu_s,
+        }
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("session is closed")
+            request["id"] = next(self._ids)
+            try:
+                response = self._worker.call(request, limits.wall_s + _GRACE_S)
+            except WorkerLost as exc:
+                self._worker.kill()
+                self._worker = self._start()
+                return ExecResult(
+                    "", RESTART_NOTE + f"sandbox session worker lost: {exc}\n", None, Status.ERROR, limits.wall_s, 0.0
+                )
+        stderr = response["stderr"]
+        if response.get("session_restarted"):
+            stderr = RESTART_NOTE + stderr
+        return ExecResult(
+            stdout=response["stdout"],
+            stderr=stderr,
+            exit_code=response["exit_code"],
+            status=Status(response["status"]),
+            wall_s=response["wall_s"],
+            cpu_s=response["cpu_s"],
+            truncated=response["truncated"],
+        )
+
+    async def arun(self, code: str, stdin: str | None = None, limits: Limits | None = None) -> ExecResult:
+        """Async :meth:`run`."""
+        return await asyncio.get_running_loop().run_in_executor(None, self.run, code, stdin, limits)
+
+    def reset(self) -> None:
+        """Forget every variable; the next cell starts from a fresh interpreter state."""
+        with self._lock:
+            try:
+                self._worker.call({"op": "reset", "id": next(self._ids)}, _GRACE_S)
+            except WorkerLost:
+                self._worker.kill()
+                self._worker = self._start()
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._worker.stop()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # a forgotten session must not leave a worker behind
+        if not getattr(self, "_closed", True):
+            with contextlib.suppress(Exception):
+                self._worker.stop()
+
+
+def _stop_spares() -> None:
+    with _spares_lock:
+        queues = list(_spares.values())
+    for spares in queues:
+        while True:
+            try:
+                spares.get_nowait().stop()
+            except queue.Empty:
+                break
+
+
+atexit.register(_stop_spares)
