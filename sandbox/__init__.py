@@ -10,9 +10,8 @@ This package imports nothing from the rest of the project.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import threading
+from typing import TYPE_CHECKING
 
 from sandbox.backends import BackendUnavailable, configure, default_backend, get_backend
 from sandbox.session import Session
@@ -32,7 +31,10 @@ __all__ = [
     "run",
 ]
 
-_executor: concurrent.futures.ThreadPoolExecutor | None = None
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
+_executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
 
 
@@ -41,17 +43,21 @@ def run(code: str, stdin: str | None = None, limits: Limits | None = None) -> Ex
     return default_backend().run(code, stdin=stdin, limits=limits or Limits())
 
 
-def _async_executor() -> concurrent.futures.ThreadPoolExecutor:
+def _async_executor() -> ThreadPoolExecutor:
     # A dedicated executor: asyncio's default one has only cpu_count + 4 threads, which
     # would cap concurrency far below what the pool can absorb while runs wait on I/O.
     global _executor
     with _executor_lock:
         if _executor is None:
-            _executor = concurrent.futures.ThreadPoolExecutor(64, thread_name_prefix="sandbox")
+            from concurrent.futures import ThreadPoolExecutor
+
+            _executor = ThreadPoolExecutor(64, thread_name_prefix="sandbox")
         return _executor
 
 
 async def arun(code: str, stdin: str | None = None, limits: Limits | None = None) -> ExecResult:
     """Async :func:`run`: awaits the result without blocking the event loop."""
+    import asyncio
+
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(_async_executor(), run, code, stdin, limits)

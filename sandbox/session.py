@@ -10,7 +10,6 @@ so one spare worker is kept warm in the background and handed to the next new se
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import contextlib
 import itertools
@@ -156,6 +155,8 @@ class Session:
 
     async def arun(self, code: str, stdin: str | None = None, limits: Limits | None = None) -> ExecResult:
         """Async :meth:`run`."""
+        import asyncio
+
         return await asyncio.get_running_loop().run_in_executor(None, self.run, code, stdin, limits)
 
     def reset(self) -> None:

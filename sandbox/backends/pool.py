@@ -16,7 +16,6 @@ import os
 import queue
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
 
@@ -104,6 +103,8 @@ class PoolBackend:
         self._workers: dict[int, WorkerProcess] = {}
         self._lock = threading.Lock()
         self._closed = False
+        from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(self.size) as starter:
             futures = [starter.submit(self._start, config) for config in self._configs]
         errors = [f.exception() for f in futures if f.exception() is not None]

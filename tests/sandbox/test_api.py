@@ -1,0 +1,135 @@
+"""The sandbox API as callers use it: results, limits, concurrency, crash recovery, backends."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import sandbox
+from sandbox import ExecResult, Limits, Status
+from sandbox.backends import BACKENDS, get_backend
+
+
+def test_stdin_stdout_and_exit_codes(pool):
+    echo = pool.run("import sys\nprint(sys.stdin.read().upper(), end='')", stdin="abc\ndef\n")
+    assert (echo.status, echo.stdout, echo.exit_code) == (Status.OK, "ABC\nDEF\n", 0)
+    exited = pool.run("import sys\nprint('partial')\nsys.exit(3)")
+    assert (exited.status, exited.exit_code, exited.stdout) == (Status.ERROR, 3, "partial\n")
+    crashed = pool.run("def f(:\n  pass")
+    assert crashed.status is Status.ERROR and "SyntaxError" in crashed.stderr
+    assert "_harness" not in crashed.stderr  # the traceback is the code's, not ours
+
+
+def test_preloaded_numpy_and_fresh_main_module(pool):
+    result = pool.run("import numpy as np\nprint(__name__, np.linalg.det(np.eye(3)))")
+    assert result.stdout == "__main__ 1.0\n"
+    leftover = pool.run("print('np' in globals())")
+    assert leftover.stdout == "False\n"  # every run starts from an empty namespace
+
+
+def test_output_is_cut_with_a_marker(pool):
+    result = pool.run("print('y' * 5000)", limits=Limits(max_output_chars=100))
+    assert result.truncated and result.status is Status.OK
+    assert result.stdout.startswith("y" * 100) and "truncated at 100 characters" in result.stdout
+
+
+def test_each_run_gets_its_own_empty_workdir(pool):
+    first = pool.run("import os\nopen('f.txt', 'w').write('x')\nprint(os.getcwd(), os.listdir('.'))")
+    second = pool.run("import os\nprint(os.listdir('.'))")
+    assert first.stdout.endswith("['f.txt']\n") and second.stdout == "[]\n"
+
+
+def test_many_concurrent_callers_get_exactly_their_own_answer(pool):
+    def call(i: int) -> tuple[int, ExecResult]:
+        return i, pool.run(f"print({i} * 3)")
+
+    with ThreadPoolExecutor(32) as executor:
+        results = list(executor.map(call, range(200)))
+    assert [r.stdout for _, r in results] == [f"{i * 3}\n" for i in range(200)]
+    assert all(r.status is Status.OK for _, r in results)
+
+
+def test_async_run_is_concurrent():
+    async def main() -> list[ExecResult]:
+        return await asyncio.gather(*(sandbox.arun(f"print({i})") for i in range(20)))
+
+    results = asyncio.run(main())
+    assert [r.stdout for r in results] == [f"{i}\n" for i in range(20)]
+
+
+def test_killed_worker_is_replaced_and_the_run_still_answers(fresh_pool):
+    (victim,) = fresh_pool.worker_pids()
+    os.kill(victim, signal.SIGKILL)
+    result = fresh_pool.run("print('still here')")
+    assert result.stdout == "still here\n"
+    assert fresh_pool.worker_pids() != [victim]
+
+
+def test_run_that_kills_its_worker_twice_is_a_violation(fresh_pool, monkeypatch):
+    # Simulate a run that takes its worker down: the worker dies while answering.
+    from sandbox._workerproc import WorkerLost, WorkerProcess
+
+    def always_lost(self, request, timeout_s):
+        raise WorkerLost("worker died")
+
+    monkeypatch.setattr(WorkerProcess, "call", always_lost)
+    result = fresh_pool.run("print(1)")
+    assert result.status is Status.VIOLATION and "two workers" in result.stderr
+
+
+def test_pool_reports_its_isolation_layers(pool):
+    layers = " ".join(pool.isolation)
+    for layer in ("network namespace", "mount namespace", "read-only", "rlimits", "wall-clock"):
+        assert layer in layers
+
+
+def test_subprocess_backend_runs_and_is_logged_as_weaker(caplog):
+    with caplog.at_level(logging.WARNING, logger="sandbox.backends.subprocess_backend"):
+        backend = get_backend("subprocess")
+    assert "weaker" in caplog.text
+    ok = backend.run("print(input()[::-1])", stdin="abc")
+    assert (ok.status, ok.stdout) == (Status.OK, "cba\n")
+    slow = backend.run("import time\ntime.sleep(30)", limits=Limits(wall_s=0.5))
+    assert slow.status is Status.TIMEOUT
+    spin = backend.run("while True:\n    pass", limits=Limits(cpu_s=1, wall_s=10))
+    assert spin.status is Status.TIMEOUT
+    big = backend.run("x = bytearray(2 * 2**30)", limits=Limits(memory_mb=256))
+    assert big.status is Status.MEMORY
+
+
+def test_unknown_backend_name_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown sandbox backend"):
+        get_backend("chroot-jail")
+    assert {"pool", "subprocess", "bwrap", "nsjail", "docker"} <= set(BACKENDS)
+
+
+def test_backend_is_chosen_by_environment_variable():
+    code = "import sandbox; print(sandbox.default_backend().name, sandbox.run('print(7)').stdout.strip())"
+    env = {**os.environ, "COA_SANDBOX_BACKEND": "subprocess"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["subprocess", "7"]
+
+
+def test_configure_replaces_the_default_in_a_fresh_process():
+    code = (
+        "import sandbox\n"
+        "first = sandbox.configure('subprocess')\n"
+        "assert sandbox.default_backend() is first\n"
+        "print(sandbox.run('print(1+1)').stdout.strip())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "2", out.stderr
+
+
+def test_wall_time_is_measured_not_guessed(pool):
+    started = time.monotonic()
+    result = pool.run("import time\ntime.sleep(0.3)")
+    assert 0.3 <= result.wall_s <= time.monotonic() - started

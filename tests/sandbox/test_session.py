@@ -1,0 +1,82 @@
+"""Stateful sessions: notebook semantics, per-cell limits, recovery and isolation."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from sandbox import Limits, Session, Status
+from sandbox.session import RESTART_NOTE
+
+
+@pytest.fixture()
+def session(pool):
+    with Session(Limits(cpu_s=2, wall_s=2)) as s:
+        yield s
+
+
+def test_variables_and_imports_persist_between_cells(session):
+    assert session.run("import numpy as np\ntotal = 40").status is Status.OK
+    second = session.run("total += 2\nprint(total, int(np.ones(3).sum()))")
+    assert second.stdout == "42 3\n"
+
+
+def test_each_cell_gets_its_own_stdin(session):
+    assert session.run("print(input())", stdin="first").stdout == "first\n"
+    assert session.run("print(input())", stdin="second").stdout == "second\n"
+
+
+def test_error_in_a_cell_keeps_the_state(session):
+    session.run("kept = 'yes'")
+    failed = session.run("1 / 0")
+    assert failed.status is Status.ERROR and "ZeroDivisionError" in failed.stderr
+    assert session.run("print(kept)").stdout == "yes\n"
+    exited = session.run("raise SystemExit(4)")
+    assert exited.exit_code == 4
+    assert session.run("print(kept)").stdout == "yes\n"
+
+
+def test_timeout_ends_the_session_and_the_next_cell_says_so(session):
+    session.run("lost = 1")
+    slow = session.run("import time\ntime.sleep(30)")
+    assert slow.status is Status.TIMEOUT
+    after = session.run("print('lost' in globals())")
+    assert after.stdout == "False\n"
+    assert after.stderr.startswith(RESTART_NOTE)
+
+
+def test_reset_forgets_everything(session):
+    session.run("secret = 5")
+    session.reset()
+    assert session.run("print('secret' in globals())").stdout == "False\n"
+
+
+def test_sessions_do_not_share_state_or_files(pool):
+    with Session() as first, Session() as second:
+        first.run("shared = 1\nopen('mine.txt', 'w').write('a')")
+        probe = second.run("import os\nprint('shared' in globals(), os.listdir('.'))")
+        assert probe.stdout == "False []\n"
+
+
+def test_session_is_jailed_like_the_pool(session):
+    assert "network namespace (no interfaces)" in session.isolation
+    refused = session.run("open('/etc/hostname-copy', 'w')")
+    assert refused.status is Status.VIOLATION
+
+
+def test_async_cells(session):
+    async def cells() -> list[str]:
+        await session.arun("n = 5")
+        result = await session.arun("print(n * 2)")
+        return [result.stdout]
+
+    assert asyncio.run(cells()) == ["10\n"]
+
+
+def test_unjailed_session_still_keeps_state_and_limits():
+    with Session(Limits(wall_s=1), jail=False, preload=()) as s:
+        assert "no isolation" in s.isolation[0]
+        s.run("v = 3")
+        assert s.run("print(v)").stdout == "3\n"
+        assert s.run("import time\ntime.sleep(10)").status is Status.TIMEOUT
