@@ -161,3 +161,17 @@ def test_concurrent_episodes_share_one_server_without_errors(web):
     finally:
         for env in envs:
             env.close()
+
+
+def test_seed_option_serves_another_world():
+    env = gym.make("coa/MiniWeb-v0", task_options={"seed": 2, "kinds": ["project_budget"]})
+    try:
+        assert env.unwrapped.task is None and env.unwrapped.config.tasks["seed"] == 2
+        default_env = gym.make("coa/MiniWeb-v0")
+        default_world = {t.question for t in default_env.unwrapped.tasks}
+        default_env.close()
+        assert not {t.question for t in env.unwrapped.tasks} & default_world
+        reward, _ = _play(env, env.unwrapped.tasks[0].task_id)
+        assert reward == 1.0
+    finally:
+        env.close()
