@@ -43,7 +43,7 @@ def _torch_varlen() -> Any | None:
 
 
 def _segment_sdpa(query: Any, key: Any, value: Any, cu_seq_lens: list[int],
-                  scaling: float | None) -> Any:
+                  scaling: float | None, dropout: float) -> Any:
     import torch
     import torch.nn.functional as F
 
@@ -52,7 +52,7 @@ def _segment_sdpa(query: Any, key: Any, value: Any, cu_seq_lens: list[int],
     for start, end in pairwise(cu_seq_lens):
         outputs.append(F.scaled_dot_product_attention(
             query[:, :, start:end], key[:, :, start:end], value[:, :, start:end],
-            is_causal=True, scale=scaling, enable_gqa=gqa))
+            is_causal=True, scale=scaling, enable_gqa=gqa, dropout_p=dropout))
     return torch.cat(outputs, dim=2)
 
 
@@ -95,11 +95,13 @@ def _make_forward(use_kernel: bool) -> Any:
             return sdpa_attention_forward(module, query, key, value, attention_mask,
                                           dropout=dropout, scaling=scaling, **kwargs)
         out = None
-        if use_kernel and query.is_cuda and (kernel := _torch_varlen()) is not None:
+        # torch's varlen kernel has no dropout; attention dropout takes the per-sample path.
+        if use_kernel and query.is_cuda and not dropout and (kernel := _torch_varlen()):
             out = _kernel_varlen(kernel, query, key, value, cu, int(kwargs["max_length_q"]),
                                  scaling)
         if out is None:
-            out = _segment_sdpa(query, key, value, [int(x) for x in cu.tolist()], scaling)
+            out = _segment_sdpa(query, key, value, [int(x) for x in cu.tolist()], scaling,
+                                dropout)
         return out.transpose(1, 2).contiguous(), None
 
     return forward

@@ -18,9 +18,6 @@ from trainers.sft_config import SFTConfig
 
 __all__ = ["load_model", "load_tokenizer", "loss_sum", "save_for_inference", "unwrap"]
 
-_TINY_MODEL_KEYS = ("hidden_size", "layers", "heads", "kv_heads", "intermediate_size",
-                    "max_position_embeddings")
-
 
 def load_tokenizer(config: SFTConfig, texts: Iterable[str] = (), source: str | None = None) -> Any:
     """The tokenizer: trained on ``texts`` for ``model: tiny``, else ``from_pretrained``."""
@@ -57,7 +54,8 @@ def load_model(config: SFTConfig, tokenizer: Any, source: str | None = None) -> 
     elif config.model == "tiny":
         from agents.tiny import build_tiny_model
 
-        sizes = {k: config.tiny[k] for k in _TINY_MODEL_KEYS if k in config.tiny}
+        # Everything but the tokenizer's vocab size is a model setting (sizes, dropout, ...).
+        sizes = {k: v for k, v in config.tiny.items() if k != "vocab_size"}
         model = build_tiny_model(tokenizer, seed=config.seed, **sizes).to(_dtype(config))
     else:
         model = AutoModelForCausalLM.from_pretrained(config.model, dtype=_dtype(config))
@@ -71,6 +69,7 @@ def load_model(config: SFTConfig, tokenizer: Any, source: str | None = None) -> 
         if adapter:
             model = PeftModel.from_pretrained(model, source, is_trainable=True)
         else:
+            torch.manual_seed(config.seed)  # LoRA's A matrices are drawn from the global RNG
             lora = dict(config.lora)
             model = get_peft_model(model, LoraConfig(
                 r=int(lora.get("r", 16)),
