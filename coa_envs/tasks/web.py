@@ -49,9 +49,10 @@ def _simple(path: Path, dataset: str) -> list[Task]:
 
 
 def _is_simple_file(path: Path | None) -> bool:
-    return path is not None and path.is_file() and path.suffix in (".json", ".jsonl") and (
-        path.name not in ("metadata.jsonl",)
-    )
+    """A ``.json``/``.jsonl`` question list (GAIA's own ``metadata.jsonl`` is not one)."""
+    if path is None or not path.is_file() or path.suffix not in (".json", ".jsonl"):
+        return False
+    return path.name != "metadata.jsonl"
 
 
 def _looks_like_hle_jsonl(path: Path) -> bool:
@@ -114,8 +115,8 @@ def load_tasks(
     elif dataset == "gaia":  # the GAIA reader handles the HF layout and simple lists alike
         tasks = load_gaia(resolved, split=split, level=level)
     elif dataset == "browsecomp":
-        tasks = _simple(resolved, "browsecomp") if simple and resolved else (
-            load_browsecomp_csv(resolved))
+        use_simple = simple and resolved is not None
+        tasks = _simple(resolved, "browsecomp") if use_simple else load_browsecomp_csv(resolved)
     elif dataset == "hle":
         official_jsonl = resolved is not None and resolved.suffix == ".jsonl" and (
             format != "json" and _looks_like_hle_jsonl(resolved))
