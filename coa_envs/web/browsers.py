@@ -101,6 +101,7 @@ class _PlaywrightSession:
             self._context = self._browser.new_context(
                 user_agent=DEFAULT_USER_AGENT, service_workers="block", accept_downloads=False
             )
+            self._page: Any = None
         except Exception:
             self._pw.stop()
             raise
@@ -109,7 +110,10 @@ class _PlaywrightSession:
         from playwright.sync_api import Error as PlaywrightError
         from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-        page = self._context.new_page()
+        # One tab per session, reused: opening and closing a tab costs more than a local page load.
+        if self._page is None or self._page.is_closed():
+            self._page = self._context.new_page()
+        page = self._page
         try:
             response = page.goto(url, wait_until="load", timeout=self._timeout_ms)
             if self._settle_ms > 0:  # let late XHR-driven rendering finish, but never wait long
@@ -122,8 +126,6 @@ class _PlaywrightSession:
             raise BrowserError(f"page load timed out: {url}", ErrorKind.TOOL_TIMEOUT) from exc
         except PlaywrightError as exc:
             raise BrowserError(f"browser could not load {url}: {exc.message.splitlines()[0]}") from exc
-        finally:
-            page.close()
 
     def healthy(self) -> bool:
         return self._browser.is_connected()
@@ -160,7 +162,10 @@ class _SeleniumSession:
                     "const done = arguments[arguments.length - 1]; setTimeout(done, arguments[0]);",
                     int(self._settle_s * 1000),
                 )
-            html = self._driver.page_source
+            # page_source sometimes comes back empty right after a navigation; the DOM does not.
+            html = self._driver.execute_script(
+                "return document.documentElement ? document.documentElement.outerHTML : '';"
+            ) or self._driver.page_source
             final_url = self._driver.current_url
         except TimeoutException as exc:
             raise BrowserError(f"page load timed out: {url}", ErrorKind.TOOL_TIMEOUT) from exc

@@ -121,7 +121,7 @@ def _html_text(html: str, url: str) -> str:
 
     text = trafilatura.extract(
         html, url=url or None, include_comments=False, include_tables=True,
-        favor_recall=True, deduplicate=False,
+        favor_recall=True, deduplicate=False, fast=True,  # fast: skip justext (slow); readability below
     )
     if text and text.strip():
         return text.strip()

@@ -81,14 +81,17 @@ class _Handler(socketserver.BaseRequestHandler):
             return None
         for address in verdict.addresses:
             try:
-                return socket.create_connection((address, port), timeout=self.server.connect_timeout_s)
+                upstream = socket.create_connection((address, port), timeout=self.server.connect_timeout_s)
             except OSError:
                 continue
+            upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return upstream
         self._refuse("502 Bad Gateway", f"cannot connect to {host}:{port}")
         return None
 
     def handle(self) -> None:
         self.request.settimeout(_IDLE_TIMEOUT_S)
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             read = _read_head(self.request)
             if read is None:
