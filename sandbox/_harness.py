@@ -193,7 +193,7 @@ def _main(argv: list[str]) -> None:
         resource.setrlimit(getattr(resource, name), (int(value), int(value)))
     with open(code_file, encoding="utf-8") as handle:
         code = handle.read()
-    os.chdir(os.path.dirname(os.path.abspath(code_file)))
+    os.chdir(os.environ.get("HOME") or os.path.dirname(os.path.abspath(code_file)))
     os._exit(execute(code, status_fd))
 
 

@@ -21,10 +21,10 @@ from sandbox._collect import classify, collect, hard_output_cap, to_text
 from sandbox._limits import clean_environment
 from sandbox.types import ExecResult, Limits
 
-__all__ = ["SubprocessBackend"]
+__all__ = ["HARNESS", "SubprocessBackend"]
 
 _log = logging.getLogger(__name__)
-_HARNESS = str(Path(__file__).resolve().parent.parent / "_harness.py")
+HARNESS = str(Path(__file__).resolve().parent.parent / "_harness.py")
 
 
 class SubprocessBackend:
@@ -35,7 +35,7 @@ class SubprocessBackend:
 
     def __init__(self, python: str | None = None, *, quiet: bool = False) -> None:
         self.python = python or sys.executable
-        if not quiet:
+        if not quiet and type(self) is SubprocessBackend:
             _log.warning(
                 "sandbox backend 'subprocess' is weaker: no network, PID or filesystem "
                 "isolation; use the 'pool' backend where the kernel allows namespaces"
@@ -74,7 +74,7 @@ class SubprocessBackend:
             finally:
                 for fd in (out_r, err_r, status_r, pidfd):
                     os.close(fd)
-        returncode = os.waitstatus_to_exitcode(wait_status)
+        returncode = self._returncode(os.waitstatus_to_exitcode(wait_status))
         cpu_s = usage.ru_utime + usage.ru_stime
         stdout, cut_out = to_text(collected.stdout, limits.max_output_chars)
         stderr, cut_err = to_text(collected.stderr, limits.max_output_chars)
@@ -105,20 +105,41 @@ class SubprocessBackend:
             limits.max_file_mb * 1024 * 1024,
             limits.max_open_files,
         ]
-        argv = [self.python, "-I", _HARNESS, code_path, "3", *map(str, rlimits)]
-        # posix_spawn keeps this safe with many calling threads (no preexec_fn).
-        return os.posix_spawn(
-            self.python,
-            argv,
-            clean_environment(workdir),
-            file_actions=[
-                (os.POSIX_SPAWN_DUP2, stdin_fd, 0),
-                (os.POSIX_SPAWN_DUP2, out_w, 1),
-                (os.POSIX_SPAWN_DUP2, err_w, 2),
-                (os.POSIX_SPAWN_DUP2, status_w, 3),
-            ],
-            setsid=True,
-        )
+        argv = self._argv(code_path, [str(r) for r in rlimits], limits)
+        extra = self._open_extra_fds()
+        try:
+            # posix_spawn keeps this safe with many calling threads (no preexec_fn).
+            return os.posix_spawn(
+                argv[0],
+                argv,
+                self._environment(workdir),
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, stdin_fd, 0),
+                    (os.POSIX_SPAWN_DUP2, out_w, 1),
+                    (os.POSIX_SPAWN_DUP2, err_w, 2),
+                    (os.POSIX_SPAWN_DUP2, status_w, 3),
+                    *((os.POSIX_SPAWN_DUP2, fd, target) for fd, target in extra),
+                ],
+                setsid=True,
+            )
+        finally:
+            for fd, _ in extra:
+                os.close(fd)
+
+    def _returncode(self, returncode: int) -> int:
+        """Hook for wrappers that encode a signal death in their own exit status."""
+        return returncode
+
+    def _open_extra_fds(self) -> list[tuple[int, int]]:
+        """(fd, number in the child) pairs to pass on; opened per run, closed after spawn."""
+        return []
+
+    def _argv(self, code_path: str, rlimits: list[str], limits: Limits) -> list[str]:
+        """The command line; jailing backends wrap it. Status is reported on fd 3."""
+        return [self.python, "-I", HARNESS, code_path, "3", *rlimits]
+
+    def _environment(self, workdir: str) -> dict[str, str]:
+        return clean_environment(workdir)
 
     def close(self) -> None:
         """Nothing to release: every run is its own process."""
