@@ -1,0 +1,384 @@
+"""Run many episodes at once and stream them to JSONL: the engine of ``coa eval`` and RL.
+
+Shape: ``concurrency`` worker threads, each owning one env and one agent (envs are not
+thread-safe), pull ``(task, sample)`` jobs from a queue. Local engines are wrapped in a
+:class:`~agents.engines.batching.BatchingEngine`, so the workers' turns are decoded together
+in shared batches; HTTP engines simply have ``concurrency`` requests in flight. Tool calls
+run in the worker that made them, so a slow tool stalls only its own episode while the
+others keep generating.
+
+Robustness: each agent turn and env step runs against the episode's deadline; a model that
+never closes a tag (hits ``max_new_tokens``), returns empty text, makes too many tool calls,
+or an engine that errors/times out ends *that* episode with a clear status
+(``truncated:…`` / ``error:…``) and the run goes on. A stuck call is abandoned with its
+env, and the worker continues on a fresh one.
+
+Reproducible: episode ``(task i, sample k)`` uses seed ``episode_seed(seed, i, k)`` for the
+env reset and for the policy's sampling, whatever the scheduling. Every finished
+trajectory is appended and flushed at once; ``resume=True`` skips the pairs already in the
+file (a torn last line from a crash is dropped).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.base import Agent
+from agents.trajectory import Trajectory, read_trajectories, write_trajectory
+
+__all__ = [
+    "Job",
+    "RolloutResult",
+    "episode_seed",
+    "play_episode",
+    "policy_factory",
+    "run_rollouts",
+]
+
+AgentFactory = Callable[[Any, int], Agent]
+
+
+def episode_seed(seed: int, task_index: int, sample_index: int) -> int:
+    """A stable 31-bit seed per (run seed, task, sample), independent of scheduling."""
+    digest = hashlib.blake2b(f"{seed}:{task_index}:{sample_index}".encode(), digest_size=4)
+    return int.from_bytes(digest.digest(), "big") & 0x7FFFFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    task_index: int
+    sample_index: int
+    seed: int
+
+
+class _Deadline(Exception):
+    """The episode ran past its time budget."""
+
+
+def _tool_names(tool: Any) -> list[str]:
+    if not tool:
+        return []
+    return list(tool) if isinstance(tool, list) else [tool]
+
+
+def play_episode(
+    env: Any,
+    agent: Agent,
+    *,
+    seed: int | None = None,
+    options: dict[str, Any] | None = None,
+    sample_index: int = 0,
+    max_tool_calls: int = 50,
+    end_on_length: bool = True,
+    call: Callable[[Callable[[], Any]], Any] | None = None,
+) -> Trajectory:
+    """One episode with the runner's bad-output rules; never raises for agent/model faults.
+
+    ``call(fn)`` runs each agent turn and env step (the runner passes a deadline-enforcing
+    executor; default: call directly). Statuses: ``ok``, ``truncated:max_turns``,
+    ``truncated:context_budget``, ``truncated:max_tool_calls``, ``truncated:max_new_tokens``
+    (output never closed its tag), ``error:empty_output``, ``error:<engine error kind>``,
+    ``error:timeout``, ``error:agent``.
+    """
+    from agents.policy import EngineError
+
+    run = call or (lambda fn: fn())
+    started = time.perf_counter()
+    observation, info = run(lambda: env.reset(seed=seed, options=options))
+    trajectory = Trajectory(env_id=env.unwrapped.config.env_id, task_id=info["task_id"],
+                            prompt_messages=info.get("messages", []), prompt_text=observation,
+                            seed=seed, sample_index=sample_index)
+    calls: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    tool_latency = 0.0
+    try:
+        run(lambda: agent.reset(observation, info))
+        while True:
+            action = run(lambda obs=observation, inf=info: agent.act(obs, inf))
+            completion = getattr(agent, "last_completion", None)
+            trajectory.add_generated(action)
+            if not isinstance(action, str) or not action.strip():
+                trajectory.status = "error:empty_output"
+                break
+            if end_on_length and completion is not None and completion.finish_reason == "length":
+                trajectory.status, trajectory.truncated = "truncated:max_new_tokens", True
+                break
+            observation, reward, terminated, truncated, info = run(
+                lambda a=action: env.step(a))
+            tool_latency += float(info.get("tool_latency_s") or 0.0)
+            for name in _tool_names(info.get("tool")):
+                calls[name] += 1
+            if info.get("error_kind"):
+                errors[str(_tool_names(info.get("tool"))[0] if info.get("tool") else "action")] += 1
+            if observation:
+                trajectory.add_observation(observation)
+            if terminated or truncated:
+                trajectory.reward = float(reward)
+                trajectory.terminated, trajectory.truncated = bool(terminated), bool(truncated)
+                trajectory.answer = info.get("answer")
+                trajectory.status = ("ok" if terminated
+                                     else f"truncated:{info.get('truncation', 'unknown')}")
+                for key in ("reward_details", "reward_error"):
+                    if info.get(key) is not None:
+                        trajectory.info[key] = info[key]
+                break
+            if sum(calls.values()) >= max_tool_calls:
+                trajectory.status, trajectory.truncated = "truncated:max_tool_calls", True
+                break
+    except EngineError as exc:
+        trajectory.status = f"error:{exc.kind}"
+        trajectory.info["error"] = str(exc)
+    except _Deadline:
+        trajectory.status = "error:timeout"
+    except Exception as exc:
+        trajectory.status = "error:agent"
+        trajectory.info["error"] = f"{type(exc).__name__}: {exc}"
+    filler = getattr(agent, "fill_trajectory", None)
+    if callable(filler) and trajectory.status != "error:timeout":
+        try:
+            filler(trajectory)
+        except Exception as exc:  # the text record is still valid
+            trajectory.info["fill_error"] = f"{type(exc).__name__}: {exc}"
+    trajectory.tool_calls, trajectory.tool_errors = dict(calls), dict(errors)
+    trajectory.info["wall_s"] = time.perf_counter() - started
+    trajectory.info["tool_latency_s"] = tool_latency
+    ids = trajectory.response_ids()
+    trajectory.info["response_tokens"] = len(ids) if ids else None
+    trajectory.info["response_chars"] = len(trajectory.response_text)
+    return trajectory
+
+
+@dataclass
+class RolloutResult:
+    trajectories: list[Trajectory] = field(default_factory=list)
+    wall_s: float = 0.0
+    skipped: int = 0  # already in the output file (resume)
+
+    @property
+    def status_counts(self) -> dict[str, int]:
+        return dict(Counter(t.status for t in self.trajectories))
+
+
+class _Worker:
+    """One env + agent. Each call runs on a daemon thread so a deadline can abandon it."""
+
+    def __init__(self, env_factory: Callable[[], Any], agent_factory: AgentFactory):
+        self.env_factory, self.agent_factory = env_factory, agent_factory
+        self.env: Any = None
+
+    def run(self, job: Job, timeout_s: float | None, **episode_kwargs: Any) -> Trajectory:
+        if self.env is None:
+            self.env = self.env_factory()
+        env = self.env
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+
+        def call(fn: Callable[[], Any]) -> Any:
+            if deadline is None:
+                return fn()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Deadline()
+            box: dict[str, Any] = {}
+            done = threading.Event()
+
+            def target() -> None:
+                try:
+                    box["value"] = fn()
+                except BaseException as exc:  # handed to the caller below
+                    box["error"] = exc
+                finally:
+                    done.set()
+
+            threading.Thread(target=target, name="coa-episode-call", daemon=True).start()
+            if not done.wait(remaining):
+                raise _Deadline()
+            if "error" in box:
+                raise box["error"]
+            return box["value"]
+
+        try:
+            agent = self.agent_factory(env, job.seed)
+            trajectory = play_episode(env, agent, seed=job.seed,
+                                      options={"task_index": job.task_index},
+                                      sample_index=job.sample_index, call=call, **episode_kwargs)
+        except Exception as exc:  # reset or agent construction failed: no episode at all
+            tasks = env.unwrapped.tasks
+            trajectory = Trajectory(env_id=env.unwrapped.config.env_id,
+                                    task_id=tasks[job.task_index % len(tasks)].task_id,
+                                    seed=job.seed, sample_index=job.sample_index)
+            timeout = isinstance(exc, _Deadline)
+            trajectory.status = "error:timeout" if timeout else "error:env"
+            if not timeout:
+                trajectory.info["error"] = f"{type(exc).__name__}: {exc}"
+        if trajectory.status == "error:timeout":
+            self.env = None  # a call may still be running inside this env; never reuse it
+        return trajectory
+
+    def close(self) -> None:
+        if self.env is not None:
+            self.env.close()
+        self.env = None
+
+
+def policy_factory(policy: Any, batch: bool = True) -> tuple[AgentFactory, Callable[[], None]]:
+    """``(agent_factory, close)`` for an :class:`~agents.policy.LLMPolicy`.
+
+    Local engines (``hf``, ``vllm``) are wrapped in a :class:`BatchingEngine` so concurrent
+    episodes share forward passes; each episode gets ``policy.fork(seed)``. Call ``close``
+    when the run is over to stop the batcher.
+    """
+    from agents.engines.batching import BatchingEngine
+
+    template = policy
+    closer: Callable[[], None] = lambda: None  # noqa: E731
+    if batch and policy.engine.name in ("hf", "vllm") and not isinstance(policy.engine,
+                                                                          BatchingEngine):
+        batched = BatchingEngine(policy.engine)
+        template = policy.fork()
+        template.engine = batched
+        closer = batched.close
+    return (lambda env, seed: template.fork(seed)), closer
+
+
+def _done_keys(path: Path) -> tuple[set[tuple[str, int]], list[Trajectory]]:
+    """Read a previous run; rewrite it without a torn tail so appending stays valid JSONL."""
+    if not path.exists():
+        return set(), []
+    kept = list(read_trajectories(path))
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        for trajectory in kept:
+            write_trajectory(handle, trajectory)
+    os.replace(tmp, path)
+    return {(t.task_id, t.sample_index) for t in kept}, kept
+
+
+def run_rollouts(
+    env_factory: Callable[[], Any],
+    agent_factory: AgentFactory,
+    *,
+    task_indices: Iterable[int],
+    samples: int = 1,
+    concurrency: int = 4,
+    seed: int = 0,
+    episode_timeout_s: float | None = 600.0,
+    max_tool_calls: int = 50,
+    end_on_length: bool = True,
+    out: str | Path | None = None,
+    resume: bool = False,
+    progress: bool = False,
+    on_trajectory: Callable[[Trajectory], None] | None = None,
+) -> RolloutResult:
+    """Run ``samples`` episodes of each task in ``task_indices`` on ``concurrency`` workers.
+
+    ``env_factory()`` makes one env per worker; ``agent_factory(env, seed)`` makes the agent
+    for one episode (e.g. ``lambda env, seed: policy.fork(seed)``). With ``out`` every
+    trajectory is appended to that JSONL as it finishes. The returned trajectories include
+    those read back on resume, so summaries cover the whole run.
+    """
+    started = time.perf_counter()
+    indices = list(task_indices)
+    jobs = [Job(i, k, episode_seed(seed, i, k)) for i in indices for k in range(samples)]
+    result = RolloutResult()
+    handle = None
+    lock = threading.Lock()
+    if out is not None:
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if resume:
+            done, previous = _done_keys(path)
+            if done:
+                probe = env_factory()
+                ids = [t.task_id for t in probe.unwrapped.tasks]
+                probe.close()
+                remaining = [j for j in jobs if (ids[j.task_index % len(ids)], j.sample_index)
+                             not in done]
+                result.skipped = len(jobs) - len(remaining)
+                wanted = {(ids[j.task_index % len(ids)], j.sample_index) for j in jobs}
+                result.trajectories.extend(t for t in previous
+                                           if (t.task_id, t.sample_index) in wanted)
+                jobs = remaining
+        handle = open(path, "a" if resume else "w", encoding="utf-8")  # noqa: SIM115
+
+    pending: queue.Queue[Job] = queue.Queue()
+    for job in jobs:
+        pending.put(job)
+    bar = _progress(progress, len(jobs))
+    episode_kwargs = {"max_tool_calls": max_tool_calls, "end_on_length": end_on_length}
+
+    failures: list[BaseException] = []
+
+    def work() -> None:
+        worker = _Worker(env_factory, agent_factory)
+        try:
+            while True:
+                try:
+                    job = pending.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    trajectory = worker.run(job, episode_timeout_s, **episode_kwargs)
+                except BaseException as exc:  # env_factory failed: a setup error, not the model's
+                    failures.append(exc)
+                    return
+                with lock:
+                    result.trajectories.append(trajectory)
+                    if handle is not None:
+                        write_trajectory(handle, trajectory)
+                    if on_trajectory is not None:
+                        on_trajectory(trajectory)
+                    bar.advance(trajectory)
+        finally:
+            worker.close()
+
+    threads = [threading.Thread(target=work, name=f"coa-rollout-{i}", daemon=True)
+               for i in range(max(1, min(concurrency, len(jobs))))]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        bar.close()
+        if handle is not None:
+            handle.close()
+    result.wall_s = time.perf_counter() - started
+    if failures:
+        raise RuntimeError(f"could not create an env: {failures[0]!r}") from failures[0]
+    return result
+
+
+class _progress:
+    """A rich progress bar (or nothing) that shows the running mean reward and failures."""
+
+    def __init__(self, enabled: bool, total: int):
+        self.bar = None
+        self.rewards: list[float] = []
+        self.failures = 0
+        if enabled and total:
+            from rich.progress import Progress
+
+            self.bar = Progress(transient=False)
+            self.task = self.bar.add_task("episodes", total=total)
+            self.bar.start()
+
+    def advance(self, trajectory: Trajectory) -> None:
+        self.rewards.append(trajectory.reward)
+        self.failures += trajectory.status.startswith("error:")
+        if self.bar is not None:
+            mean = sum(self.rewards) / len(self.rewards)
+            self.bar.update(self.task, advance=1,
+                            description=f"reward {mean:.3f} · errors {self.failures}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
