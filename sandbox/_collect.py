@@ -134,15 +134,21 @@ def classify(
     collected: Collected,
     cpu_s: float,
     limits: Limits,
+    cpu_known: bool = True,
 ) -> Status:
-    """Map a finished run to a status. ``returncode`` < 0 means killed by that signal."""
+    """Map a finished run to a status. ``returncode`` < 0 means killed by that signal.
+
+    ``cpu_known`` is false when a wrapper (bwrap, nsjail) hides the run's CPU time; an
+    unexplained SIGKILL is then taken to be the CPU limit's.
+    """
     if collected.output_killed:
         return Status.OUTPUT_LIMIT
     if collected.wall_killed:
         return Status.TIMEOUT
     if returncode < 0:
         sig = -returncode
-        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu_s >= 0.9 * limits.cpu_s):
+        cpu_exhausted = cpu_s >= 0.9 * limits.cpu_s or not cpu_known
+        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu_exhausted):
             return Status.TIMEOUT
         if sig == signal.SIGSYS:
             return Status.VIOLATION

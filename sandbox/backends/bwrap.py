@@ -31,6 +31,7 @@ class BwrapBackend(SubprocessBackend):
     """``bwrap ... python -I harness.py`` per run (see the module docstring)."""
 
     name = "bwrap"
+    cpu_accounted = False
 
     def __init__(self, python: str | None = None, *, bwrap: str | None = None, seccomp: bool = True) -> None:
         super().__init__(python, quiet=True)

@@ -54,6 +54,7 @@ class NsjailBackend(SubprocessBackend):
     """One ``nsjail --mode o`` per run. ``preset`` fills in limits the caller leaves default."""
 
     name = "nsjail"
+    cpu_accounted = False
     isolation = ("nsjail namespaces", "read-only chroot", "tmpfs /tmp", "uid 65534", "rlimits")
 
     def __init__(self, python: str | None = None, *, nsjail: str | None = None) -> None:

@@ -31,6 +31,8 @@ class SubprocessBackend:
     """``python -I _harness.py`` per run, killed by process group at the wall deadline."""
 
     name = "subprocess"
+    #: False for wrappers (bwrap, nsjail): their rusage does not include the jailed run.
+    cpu_accounted = True
     isolation = ("rlimits", "process group kill", "clean environment", "temporary workdir")
 
     def __init__(self, python: str | None = None, *, quiet: bool = False) -> None:
@@ -82,7 +84,7 @@ class SubprocessBackend:
             stdout=stdout,
             stderr=stderr,
             exit_code=returncode,
-            status=classify(returncode, collected, cpu_s, limits),
+            status=classify(returncode, collected, cpu_s, limits, cpu_known=self.cpu_accounted),
             wall_s=time.monotonic() - started,
             cpu_s=cpu_s,
             truncated=cut_out or cut_err or collected.output_killed,
