@@ -165,7 +165,9 @@ class CrawlPageTool:
         if rendered.status is not None and rendered.status >= 400:
             return _PageOutcome(url, final_url=rendered.final_url, error=f"HTTP {rendered.status} for {url}",
                                 kind=ErrorKind.TOOL_ERROR, transient=rendered.status >= 500)
-        if any(mark in rendered.html[:5000] for mark in _PDF_VIEWER_MARKS):  # read the PDF itself
+        non_html = rendered.content_type not in ("text/html", "application/xhtml+xml")
+        if non_html or any(mark in rendered.html[:5000] for mark in _PDF_VIEWER_MARKS):
+            # Chromium wraps PDFs, images and text in its own viewer pages: read the body itself.
             return self._via_http(rendered.final_url)
         body = rendered.html.encode("utf-8")[: self.config.max_bytes]
         try:

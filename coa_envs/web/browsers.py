@@ -71,6 +71,7 @@ class RenderedPage:
     final_url: str
     html: str
     status: int | None = None
+    content_type: str = "text/html"
 
 
 class BrowserError(Exception):
@@ -121,7 +122,8 @@ class _PlaywrightSession:
                     page.wait_for_load_state("networkidle", timeout=self._settle_ms)
             if response is not None and response.headers.get("x-coa-blocked"):
                 raise BrowserError(f"refused to fetch {page.url or url}: {BLOCKED_MARKER}", ErrorKind.BLOCKED_URL)
-            return RenderedPage(url, page.url, page.content(), response.status if response else None)
+            return RenderedPage(url, page.url, page.content(), response.status if response else None,
+                                str(page.evaluate("document.contentType") or "text/html"))
         except PlaywrightTimeout as exc:
             raise BrowserError(f"page load timed out: {url}", ErrorKind.TOOL_TIMEOUT) from exc
         except PlaywrightError as exc:
@@ -167,6 +169,7 @@ class _SeleniumSession:
                 "return document.documentElement ? document.documentElement.outerHTML : '';"
             ) or self._driver.page_source
             final_url = self._driver.current_url
+            content_type = str(self._driver.execute_script("return document.contentType;") or "text/html")
         except TimeoutException as exc:
             raise BrowserError(f"page load timed out: {url}", ErrorKind.TOOL_TIMEOUT) from exc
         except WebDriverException as exc:
@@ -174,7 +177,7 @@ class _SeleniumSession:
             raise BrowserError(f"browser could not load {url}: {first}") from exc
         if BLOCKED_MARKER in html:
             raise BrowserError(f"refused to fetch {final_url}: {BLOCKED_MARKER}", ErrorKind.BLOCKED_URL)
-        return RenderedPage(url, final_url, html)
+        return RenderedPage(url, final_url, html, content_type=content_type)
 
     def healthy(self) -> bool:
         try:

@@ -190,9 +190,10 @@ def _make_handler(site: TestSite, extra_pages: dict[str, tuple[str, bytes]]) -> 
                 time.sleep(float(query.get("s", ["3"])[0]))
                 self._send(200, _numbered_page(99).encode(), html)
             elif path == "/huge":
-                paragraph = ("<p>" + "Lorem ipsum dolor sit amet, consectetur adipiscing elit. " * 20 + "</p>\n")
                 repeats = int(query.get("n", ["8000"])[0])
-                body = ("<html><head><title>Huge</title></head><body>" + paragraph * repeats + "</body></html>")
+                paragraphs = "".join(f"<p>Paragraph {i}: " + "lorem ipsum dolor sit amet, consectetur "
+                                     "adipiscing elit. " * 20 + "</p>\n" for i in range(repeats))
+                body = f"<html><head><title>Huge</title></head><body>{paragraphs}</body></html>"
                 self._send(200, body.encode(), html)
             elif path.startswith("/page/"):
                 self._send(200, _numbered_page(int(path.rsplit("/", 1)[1] or 0)).encode(), html)

@@ -38,6 +38,13 @@ def test_redirects_and_pdfs(browser_crawl, site) -> None:
     assert pdf.ok and PDF_FACT in pdf.text
 
 
+def test_non_html_bodies_are_read_like_httpx_reads_them(browser_crawl, site) -> None:
+    assert "Second line with ünïcödé." in browser_crawl.run(site.url("/plain.txt"), CTX).text
+    for path, words in (("/image.png", "PNG image"), ("/binary", "binary")):
+        result = browser_crawl.run(site.url(path), CTX)
+        assert result.error_kind == ErrorKind.TOOL_ERROR and words in result.text
+
+
 def test_top_level_private_url_is_refused_before_the_browser_starts(browser_crawl) -> None:
     result = browser_crawl.run("http://169.254.169.254/latest/meta-data/", CTX)
     assert result.error_kind == ErrorKind.BLOCKED_URL
