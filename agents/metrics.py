@@ -1,0 +1,164 @@
+"""Evaluation metrics over sampled trajectories: avg@K, pass@k, best-of-k, tool statistics.
+
+Definitions (the seed reports Pass@1, Pass@3 and Best-of-3; these reproduce them):
+
+* **Pass@1 = avg@K**: the mean, over tasks, of the fraction of a task's K samples that are
+  correct. With K=1 it is plain accuracy; it is also the unbiased pass@1 estimator.
+* **pass@k** (``k <= K``): the unbiased estimator of Chen et al. (2021),
+  ``1 - C(n-c, k) / C(n, k)`` per task with ``n`` samples of which ``c`` are correct,
+  averaged over tasks. With ``n == k`` (the seed's Pass@3 from 3 runs) it is "at least
+  one of the k samples is correct".
+* **Best-of-k**: one answer is *selected* from a task's first k samples without looking at
+  the gold answer, and that answer's correctness is scored. The default selector is a
+  majority vote over normalised answers (ties go to the earliest sample); any callable
+  ``(task_id, trajectories) -> index`` can stand in (a reward model or an LLM judge,
+  as the seed's Bo3 used).
+
+"Correct" means ``reward >= threshold`` (1.0 by default: exact/verified answers).
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from agents.trajectory import Trajectory
+
+__all__ = [
+    "Selector",
+    "best_of_k",
+    "group_by_task",
+    "majority_vote",
+    "pass_at_k",
+    "pass_at_k_estimator",
+    "summarize",
+]
+
+Selector = Callable[[str, Sequence[Trajectory]], int]
+
+
+def pass_at_k_estimator(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one task: ``1 - C(n-c, k) / C(n, k)``."""
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"need 1 <= k <= n, got n={n}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def group_by_task(trajectories: Iterable[Trajectory]) -> dict[str, list[Trajectory]]:
+    """Samples per task, ordered by ``sample_index``."""
+    groups: dict[str, list[Trajectory]] = defaultdict(list)
+    for trajectory in trajectories:
+        groups[trajectory.task_id].append(trajectory)
+    return {task: sorted(group, key=lambda t: t.sample_index) for task, group in groups.items()}
+
+
+def _correct(trajectory: Trajectory, threshold: float) -> bool:
+    return trajectory.reward >= threshold
+
+
+def pass_at_k(groups: dict[str, list[Trajectory]], k: int, threshold: float = 1.0) -> float:
+    """Mean unbiased pass@k over tasks with at least k samples (NaN when none has)."""
+    values = [pass_at_k_estimator(len(g), sum(_correct(t, threshold) for t in g), k)
+              for g in groups.values() if len(g) >= k]
+    return sum(values) / len(values) if values else float("nan")
+
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_BOXED = re.compile(r"\\boxed\{(.*)\}")
+
+
+def _normalise(answer: str | None) -> str:
+    if not answer:
+        return ""
+    boxed = _BOXED.search(answer)
+    text = (boxed.group(1) if boxed else answer).lower()
+    text = "".join(ch for ch in text if ch not in string.punctuation)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def majority_vote(task_id: str, samples: Sequence[Trajectory]) -> int:
+    """Index of the sample whose normalised answer is most frequent (earliest on ties);
+    samples without an answer never win unless no sample has one."""
+    answers = [_normalise(t.answer) for t in samples]
+    counts = Counter(a for a in answers if a)
+    if not counts:
+        return 0
+    best = max(counts.values())
+    return next(i for i, a in enumerate(answers) if a and counts[a] == best)
+
+
+def best_of_k(groups: dict[str, list[Trajectory]], k: int, selector: Selector = majority_vote,
+              threshold: float = 1.0) -> float:
+    """Accuracy of the selected answer among each task's first k samples."""
+    values = []
+    for task_id, group in groups.items():
+        if len(group) < k:
+            continue
+        pool = group[:k]
+        values.append(float(_correct(pool[selector(task_id, pool)], threshold)))
+    return sum(values) / len(values) if values else float("nan")
+
+
+def summarize(
+    env_id: str,
+    trajectories: Sequence[Trajectory],
+    *,
+    samples: int = 1,
+    wall_s: float = 0.0,
+    selector: Selector = majority_vote,
+    threshold: float = 1.0,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The summary.json of an evaluation run (keys are stable; the report reads them)."""
+    groups = group_by_task(trajectories)
+    episodes = len(trajectories)
+    rewards = [t.reward for t in trajectories]
+    per_task = [sum(_correct(t, threshold) for t in g) / len(g) for g in groups.values()]
+    tool_calls: Counter[str] = Counter()
+    tool_errors: Counter[str] = Counter()
+    for t in trajectories:
+        tool_calls.update(t.tool_calls)
+        tool_errors.update(t.tool_errors)
+    statuses = Counter(t.status for t in trajectories)
+    total_calls = sum(tool_calls.values())
+    tokens = [t.info.get("response_tokens") for t in trajectories]
+    counted = [x for x in tokens if isinstance(x, int)]
+    chars = [int(t.info.get("response_chars") or len(t.response_text)) for t in trajectories]
+    summary: dict[str, Any] = {
+        "env_id": env_id,
+        "episodes": episodes,
+        "tasks": len(groups),
+        "samples": samples,
+        "mean_reward": sum(rewards) / episodes if episodes else 0.0,
+        "accuracy": sum(per_task) / len(per_task) if per_task else 0.0,  # avg@K = Pass@1
+        "pass_at_k": {str(k): pass_at_k(groups, k, threshold) for k in range(1, samples + 1)},
+        "best_of_k": ({str(samples): best_of_k(groups, samples, selector, threshold)}
+                      if samples > 1 else {}),
+        "solved": sum(1 for r in rewards if r >= threshold),
+        "failed_tasks": [task for task, g in groups.items()
+                         if not any(_correct(t, threshold) for t in g)][:50],
+        "mean_turns": sum(t.num_turns for t in trajectories) / episodes if episodes else 0.0,
+        "tool_calls": dict(tool_calls),
+        "tool_calls_per_episode": total_calls / episodes if episodes else 0.0,
+        "tool_errors": dict(tool_errors),
+        "tool_error_rate": sum(tool_errors.values()) / total_calls if total_calls else 0.0,
+        "tokens_per_episode": sum(counted) / len(counted) if counted else None,
+        "chars_per_episode": sum(chars) / episodes if episodes else 0.0,
+        "status_counts": dict(statuses),
+        "errors": sum(n for s, n in statuses.items() if s.startswith("error") or s == "agent_error"),
+        "truncated": sum(n for s, n in statuses.items() if s.startswith("truncated")),
+        "wall_s": wall_s,
+        "episodes_per_min": 60.0 * episodes / wall_s if wall_s > 0 else None,
+    }
+    if extra:
+        summary.update(extra)
+    return summary
