@@ -36,3 +36,13 @@ def sft_command(
     typer.echo(f"data: {result.train_report.summary()}")
     typer.echo(f"tokens/s: {result.tokens_per_s:,.0f}")
     typer.echo(f"model: {result.final_dir or 'halted; resume with resume=latest'}")
+
+
+def _register_rl() -> None:
+    """``coa train rl``: the command lives with the RL trainer (trainers/rl/cli.py)."""
+    from trainers.rl.cli import rl_command
+
+    train_app.command("rl")(rl_command)
+
+
+_register_rl()

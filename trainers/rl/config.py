@@ -151,6 +151,9 @@ class RLConfig:
     learner_gpus: int = 0
     rollout_gpus_per_worker: float = 0.0
     cpus_per_worker: float = 1.0
+    torch_threads: int = 0
+    """torch intra-op threads per process (0 = torch's default). On a small shared CPU box 1
+    is far faster: oversubscribed OpenMP threads spin against each other."""
     max_episode_retries: int = 1
     """Times an episode lost to a crashed worker is re-run before it is dropped (counted)."""
     rollout_timeout_s: float = 600.0

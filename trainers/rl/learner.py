@@ -31,15 +31,17 @@ def _module(torch_nn: Any) -> Any:
     class _PolicyCritic(torch_nn.Module):
         """Policy (+ value head) as one module so DDP sees a single forward."""
 
-        def __init__(self, policy: Any, value_head: Any) -> None:
+        def __init__(self, policy: Any, value_head: Any, temperature: float) -> None:
             super().__init__()
             self.policy = policy
             self.value_head = value_head
+            self.temperature = temperature
 
         def forward(self, input_ids: Any, attention_mask: Any, with_entropy: bool,
                     entropy_grad: bool) -> Any:
             out = forward_tokens(self.policy, input_ids, attention_mask, self.value_head,
-                                 with_entropy=with_entropy, entropy_grad=entropy_grad)
+                                 with_entropy=with_entropy, entropy_grad=entropy_grad,
+                                 temperature=self.temperature)
             return out.logprobs, out.entropy, out.values
 
     return _PolicyCritic
@@ -53,6 +55,10 @@ class Learner:
 
         self.config = config
         self.rank, self.world_size = rank, world_size
+        if config.torch_threads > 0:
+            import torch
+
+            torch.set_num_threads(config.torch_threads)
         torch.manual_seed(config.seed + 1000 * rank)
         use_cuda = config.learner_gpus > 0 and torch.cuda.is_available()
         self.device = torch.device("cuda", torch.cuda.current_device()) if use_cuda else \
@@ -62,10 +68,11 @@ class Learner:
             policy.gradient_checkpointing_enable()
         hidden = policy.config.hidden_size
         value_head = ValueHead(hidden) if config.critic == "value_head" else None
-        self.module = _module(torch.nn)(policy, value_head).to(self.device).train()
+        self.module = _module(torch.nn)(policy, value_head, config.temperature).to(self.device).train()
         self.critic = None
         if config.critic == "separate":
-            self.critic = _module(torch.nn)(copy.deepcopy(policy), ValueHead(hidden))
+            self.critic = _module(torch.nn)(copy.deepcopy(policy), ValueHead(hidden),
+                                            config.temperature)
             self.critic = self.critic.to(self.device).train()
         self.reference = None
         if config.uses_reference:
@@ -159,7 +166,8 @@ class Learner:
                 if values is not None:
                     values[rows, :cols] = val.float().cpu()
                 if ref_lp is not None:
-                    out = forward_tokens(self.reference, micro.input_ids, micro.attention_mask)
+                    out = forward_tokens(self.reference, micro.input_ids, micro.attention_mask,
+                                         temperature=cfg.temperature)
                     ref_lp[rows, :cols] = out.logprobs.float().cpu()
                 t_aux += time.perf_counter() - t1
         mask = batch.mask

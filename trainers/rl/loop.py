@@ -207,5 +207,6 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
 def _summary(step: int, m: dict[str, float]) -> str:
     return (f"[rl] step {step}: reward {m.get('rollout/reward_mean', 0):.3f} "
             f"acc {m.get('rollout/accuracy', 0):.2f} len {m.get('rollout/response_tokens', 0):.0f} "
-            f"clip {m.get('policy/clip_frac', 0):.3f} kept {m.get('sampling/groups_kept', 0):.0f} "
+            f"clip {m.get('policy/clip_frac', 0):.3f} "
+            f"mismatch {m.get('mismatch/logprob_abs_diff', 0):.1e} kept {m.get('sampling/groups_kept', 0):.0f} "
             f"rollout {m.get('time/rollout_s', 0):.1f}s learner {m.get('time/learner_s', 0):.1f}s")

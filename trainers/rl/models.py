@@ -116,6 +116,7 @@ def forward_tokens(
     with_entropy: bool = False,
     with_logits: bool = True,
     entropy_grad: bool = False,
+    temperature: float = 1.0,
 ) -> ModelOutputs:
     """One forward: logprobs of the given next tokens, optional entropy and values.
 
@@ -135,7 +136,11 @@ def forward_tokens(
         values = value_head(hidden.to(value_head.weight.dtype)).squeeze(-1).float()
     if not with_logits:
         return ModelOutputs(logprobs=torch.empty(0), entropy=None, values=values)
+    # The engine reports log_softmax(logits / T) of what it sampled; score the same quantity
+    # or every importance ratio is off by the temperature.
     logits = lm_head(hidden).float()
+    if temperature != 1.0:
+        logits = logits / temperature
     targets = input_ids[:, 1:]
     picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     logprobs = picked - torch.logsumexp(logits, dim=-1)

@@ -77,6 +77,10 @@ class RolloutWorker:
                  tokenizer: Any = None, overlap_tools: bool = True) -> None:
         self.config = config
         self.worker_index = worker_index
+        if config.torch_threads > 0:
+            import torch
+
+            torch.set_num_threads(config.torch_threads)
         self.overlap_tools = overlap_tools
         if engine is None:
             engine, tokenizer = _build_engine(config)
