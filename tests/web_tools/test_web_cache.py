@@ -208,3 +208,23 @@ def test_closing_closes_the_wrapped_tool(tmp_path) -> None:
     inner = Closable()
     CachedTool(inner, mode="replay", path=Path(tmp_path) / "c.sqlite").close()
     assert inner.closed
+
+
+def test_coa_cache_cli_exports_imports_and_counts(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from coa_envs.cli.main import app
+
+    tool = CachedTool(CountingTool(), backend="local", mode="record", path=tmp_path / "a.sqlite")
+    for query in ("alpha", "blocked x"):
+        tool.run(query, CTX)
+    tool.close()
+    runner = CliRunner()
+    exported = runner.invoke(app, ["cache", "export", str(tmp_path / "a.sqlite"), str(tmp_path / "a.jsonl")])
+    assert exported.exit_code == 0 and "exported 2 entries" in exported.output
+    imported = runner.invoke(app, ["cache", "import", str(tmp_path / "a.jsonl"), str(tmp_path / "b.sqlite")])
+    assert imported.exit_code == 0 and "imported 2 entries" in imported.output
+    stats = runner.invoke(app, ["cache", "stats", str(tmp_path / "b.sqlite")])
+    assert "web_search[local]: 2 entries (1 failures)" in stats.output
+    missing = runner.invoke(app, ["cache", "stats", str(tmp_path / "nope.sqlite")])
+    assert missing.exit_code != 0 and "does not exist" in missing.output
