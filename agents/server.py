@@ -117,10 +117,20 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str) -> Any:
             return tokenizer.encode(prompt, add_special_tokens=False)
         return list(prompt)
 
+    def flat(message: dict[str, Any]) -> dict[str, Any]:
+        """OpenAI content parts (``[{"type": "text", "text": …}]``) -> plain text."""
+        content = message.get("content")
+        if isinstance(content, list):
+            text = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            message = {**message, "content": text}
+        elif content is None:
+            message = {**message, "content": ""}
+        return message
+
     def chat_prompt(body: ChatBody) -> list[int]:
         try:
             text = tokenizer.apply_chat_template(
-                body.messages, tokenize=False,
+                [flat(m) for m in body.messages], tokenize=False,
                 add_generation_prompt=body.add_generation_prompt and not body.continue_final_message,
                 continue_final_message=body.continue_final_message)
         except Exception as exc:

@@ -1,0 +1,191 @@
+"""Let a smolagents agent drive a coa env: env tools become smolagents ``Tool`` objects.
+
+Why smolagents and not the OpenAI Agents SDK: ``pip install openai-agents`` installs a
+top-level package named ``agents``, which would shadow (or be shadowed by) this
+project's ``agents`` package depending on ``sys.path`` order. smolagents lives under its
+own name, so both can be installed side by side. (This module is ``smol``, not
+``smolagents``, for the same reason.)
+
+How it works: every tool of the env (``wiki_search``, ``web_search``, ``code``…) is exposed
+as a smolagents tool whose ``forward(query)`` sends the CoA action ``<tag>query</tag>``
+through ``env.step`` (so turn limits, caching, error kinds and statistics are the env's),
+and the framework's final answer is submitted as ``<answer>…</answer>``. The episode is
+recorded as an ordinary :class:`~agents.trajectory.Trajectory` in CoA format, so runs of a
+framework agent can be scored, compared and even used as SFT data.
+
+Pointing it at a model::
+
+    from smolagents import OpenAIServerModel
+    model = OpenAIServerModel(model_id="tiny", api_base="http://127.0.0.1:8000/v1",
+                              api_key="EMPTY")   # `coa serve`, vLLM, or a hosted API
+    trajectory = run_smolagents_episode(gym.make("coa/SynthHop-v0"), model)
+
+``oracle_tool_model(task)`` is a deterministic smolagents ``Model`` that replays a task's
+scripted solution as tool calls; it exists to show the wiring end to end without a model
+able to solve the task.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+from agents.trajectory import Trajectory
+
+__all__ = ["env_tools", "oracle_tool_model", "run_smolagents_episode"]
+
+_OPEN = "\n<observation>\n"
+_CLOSE = "\n</observation>\n\n"
+
+
+class _EnvBridge:
+    """Routes tool calls and the final answer through ``env.step`` and records them."""
+
+    def __init__(self, env: Any, trajectory: Trajectory):
+        self.env, self.trajectory = env, trajectory
+        self.calls: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self.done = False
+        self.reward = 0.0
+
+    def step(self, action: str) -> tuple[str, dict[str, Any]]:
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        self.trajectory.add_generated(action)
+        if observation:
+            self.trajectory.add_observation(observation)
+        tool = info.get("tool")
+        if tool:
+            self.calls[str(tool)] += 1
+            if info.get("error_kind"):
+                self.errors[str(tool)] += 1
+        if terminated or truncated:
+            self.done = True
+            self.reward = float(reward)
+            self.trajectory.reward = float(reward)
+            self.trajectory.terminated, self.trajectory.truncated = terminated, truncated
+            self.trajectory.answer = info.get("answer")
+            self.trajectory.status = ("ok" if terminated
+                                      else f"truncated:{info.get('truncation', 'unknown')}")
+        return observation, info
+
+    def call(self, tag: str, query: str) -> str:
+        if self.done:
+            return "The episode is over; give your final answer now."
+        observation, _ = self.step(f"<{tag}>{query}</{tag}>")
+        text = observation
+        if text.startswith(_OPEN) and text.endswith(_CLOSE):
+            text = text[len(_OPEN):-len(_CLOSE)]
+        if self.done:
+            text += "\n(The tool budget is used up; give your final answer now.)"
+        return text
+
+    def answer(self, text: str) -> None:
+        if not self.done:
+            self.step(f"<answer>{text}</answer>")
+
+
+def env_tools(env: Any, bridge: _EnvBridge) -> list[Any]:
+    """One smolagents ``Tool`` per env tool, each calling ``env.step`` through ``bridge``."""
+    from smolagents import Tool
+
+    from coa_envs.env import TOOL_DESCRIPTIONS
+
+    tools = []
+    for tag in env.unwrapped.config.tools:
+        description = TOOL_DESCRIPTIONS.get(tag, f"the {tag} tool").split(": ", 1)[-1]
+
+        # smolagents validates that forward's parameters are exactly the declared inputs.
+        def make_forward(t: str) -> Any:
+            def forward(self: Any, query: str) -> str:
+                return bridge.call(t, query)
+            return forward
+
+        cls = type(f"CoA_{tag}", (Tool,), {
+            "name": tag,
+            "description": description,
+            "inputs": {"query": {"type": "string",
+                                 "description": "the query (for code: a Python program)"}},
+            "output_type": "string",
+            "forward": make_forward(tag),
+        })
+        tools.append(cls())
+    return tools
+
+
+def run_smolagents_episode(
+    env: Any,
+    model: Any,
+    *,
+    seed: int | None = None,
+    options: dict[str, Any] | None = None,
+    max_steps: int | None = None,
+    agent_kwargs: dict[str, Any] | None = None,
+) -> Trajectory:
+    """Reset ``env``, let a smolagents ``ToolCallingAgent`` over ``model`` solve the task
+    with the env's tools, submit its final answer, and return the CoA trajectory."""
+    from smolagents import ToolCallingAgent
+    from smolagents.monitoring import LogLevel
+
+    started = time.perf_counter()
+    _, info = env.reset(seed=seed, options=options)
+    messages = info.get("messages", [])
+    question = messages[-1]["content"] if messages else ""
+    trajectory = Trajectory(env_id=env.unwrapped.config.env_id, task_id=info["task_id"],
+                            prompt_messages=messages, prompt_text=question, seed=seed)
+    trajectory.info["framework"] = "smolagents"
+    bridge = _EnvBridge(env, trajectory)
+    agent = ToolCallingAgent(tools=env_tools(env, bridge), model=model,
+                             max_steps=max_steps or int(info.get("max_turns") or 8),
+                             verbosity_level=LogLevel.OFF, **(agent_kwargs or {}))
+    try:
+        final = agent.run(question)
+        bridge.answer(str(final).strip() or "(no answer)")
+    except Exception as exc:  # the framework failed; the env record so far stays valid
+        trajectory.status = "error:agent"
+        trajectory.info["error"] = f"{type(exc).__name__}: {exc}"
+    trajectory.tool_calls, trajectory.tool_errors = dict(bridge.calls), dict(bridge.errors)
+    trajectory.info["framework_steps"] = len(getattr(agent.memory, "steps", []))
+    trajectory.info["wall_s"] = time.perf_counter() - started
+    return trajectory
+
+
+def oracle_tool_model(task: Any) -> Any:
+    """A deterministic smolagents ``Model`` replaying ``task.metadata["oracle_actions"]``
+    (CoA action strings) as tool calls, then ``final_answer``. For demos and tests only."""
+    from smolagents.models import (
+        ChatMessage,
+        ChatMessageToolCall,
+        ChatMessageToolCallFunction,
+        MessageRole,
+        Model,
+    )
+
+    from coa_envs.protocol import parse_turn
+
+    script: list[tuple[str, dict[str, str]]] = []
+    for action in task.metadata.get("oracle_actions") or []:
+        parsed = parse_turn(action)
+        for call in parsed.tool_calls:
+            script.append((call.tool, {"query": call.query}))
+        if parsed.answer is not None:
+            script.append(("final_answer", {"answer": parsed.answer}))
+    if not script:
+        script = [("final_answer", {"answer": task.gold[0] if task.gold else ""})]
+
+    class OracleToolModel(Model):
+        def __init__(self) -> None:
+            super().__init__(model_id="oracle-script")
+            self.step = 0
+
+        def generate(self, messages: list[Any], stop_sequences: Any = None,
+                     response_format: Any = None, tools_to_call_from: Any = None,
+                     **kwargs: Any) -> Any:
+            name, arguments = script[min(self.step, len(script) - 1)]
+            self.step += 1
+            call = ChatMessageToolCall(
+                id=f"call_{self.step}", type="function",
+                function=ChatMessageToolCallFunction(name=name, arguments=arguments))
+            return ChatMessage(role=MessageRole.ASSISTANT, content="", tool_calls=[call])
+
+    return OracleToolModel()
