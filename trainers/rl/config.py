@@ -258,7 +258,13 @@ def _coerce(raw: str) -> Any:
     """Parse an override value the way YAML would (numbers, bools, null, lists, dicts)."""
     import yaml
 
-    return yaml.safe_load(raw)
+    value = yaml.safe_load(raw)
+    if isinstance(value, str):
+        try:  # YAML 1.1 reads "2e-5" (no dot) as a string; users mean the number
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -296,4 +302,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(f"unknown config fields {unknown}; fields are {sorted(names)}")
+    for f in dataclasses.fields(RLConfig):
+        value = data.get(f.name)
+        if isinstance(value, str) and "float" in str(f.type):
+            data[f.name] = _coerce(value)  # "1e-5" in a YAML file is a string to PyYAML
     return RLConfig(**data)
