@@ -118,7 +118,6 @@ def test_update_raises_logprob_of_rewarded_samples(tiny_setup):
     cfg, learner = tiny_setup
     trajectories = _sampled_batch(cfg, learner, seed=20)
     batch = collate(trajectories, [t.reward for t in trajectories], list(range(4)))
-    before, _ = learner.prepare(batch)
     for _ in range(3):
         prepared, _ = learner.prepare(batch)
         stats = learner.update(prepared)
