@@ -48,7 +48,8 @@ def load_tasks(
 
     ``path`` None uses the shipped verl file of ``dataset`` (``v4`` | ``v5``). ``format`` is
     ``auto`` (by suffix), ``parquet`` (verl) or ``jsonl`` (official LiveCodeBench release
-    files, e.g. ``test5.jsonl``). ``platform`` keeps only ``atcoder``/``leetcode``/... tasks.
+    files, e.g. ``test5.jsonl``; a record may add ``oracle_actions``, a list of CoA actions
+    that solve it, for the oracle agent). ``platform`` keeps only ``atcoder``/``leetcode``/... tasks.
     """
     if path is None:
         if dataset not in DATASETS:
@@ -212,7 +213,18 @@ def _load_official_jsonl(file: Path, dataset: str) -> list[Task]:
                     "title": record.get("question_title"),
                     "starter_code": starter,
                     "func_name": func_name,
+                    **_oracle_actions(record, file, row_number),
                 },
             )
         )
     return tasks
+
+
+def _oracle_actions(record: dict[str, Any], file: Path, row: int) -> dict[str, Any]:
+    """Optional extension of the official format: a scripted solution for the oracle agent."""
+    actions = record.get("oracle_actions")
+    if actions is None:
+        return {}
+    if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
+        raise TaskDataError(file, row, "oracle_actions", "is not a list of action strings")
+    return {"oracle_actions": actions}

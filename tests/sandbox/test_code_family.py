@@ -10,6 +10,7 @@ import base64
 import json
 import pickle
 import zlib
+from pathlib import Path
 
 import pytest
 
@@ -222,3 +223,22 @@ def test_shipped_datasets_load_with_both_test_kinds(v4, v5):
     assert kinds == {"stdin", "assert"}
     assert not v5["abc374_a"].question.startswith("You are an expert")  # seed instructions dropped
     assert v5["3610"].metadata["func_name"] == "findXSum"
+
+
+def test_fixture_oracle_solutions_use_the_code_tool_and_score_one():
+    import gymnasium as gym
+
+    import coa_envs  # noqa: F401  (registers the ids)
+
+    fixture = Path(__file__).parent / "fixtures" / "livecodebench_oracle.jsonl"
+    env = gym.make("coa/LiveCodeBench-v5", data_path=str(fixture))
+    try:
+        for task in load_tasks(str(fixture)):
+            env.reset(options={"task_id": task.task_id})
+            probe, answer = task.metadata["oracle_actions"]
+            observation, reward, terminated, _, info = env.step(probe)
+            assert not terminated and info["error_kind"] is None, observation
+            _, reward, terminated, _, info = env.step(answer)
+            assert terminated and reward == 1.0, (task.task_id, info["reward_details"])
+    finally:
+        env.close()
