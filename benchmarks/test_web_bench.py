@@ -94,13 +94,13 @@ def _pages_per_second(tool, urls: list[str]) -> float:
 @pytest.mark.browser
 def test_crawl_throughput_httpx_vs_browsers(benchmark, site):
     urls = [site.url(f"/page/{n}") for n in range(30)]
-    httpx_tool = build_crawl("httpx", allow_hosts=["127.0.0.1"])
+    httpx_tool = build_crawl("httpx", allow_hosts=["127.0.0.1"], resolve_dns=False)
     rates = {"httpx": _pages_per_second(httpx_tool, urls)}
     if find_chromium() is None:
         pytest.skip("chromium is not installed (apt-get install -y chromium chromium-driver)")
     engines = ["playwright"] + (["selenium"] if find_chromedriver() else [])
     for engine in engines:
-        tool = build_crawl(engine, allow_hosts=["127.0.0.1"], settle_ms=0)
+        tool = build_crawl(engine, allow_hosts=["127.0.0.1"], resolve_dns=False, settle_ms=0)
         try:
             rates[engine] = _pages_per_second(tool, urls)
         finally:
@@ -114,7 +114,7 @@ def test_crawl_throughput_httpx_vs_browsers(benchmark, site):
 
 
 def test_32_concurrent_crawls_without_errors(benchmark, site):
-    tool = build_crawl("httpx", allow_hosts=["127.0.0.1"])
+    tool = build_crawl("httpx", allow_hosts=["127.0.0.1"], resolve_dns=False)
     queries = [f"{site.url(f'/page/{n}')} | {site.url('/doc.pdf')}" for n in range(32)]
     started = time.perf_counter()
     sequential = [tool.run(q, CTX) for q in queries]

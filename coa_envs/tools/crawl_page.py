@@ -24,7 +24,7 @@ from coa_envs.web.browsers import BrowserError, BrowserRenderer
 from coa_envs.web.extract import ExtractedPage, ExtractionError, extract
 from coa_envs.web.fetch import FetchFailure, HttpFetcher
 from coa_envs.web.llm import ChatEndpoint, ChatError, chat
-from coa_envs.web.ssrf import UrlGuard
+from coa_envs.web.ssrf import UrlGuard, literal_only_resolver
 
 __all__ = ["BACKENDS", "CrawlConfig", "CrawlPageTool", "build", "parse_crawl_query"]
 
@@ -46,7 +46,8 @@ _SUMMARY_PROMPT = (
 @dataclass(frozen=True, slots=True)
 class CrawlConfig:
     """Options of the crawl tool (all optional). ``allow_hosts`` opens hosts/CIDRs to the
-    agent (e.g. ``["127.0.0.1"]`` for the local mini-web); ``summary`` is an OpenAI-compatible
+    agent (e.g. ``["127.0.0.1"]`` for the local mini-web); ``resolve_dns=False`` accepts IP
+    literals only (offline setups: no DNS query ever leaves the machine); ``summary`` is an OpenAI-compatible
     endpoint block (``base_url``, ``model``, ``api_key_env``, ``max_input_chars``)."""
 
     timeout_s: float = 15.0
@@ -57,6 +58,7 @@ class CrawlConfig:
     max_urls: int = 3
     allow_hosts: tuple[str, ...] = ()
     allow_private: bool = False
+    resolve_dns: bool = True
     verify_tls: bool = True
     summary: Mapping[str, Any] | None = None
     browser_workers: int = 1
@@ -115,7 +117,8 @@ class CrawlPageTool:
             raise ValueError(f"unknown crawl_page backend {backend!r}; choose one of {BACKENDS}")
         self.backend = backend
         self.config = config or CrawlConfig()
-        self.guard = UrlGuard(self.config.allow_hosts, allow_private=self.config.allow_private)
+        self.guard = UrlGuard(self.config.allow_hosts, allow_private=self.config.allow_private,
+                              resolver=None if self.config.resolve_dns else literal_only_resolver)
         self._summary = ChatEndpoint.from_config(self.config.summary)
         self._summary_input_chars = int((self.config.summary or {}).get("max_input_chars", 30000))
         self._fetcher = HttpFetcher(

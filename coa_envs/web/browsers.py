@@ -44,7 +44,12 @@ CHROMEDRIVER_CANDIDATES = ("/usr/bin/chromedriver", "/usr/lib/chromium/chromedri
 _CHROMIUM_FLAGS = (
     "--no-sandbox", "--disable-dev-shm-usage", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-gpu",
-    "--disable-extensions", "--proxy-bypass-list=<-loopback>",
+    "--disable-extensions", "--disable-default-apps", "--disable-domain-reliability",
+    "--disable-client-side-phishing-detection", "--disable-breakpad", "--no-default-browser-check",
+    "--no-pings", "--metrics-recording-only", "--safebrowsing-disable-auto-update",
+    "--disable-features=Translate,OptimizationHints,MediaRouter,DialMediaRouteProvider,"
+    "AutofillServerCommunication,CertificateTransparencyComponentUpdater,InterestFeedContentSuggestions",
+    "--proxy-bypass-list=<-loopback>",
 )
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-__all__ = ["ALLOWED_SCHEMES", "METADATA_ADDRESSES", "UrlGuard", "UrlVerdict"]
+__all__ = ["ALLOWED_SCHEMES", "METADATA_ADDRESSES", "UrlGuard", "UrlVerdict", "literal_only_resolver"]
 
 ALLOWED_SCHEMES = frozenset({"http", "https"})
 METADATA_ADDRESSES = frozenset(
@@ -70,6 +70,15 @@ def _system_resolver(host: str, port: int) -> list[str]:
     for info in infos:
         seen.setdefault(str(info[4][0]).split("%", 1)[0], None)
     return list(seen)
+
+
+def literal_only_resolver(host: str, port: int) -> list[str]:
+    """Resolve IP literals only; refuse names. For offline setups (the loopback mini-web), so
+    that neither the agent nor a browser's background traffic ever triggers a DNS query."""
+    try:
+        return [str(ipaddress.ip_address(host.strip("[]")))]
+    except ValueError:
+        raise OSError(f"DNS is disabled (resolve_dns=false); use an IP address instead of {host!r}") from None
 
 
 def _embedded_ipv4(ip: IPAddress) -> IPAddress:

@@ -16,13 +16,13 @@ ENGINES = ("playwright", "selenium")
 @pytest.fixture(scope="module", params=ENGINES)
 def browser_crawl(request, require_browser):
     require_browser(request.param)
-    tool = build(request.param, allow_hosts=["127.0.0.1"], timeout_s=4, settle_ms=200)
+    tool = build(request.param, allow_hosts=["127.0.0.1"], resolve_dns=False, timeout_s=4, settle_ms=200)
     yield tool
     tool.close()
 
 
 def test_javascript_page_is_rendered_only_by_browsers(browser_crawl, site) -> None:
-    static = build("httpx", allow_hosts=["127.0.0.1"]).run(site.url("/js.html"), CTX)
+    static = build("httpx", allow_hosts=["127.0.0.1"], resolve_dns=False).run(site.url("/js.html"), CTX)
     assert JS_SECRET not in static.text  # the secret exists only after the script ran
 
     rendered = browser_crawl.run(site.url("/js.html"), CTX)

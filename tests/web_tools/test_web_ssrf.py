@@ -11,7 +11,7 @@ import pytest
 from coa_envs.tools.crawl_page import build as build_crawl
 from coa_envs.types import ErrorKind, ToolContext
 from coa_envs.web.fetch import FetchedPage, FetchFailure, HttpFetcher
-from coa_envs.web.ssrf import UrlGuard
+from coa_envs.web.ssrf import UrlGuard, literal_only_resolver
 
 CTX = ToolContext()
 
@@ -154,3 +154,15 @@ def test_fetcher_connects_to_the_resolved_address_with_the_original_host_name(si
     assert isinstance(outcome, FetchedPage), outcome
     assert outcome.final_url == f"http://pinned.example:{port}/article.html"
     fetcher.close()
+
+
+def test_offline_mode_resolves_ip_literals_only(site) -> None:
+    guard = UrlGuard(["127.0.0.1"], resolver=literal_only_resolver)
+    assert guard.check("http://127.0.0.1:8000/").allowed
+    assert guard.check("http://[::1]/").status == "blocked"
+    refused = guard.check("http://localhost/")
+    assert refused.status == "dns_error" and "DNS is disabled" in refused.reason
+    tool = build_crawl("httpx", allow_hosts=["127.0.0.1"], resolve_dns=False)
+    assert tool.run(site.url("/article.html"), CTX).ok
+    named = tool.run(site.url("/article.html").replace("127.0.0.1", "localhost"), CTX)
+    assert named.error_kind == ErrorKind.TOOL_ERROR and "DNS is disabled" in named.text
