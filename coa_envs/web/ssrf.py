@@ -120,8 +120,9 @@ class UrlGuard:
     """Policy for agent-chosen URLs.
 
     ``allow_hosts`` entries are host names (exact, case-insensitive; ``.example.org``
-    also matches sub-domains), IP addresses, or CIDR networks (``10.0.0.0/8``). A host
-    name on the list is allowed whatever it resolves to; otherwise every resolved address
+    also matches sub-domains), IP addresses, CIDR networks (``10.0.0.0/8``), or one service
+    ``host:port`` / ``[v6]:port`` (that port only). A host name on the list is allowed
+    whatever it resolves to; otherwise every resolved address
     must be public or inside an allowed network. ``allow_private=True`` turns the address
     check off entirely (schemes are still enforced) — only for trusted, offline setups.
     """

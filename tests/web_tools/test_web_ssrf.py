@@ -166,3 +166,14 @@ def test_offline_mode_resolves_ip_literals_only(site) -> None:
     assert tool.run(site.url("/article.html"), CTX).ok
     named = tool.run(site.url("/article.html").replace("127.0.0.1", "localhost"), CTX)
     assert named.error_kind == ErrorKind.TOOL_ERROR and "DNS is disabled" in named.text
+
+
+def test_host_port_entries_open_one_service_only(accept_recorder, site) -> None:
+    port, accepts = accept_recorder
+    site_port = int(site.base_url.rsplit(":", 1)[1])
+    tool = build_crawl("httpx", allow_hosts=[f"127.0.0.1:{site_port}"])
+    assert tool.run(site.url("/article.html"), CTX).ok
+    other = tool.run(f"http://127.0.0.1:{port}/", CTX)
+    assert other.error_kind == ErrorKind.BLOCKED_URL and accepts == []
+    assert UrlGuard([f"[::1]:{port}"]).check(f"http://[::1]:{port}/").allowed
+    assert not UrlGuard([f"[::1]:{port}"]).check(f"http://[::1]:{port + 1}/").allowed
