@@ -177,3 +177,28 @@ def test_host_port_entries_open_one_service_only(accept_recorder, site) -> None:
     assert other.error_kind == ErrorKind.BLOCKED_URL and accepts == []
     assert UrlGuard([f"[::1]:{port}"]).check(f"http://[::1]:{port}/").allowed
     assert not UrlGuard([f"[::1]:{port}"]).check(f"http://[::1]:{port + 1}/").allowed
+
+
+def test_arbitrary_crawl_queries_never_raise_and_never_connect() -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from coa_envs.tools.crawl_page import parse_crawl_query
+
+    # Every name "resolves" to loopback, which is refused: nothing can leave the machine.
+    fetcher = HttpFetcher(UrlGuard(resolver=lambda host, port: ["127.0.0.1"]), timeout_s=1)
+    pieces = st.sampled_from(["http://", "https://", "file://", "ftp://", "//", "[", "]", ":", "@", "|", " ",
+                              "%00", "..", "/", "?", "#", "example.org", "0x7f.1", "::1", "\u00e9", "\n", "80"])
+    queries = st.one_of(st.text(max_size=60), st.lists(pieces, max_size=12).map("".join))
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(queries)
+    def check(query: str) -> None:
+        urls, _goal = parse_crawl_query(query)
+        for url in urls or [query]:
+            outcome = fetcher.fetch(url)
+            assert isinstance(outcome, FetchFailure)
+            assert outcome.kind in (ErrorKind.BLOCKED_URL, ErrorKind.TOOL_ERROR)
+
+    check()
+    fetcher.close()
