@@ -9,6 +9,7 @@ the worker knows the cell is over without the process having to exit.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import resource
 import signal
@@ -86,13 +87,20 @@ def _reset_process_state(out_w: int, err_w: int, workdir: str) -> None:
 
 
 def run_once(req_r: int, out_w: int, err_w: int, status_w: int, workdir: str) -> None:
-    """Wait for one request, run it, exit with its exit code. Never returns."""
+    """Wait for one request on the pool's pipe, run it, exit with its exit code.
+
+    The pipe is closed before any of the request's code runs, and the worker learns the
+    request's id and limits from the ``S`` line written here, before the code can write.
+    """
     try:
         request = read_frame(req_r)
     except FrameError:
-        os._exit(0)  # retired before use
+        os.write(status_w, b"E")
+        os._exit(0)  # the pool closed the pipe
     try:
         os.close(req_r)
+        meta = {"id": request.get("id"), "limits": request["limits"]}
+        os.write(status_w, b"S" + json.dumps(meta).encode() + b"\n")
         _install_stdin(request.get("stdin", ""))
         _reset_process_state(out_w, err_w, workdir)
         apply_rlimits(Limits(**request["limits"]), address_space_base=_vm_size_bytes())

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import json
 import os
 import select
 import signal
@@ -31,7 +32,7 @@ from sandbox.types import Limits
 
 __all__ = ["main"]
 
-_READY, _FAILED = b"R", b"F"
+_READY, _FAILED, _STARTED = b"R", b"F", b"S"
 _PREPARE_TIMEOUT_S = 10.0
 
 
@@ -55,7 +56,8 @@ class _Prepared:
 class Worker:
     """State of one worker process; see the module docstring."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], control_in: int) -> None:
+        self.control_in = control_in
         self.uid = int(config.get("uid", 0))
         self.workdir = config.get("workdir", "/tmp/work")
         self.workdir_mb = int(config.get("workdir_mb", 64))
@@ -92,7 +94,12 @@ class Worker:
 
     # -- the jailed child ---------------------------------------------------------------
     def prepare(self) -> _Prepared:
-        req_r, req_w = os.pipe()
+        # A run child reads its request straight from the pool's pipe (one hop fewer on
+        # every run); a session child gets its cells from us through a pipe of its own.
+        if self.session:
+            req_r, req_w = os.pipe()
+        else:
+            req_r, req_w = self.control_in, -1
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         status_r, status_w = os.pipe()
@@ -100,7 +107,7 @@ class Worker:
         fds = (req_r, out_w, err_w, status_w, done_w)
         pid = self._fork_in_new_pid_namespace(lambda: self._child(*fds))
         for fd in fds:
-            if fd >= 0:
+            if fd >= 0 and fd != self.control_in:
                 os.close(fd)
         return _Prepared(pid, os.pidfd_open(pid), req_w, out_r, err_r, status_r, done_r)
 
@@ -202,19 +209,32 @@ class Worker:
         prepared.close()
 
     # -- requests -----------------------------------------------------------------------
-    def run(self, request: dict[str, Any]) -> dict[str, Any]:
-        limits = Limits(**request["limits"])
-        prepared = self._take_prepared()
+    def _await_start(self, child: _Prepared) -> dict[str, Any] | None:
+        """Block until the child has read a request (its ``S`` line) or has exited."""
+        select.select([child.status_r, child.pidfd], [], [])
+        try:
+            marker = os.read(child.status_r, 1)
+        except BlockingIOError:
+            marker = b""
+        if marker != _STARTED:
+            return None  # "E": the pool closed our pipe; nothing: the child died
+        line = b""
+        while not line.endswith(b"\n"):
+            chunk = os.read(child.status_r, 4096)
+            if not chunk:
+                return None
+            line += chunk
+        return json.loads(line)
+
+    def run(self, child: _Prepared, start: dict[str, Any]) -> dict[str, Any]:
+        """Watch a run the child has started: output, wall clock, then reap it."""
+        limits = Limits(**start["limits"])
         started = time.monotonic()
         try:
-            with contextlib.suppress(BrokenPipeError):  # a dead child shows up in collect()
-                write_frame(prepared.req_w, request)
-            os.close(prepared.req_w)
-            prepared.req_w = -1
-            collected = self._collect(prepared, prepared.pidfd, started, limits)
-            _, wait_status, usage = os.wait4(prepared.pid, 0)
+            collected = self._collect(child, child.pidfd, started, limits)
+            _, wait_status, usage = os.wait4(child.pid, 0)
         finally:
-            prepared.close()
+            child.close()
         returncode = os.waitstatus_to_exitcode(wait_status)
         return _result(collected, returncode, usage.ru_utime + usage.ru_stime, limits, started)
 
@@ -263,25 +283,41 @@ class Worker:
         self.lost_state = False
         return {"reset": True}
 
-    def serve(self, control_in: int, control_out: int) -> None:
+    def serve(self, control_out: int) -> None:
+        if self.session:
+            self._serve_session(control_out)
+            return
+        while True:
+            child = self._take_prepared()  # it now blocks on the pool's pipe, not us
+            start = self._await_start(child)
+            if start is None:
+                self._discard(child)
+                break
+            response: dict[str, Any] = {"id": start.get("id")}
+            try:
+                response.update(self.run(child, start))
+            except Exception as exc:
+                response["internal_error"] = f"{type(exc).__name__}: {exc}"
+            write_frame(control_out, response)
+            self.prepared = self.prepare()  # the next child, off the caller's clock
+
+    def _serve_session(self, control_out: int) -> None:
         while True:
             if self.prepared is None and self.current is None:
                 self.prepared = self.prepare()  # between requests, off the caller's clock
             try:
-                request = read_frame(control_in)
+                request = read_frame(self.control_in)
             except FrameError:
                 break
             response = {"id": request.get("id")}
-            op = request.get("op", "run")
+            op = request.get("op")
             try:
-                if op == "cell" and self.session:
+                if op == "cell":
                     response.update(self.cell(request))
-                elif op == "reset" and self.session:
+                elif op == "reset":
                     response.update(self.reset())
-                elif op == "run" and not self.session:
-                    response.update(self.run(request))
                 else:
-                    response["internal_error"] = f"operation {op!r} not served by this worker"
+                    response["internal_error"] = f"operation {op!r} not served by a session worker"
             except Exception as exc:
                 response["internal_error"] = f"{type(exc).__name__}: {exc}"
             write_frame(control_out, response)
@@ -314,7 +350,7 @@ def main() -> None:
         os.set_inheritable(fd, False)
     config = read_frame(control_in)
     try:
-        worker = Worker(config)
+        worker = Worker(config, control_in)
         worker.prepared = worker.prepare()
         worker.prepared = worker._take_prepared()  # proves the jail works on this kernel
     except Exception as exc:
@@ -324,4 +360,4 @@ def main() -> None:
         control_out,
         {"ready": True, "pid": os.getpid(), "isolation": worker.isolation, "notes": worker.notes},
     )
-    worker.serve(control_in, control_out)
+    worker.serve(control_out)
