@@ -59,7 +59,7 @@ class CrawlConfig:
     allow_hosts: tuple[str, ...] = ()
     allow_private: bool = False
     resolve_dns: bool = True
-    verify_tls: bool = True
+    verify_tls: bool | str = True
     summary: Mapping[str, Any] | None = None
     browser_workers: int = 1
     settle_ms: int = 300

@@ -92,9 +92,11 @@ class _GuardedBackend(httpcore.SyncBackend):
 class _GuardedTransport(httpx.HTTPTransport):
     """httpx's own transport, with its connection pool rebuilt on the guarded backend."""
 
-    def __init__(self, guard: UrlGuard, *, verify: bool, limits: httpx.Limits) -> None:
-        super().__init__(verify=verify, trust_env=False, limits=limits)
-        if verify:
+    def __init__(self, guard: UrlGuard, *, verify: bool | str, limits: httpx.Limits) -> None:
+        super().__init__(verify=bool(verify), trust_env=False, limits=limits)
+        if isinstance(verify, str):  # a CA bundle file (private CA, corporate TLS inspection)
+            ssl_context = ssl.create_default_context(cafile=verify)
+        elif verify:
             import certifi
 
             ssl_context = ssl.create_default_context(cafile=certifi.where())
@@ -115,7 +117,8 @@ class HttpFetcher:
     """Fetch one URL under the guard. Thread-safe (one shared httpx client).
 
     ``timeout_s`` bounds the whole fetch including redirects and the body download;
-    ``max_bytes`` caps the decoded body (a larger page is cut and marked truncated).
+    ``max_bytes`` caps the decoded body (a larger page is cut and marked truncated);
+    ``verify_tls`` is True (certifi's CAs), False, or the path of a CA bundle file.
     """
 
     def __init__(
@@ -127,7 +130,7 @@ class HttpFetcher:
         max_bytes: int = 5_000_000,
         max_redirects: int = 5,
         user_agent: str = DEFAULT_USER_AGENT,
-        verify_tls: bool = True,
+        verify_tls: bool | str = True,
         max_connections: int = 64,
     ) -> None:
         self.guard = guard or UrlGuard()

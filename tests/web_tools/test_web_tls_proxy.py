@@ -1,0 +1,117 @@
+"""HTTPS through the pinned connection (certificate checked against the host name), and the
+guarded proxy the browsers use (plain HTTP forwarding and CONNECT tunnels)."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from coa_envs.types import ErrorKind
+from coa_envs.web.fetch import FetchedPage, FetchFailure, HttpFetcher
+from coa_envs.web.proxy import BLOCKED_MARKER, GuardedProxy
+from coa_envs.web.ssrf import UrlGuard
+
+
+@pytest.fixture(scope="module")
+def tls_site(tmp_path_factory) -> Iterator[tuple[int, str]]:
+    trustme = pytest.importorskip("trustme", reason="pip install trustme (dev extra) for TLS tests")
+    ca = trustme.CA()
+    cert = ca.issue_cert("secure.test")
+    ca_path = tmp_path_factory.mktemp("tls") / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_path))
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            body = f"<html><body><p>TLS page for {self.headers['Host']}</p></body></html>".encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    cert.configure_cert(context)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    server.daemon_threads = True
+    server.handle_error = lambda *args: None  # type: ignore[method-assign]
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield server.server_address[1], str(ca_path)
+    server.shutdown()
+    server.server_close()
+
+
+def test_https_uses_the_pinned_address_and_verifies_the_host_name(tls_site) -> None:
+    port, ca_path = tls_site
+    guard = UrlGuard(["secure.test", "impostor.test"], resolver=lambda host, p: ["127.0.0.1"])
+    fetcher = HttpFetcher(guard, verify_tls=ca_path, timeout_s=5)
+    page = fetcher.fetch(f"https://secure.test:{port}/")
+    assert isinstance(page, FetchedPage), page
+    assert f"TLS page for secure.test:{port}" in page.body.decode()
+    # Same address, wrong name: the certificate (for secure.test) must not be accepted.
+    impostor = fetcher.fetch(f"https://impostor.test:{port}/")
+    assert isinstance(impostor, FetchFailure) and impostor.kind == ErrorKind.TOOL_ERROR
+    assert "certificate" in impostor.message.lower() or "ssl" in impostor.message.lower()
+    fetcher.close()
+
+
+def test_untrusted_certificate_is_a_tool_error(tls_site) -> None:
+    port, _ = tls_site
+    fetcher = HttpFetcher(UrlGuard(["secure.test"], resolver=lambda host, p: ["127.0.0.1"]), timeout_s=5)
+    outcome = fetcher.fetch(f"https://secure.test:{port}/")
+    assert isinstance(outcome, FetchFailure) and outcome.kind == ErrorKind.TOOL_ERROR
+    fetcher.close()
+
+
+def _raw(proxy: GuardedProxy, request: bytes, then: bytes = b"") -> bytes:
+    host, port = proxy.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as conn:
+        conn.sendall(request)
+        chunks = []
+        if then:
+            chunks.append(conn.recv(4096))  # the CONNECT answer
+            conn.sendall(then)
+        while chunk := conn.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_proxy_forwards_allowed_http_and_refuses_the_rest(site, other_site) -> None:
+    proxy = GuardedProxy(UrlGuard(["127.0.0.1"])).start()
+    try:
+        ok = _raw(proxy, f"GET {site.url('/page/2')} HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n".encode())
+        assert ok.startswith(b"HTTP/1.1 200") and b"magic number of this page is 14." in ok
+        before = other_site.hits["/beacon"]
+        refused = _raw(proxy, f"GET {other_site.url('/beacon')} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        assert refused.startswith(b"HTTP/1.1 403") and BLOCKED_MARKER.encode() in refused
+        assert other_site.hits["/beacon"] == before
+        assert any("127.0.0.2" in target for target, _ in proxy.refusals)
+        relative = _raw(proxy, b"GET /etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert relative.startswith(b"HTTP/1.1 403")
+    finally:
+        proxy.stop()
+
+
+def test_proxy_connect_tunnels_are_checked_too(site, other_site) -> None:
+    proxy = GuardedProxy(UrlGuard(["127.0.0.1"])).start()
+    site_hostport = site.base_url.removeprefix("http://")
+    try:
+        tunnelled = _raw(proxy, f"CONNECT {site_hostport} HTTP/1.1\r\nHost: {site_hostport}\r\n\r\n".encode(),
+                         then=b"GET /page/3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert b"200 Connection Established" in tunnelled and b"magic number of this page is 21." in tunnelled
+        other = other_site.base_url.removeprefix("http://")
+        refused = _raw(proxy, f"CONNECT {other} HTTP/1.1\r\nHost: {other}\r\n\r\n".encode())
+        assert refused.startswith(b"HTTP/1.1 403")
+        metadata = _raw(proxy, b"CONNECT 169.254.169.254:443 HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert metadata.startswith(b"HTTP/1.1 403")
+    finally:
+        proxy.stop()
