@@ -39,7 +39,7 @@ BACKENDS: dict[str, tuple[str, str]] = {
 
 _lock = threading.Lock()
 _default: Backend | None = None
-_default_spec: tuple[str, dict[str, Any]] | None = None
+_default_pid = 0  # a forked child must not share its parent's worker pipes
 
 
 def get_backend(name: str = "auto", **options: Any) -> Backend:
@@ -59,23 +59,27 @@ def get_backend(name: str = "auto", **options: Any) -> Backend:
 
 def configure(name: str | None = None, **options: Any) -> Backend:
     """Replace the process-wide default backend (closing the previous one) and return it."""
-    global _default, _default_spec
+    global _default, _default_pid
     with _lock:
-        old = _default
+        old = _default if _default_pid == os.getpid() else None
         _default = get_backend(name or os.environ.get("COA_SANDBOX_BACKEND", "auto"), **options)
-        _default_spec = (name or "auto", options)
+        _default_pid = os.getpid()
     if old is not None:
         old.close()
     return _default
 
 
 def default_backend() -> Backend:
-    """The process-wide backend, created on first use from ``COA_SANDBOX_BACKEND``."""
-    global _default
-    if _default is None:
+    """The process-wide backend, created on first use from ``COA_SANDBOX_BACKEND``.
+
+    After ``fork`` the child builds its own: pipes to the parent's workers are not shareable.
+    """
+    global _default, _default_pid
+    if _default is None or _default_pid != os.getpid():
         with _lock:
-            if _default is None:
+            if _default is None or _default_pid != os.getpid():
                 _default = get_backend(os.environ.get("COA_SANDBOX_BACKEND", "auto"))
+                _default_pid = os.getpid()
     return _default
 
 
@@ -84,7 +88,7 @@ def reset_default() -> None:
     global _default
     with _lock:
         old, _default = _default, None
-    if old is not None:
+    if old is not None and _default_pid == os.getpid():
         old.close()
 
 

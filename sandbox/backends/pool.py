@@ -113,6 +113,8 @@ class PoolBackend:
             raise BackendUnavailable(str(errors[0]))
         first = next(iter(self._workers.values()))
         self.isolation = tuple(first.isolation)
+        self._owner_pid = os.getpid()
+        _log.info("sandbox pool: %d workers; isolation: %s", self.size, ", ".join(self.isolation))
         for note in first.notes:
             _log.info("sandbox pool: %s", note)
 
@@ -136,6 +138,8 @@ class PoolBackend:
         return [config["uid"] for config in self._configs]
 
     def _acquire(self) -> WorkerProcess:
+        if os.getpid() != self._owner_pid:
+            raise BackendUnavailable("this pool belongs to the parent process; build one after fork")
         while True:
             if self._closed:
                 raise BackendUnavailable("sandbox pool is closed")
@@ -188,6 +192,8 @@ class PoolBackend:
         )
 
     def close(self) -> None:
+        if getattr(self, "_owner_pid", os.getpid()) != os.getpid():
+            return  # a forked child must not stop its parent's workers
         with self._lock:
             self._closed = True
             workers, self._workers = list(self._workers.values()), {}

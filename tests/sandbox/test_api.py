@@ -133,3 +133,23 @@ def test_wall_time_is_measured_not_guessed(pool):
     started = time.monotonic()
     result = pool.run("import time\ntime.sleep(0.3)")
     assert 0.3 <= result.wall_s <= time.monotonic() - started
+
+
+def test_forked_child_gets_its_own_pool_and_leaves_the_parents_alone(pool):
+    before = pool.worker_pids()
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - child process
+        try:
+            result = sandbox.run("print('from child')")
+            own = sandbox.default_backend() is not pool
+            os.write(write_end, f"{result.stdout.strip()}|{own}".encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    os.waitpid(child, 0)
+    reply = os.read(read_end, 100).decode()
+    os.close(read_end)
+    assert reply == "from child|True"
+    assert pool.worker_pids() == before
+    assert pool.run("print('parent ok')").stdout == "parent ok\n"
