@@ -78,3 +78,20 @@ def test_timeouts_and_http_errors(browser_crawl, site) -> None:
         assert missing.error_kind == ErrorKind.TOOL_ERROR and "HTTP 404" in missing.text
     else:  # Selenium cannot read status codes; the page's own text says what happened
         assert "404 Not Found" in missing.text
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_concurrent_callers_share_a_pool_of_browsers(engine, site, require_browser) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    require_browser(engine)
+    tool = build(engine, allow_hosts=["127.0.0.1"], resolve_dns=False, browser_workers=2, settle_ms=0)
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(lambda n: tool.run(site.url(f"/page/{n}"), CTX), range(12)))
+    finally:
+        tool.close()
+    assert [r.ok for r in results] == [True] * 12
+    assert all(f"magic number of this page is {n * 7}." in r.text for n, r in enumerate(results))
+    after_close = tool.run(site.url("/page/1"), CTX)
+    assert after_close.error_kind == ErrorKind.TOOL_ERROR and "closed" in after_close.text
