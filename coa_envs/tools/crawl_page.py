@@ -19,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
 from coa_envs.types import ErrorKind, ToolContext, ToolResult
 from coa_envs.web.browsers import BrowserError, BrowserRenderer
 from coa_envs.web.extract import ExtractedPage, ExtractionError, extract
@@ -121,6 +123,8 @@ class CrawlPageTool:
                               resolver=None if self.config.resolve_dns else literal_only_resolver)
         self._summary = ChatEndpoint.from_config(self.config.summary)
         self._summary_input_chars = int((self.config.summary or {}).get("max_input_chars", 30000))
+        # One pooled client for summaries: a fresh client per call would rebuild its TLS context.
+        self._llm_client = httpx.Client(trust_env=False) if self._summary is not None else None
         self._fetcher = HttpFetcher(
             self.guard, timeout_s=self.config.timeout_s, max_bytes=self.config.max_bytes,
             max_redirects=self.config.max_redirects, verify_tls=self.config.verify_tls,
@@ -135,6 +139,8 @@ class CrawlPageTool:
 
     def close(self) -> None:
         self._fetcher.close()
+        if self._llm_client is not None:
+            self._llm_client.close()
         if self._renderer is not None:
             self._renderer.close()
 
@@ -193,7 +199,7 @@ class CrawlPageTool:
             title=outcome.page.title, text=outcome.page.text[: self._summary_input_chars],
         )
         try:
-            return chat(self._summary, [{"role": "user", "content": prompt}]), ""
+            return chat(self._summary, [{"role": "user", "content": prompt}], self._llm_client), ""
         except ChatError as exc:
             return None, str(exc)
 

@@ -20,6 +20,8 @@ import mimetypes
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from coa_envs.tools.file_reader import FileReadError, file_kind, read_file
 from coa_envs.types import ErrorKind, ToolContext, ToolResult
 from coa_envs.web.llm import ChatEndpoint, ChatError, chat
@@ -68,12 +70,18 @@ class VisualInspectorTool:
             raise ValueError(f"unknown visual_inspector backend {backend!r}; choose one of {BACKENDS}")
         self.backend = backend
         self.max_chars = int(max_chars)
-        self._endpoint = None
+        self._endpoint: ChatEndpoint | None = None
+        self._client: httpx.Client | None = None
         if backend == "openai":
             self._endpoint = ChatEndpoint.from_config({
                 "base_url": base_url, "model": model, "api_key": api_key, "api_key_env": api_key_env,
                 "timeout_s": timeout_s, "max_retries": max_retries, "max_tokens": max_tokens,
             })
+        self._client = httpx.Client(trust_env=False) if self._endpoint is not None else None
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
 
     def cache_context(self, ctx: ToolContext) -> str:
         """The answer depends on which files the task has: key the cache on their contents' identity."""
@@ -104,7 +112,7 @@ class VisualInspectorTool:
             prompt = question or _AUDIO_PROMPT
         messages = [{"role": "user", "content": [{"type": "text", "text": prompt}, media]}]
         try:
-            answer = chat(self._endpoint, messages)
+            answer = chat(self._endpoint, messages, self._client)
         except ChatError as exc:
             return ToolResult.failure(f"The multimodal model could not read {path.name}: {exc}", exc.kind,
                                       transient=exc.kind == ErrorKind.TOOL_TIMEOUT)
