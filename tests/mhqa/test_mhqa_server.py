@@ -153,3 +153,33 @@ def test_cli_serve_answers_until_stopped(small_index):
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+class _SlowCountingRetriever:
+    """The real bm25 retriever, slowed down so concurrent requests pile up, recording batch sizes."""
+
+    backend = "bm25"
+
+    def __init__(self, inner):
+        self.inner, self.batch_sizes = inner, []
+
+    def search(self, queries, k=3):
+        self.batch_sizes.append(len(queries))
+        time.sleep(0.05)
+        return self.inner.search(queries, k)
+
+    def close(self):
+        pass
+
+
+def test_queued_requests_share_one_search_call(small_index):
+    counting = _SlowCountingRetriever(open_retriever("bm25", index=str(small_index)))
+    with serve_in_thread(counting) as url:
+        client = RemoteRetriever(url, timeout_s=10)
+        queries = ["Carmen", "Petra", "Isar", "Eiffel", "Beagle", "Volga", "Tokyo", "Budapest"] * 3
+        with ThreadPoolExecutor(24) as pool:
+            titles = list(pool.map(lambda q: client.search([q], k=1)[0][0].passage.title, queries))
+        client.close()
+    assert titles == [counting.inner.search([q], k=1)[0][0].passage.title for q in queries]
+    assert sum(counting.batch_sizes) == len(queries)
+    assert len(counting.batch_sizes) < len(queries) and max(counting.batch_sizes) > 1
