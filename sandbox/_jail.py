@@ -126,6 +126,31 @@ def _hide(directory: str, keep: Iterable[str]) -> None:
             os.close(fd)
 
 
+_DEVICES = ("null", "zero", "full", "random", "urandom")
+
+
+def _minimal_dev() -> None:
+    """Replace ``/dev`` with the few harmless nodes programs expect (no kmsg, fuse, kvm...)."""
+    handles = [(name, os.open(f"/dev/{name}", os.O_PATH | os.O_CLOEXEC)) for name in _DEVICES]
+    try:
+        _mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755")
+        for name, fd in handles:
+            with open(f"/dev/{name}", "w"):
+                pass
+            _mount(f"/proc/self/fd/{fd}", f"/dev/{name}", None, MS_BIND)
+    finally:
+        for _, fd in handles:
+            os.close(fd)
+    for link, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
+        os.symlink(target, f"/dev/{link}")
+    os.mkdir("/dev/shm", 0o755)
+
+
 def isolate_worker(hide: Iterable[str], keep: Iterable[str]) -> list[str]:
     """Enter the worker-level jail; return the isolation layers now in force.
 
@@ -148,6 +173,8 @@ def isolate_worker(hide: Iterable[str], keep: Iterable[str]) -> list[str]:
         if os.path.isdir(directory):
             _hide(directory, keep)
             layers.append(f"{directory} hidden")
+    _minimal_dev()
+    layers.append("minimal /dev")
     _make_tree_readonly()
     layers.append("read-only filesystem")
     return layers

@@ -92,9 +92,10 @@ def test_pool_reports_its_isolation_layers(pool):
 
 
 def test_subprocess_backend_runs_and_is_logged_as_weaker(caplog):
-    with caplog.at_level(logging.WARNING, logger="sandbox.backends.subprocess_backend"):
+    logging.getLogger("sandbox.backends.subprocess_backend").disabled = False  # other tests' configs
+    with caplog.at_level(logging.WARNING):
         backend = get_backend("subprocess")
-    assert "weaker" in caplog.text
+    assert any("weaker" in record.getMessage() for record in caplog.records)
     ok = backend.run("print(input()[::-1])", stdin="abc")
     assert (ok.status, ok.stdout) == (Status.OK, "cba\n")
     slow = backend.run("import time\ntime.sleep(30)", limits=Limits(wall_s=0.5))
