@@ -60,6 +60,21 @@ def _rows_text(rows: list[list[str]]) -> str:
     return "\n".join(" | ".join(row).rstrip(" |") for row in rows)
 
 
+def _fill(cell: object) -> str:
+    """Solid background colours matter in some tasks ("sum the green cells"): show them."""
+    fill = getattr(cell, "fill", None)
+    if fill is None or fill.fill_type != "solid":
+        return ""
+    color = fill.fgColor
+    if color.type == "rgb" and isinstance(color.rgb, str) and color.rgb not in ("00000000", "FFFFFFFF"):
+        return f" [fill #{color.rgb[-6:]}]"
+    if color.type == "theme":
+        return f" [fill theme {color.theme}]"
+    if color.type == "indexed" and color.indexed not in (64,):  # 64 = system foreground (no colour)
+        return f" [fill indexed {color.indexed}]"
+    return ""
+
+
 def _xlsx(data: bytes) -> str:
     from openpyxl import load_workbook
 
@@ -68,11 +83,11 @@ def _xlsx(data: bytes) -> str:
         sheets = []
         for sheet in book.worksheets:
             rows: list[list[str]] = []
-            for index, row in enumerate(sheet.iter_rows(values_only=True)):
+            for index, row in enumerate(sheet.iter_rows()):
                 if index >= _MAX_ROWS:
                     rows.append([f"[... more rows not shown; first {_MAX_ROWS} rows]"])
                     break
-                rows.append([_cell(v) for v in row])
+                rows.append([_cell(c.value) + _fill(c) for c in row])
             sheets.append(f"## Sheet: {sheet.title}\n{_rows_text(rows) or '(empty)'}")
         return "\n\n".join(sheets)
     finally:

@@ -39,6 +39,9 @@ def attachments(tmp_path_factory) -> dict[str, Path]:
     sheet.append(["Region", "Q1", "Q2"])
     sheet.append(["North", 120, 135.5])
     sheet.append(["South", 98, None])
+    from openpyxl.styles import PatternFill
+
+    sheet["A2"].fill = PatternFill("solid", fgColor="FF00B050")  # a green cell
     book.create_sheet("Notes").append(["Audited by Kim"])
     files["xlsx"] = root / "sales.xlsx"
     book.save(files["xlsx"])
@@ -87,8 +90,8 @@ def attachments(tmp_path_factory) -> dict[str, Path]:
 @pytest.mark.parametrize(
     "key, expected",
     [
-        ("xlsx", ["## Sheet: Sales", "Region | Q1 | Q2", "North | 120 | 135.5", "South | 98", "## Sheet: Notes",
-                  "Audited by Kim"]),
+        ("xlsx", ["## Sheet: Sales", "Region | Q1 | Q2", "North [fill #00B050] | 120 | 135.5", "South | 98",
+                  "## Sheet: Notes", "Audited by Kim"]),
         ("docx", ["Meeting minutes: the budget was approved.", "Item | Cost", "Chairs | 450"]),
         ("pptx", ["## Slide 1", "Roadmap 2025", "Launch in September", "(notes) Mention the delay"]),
         ("pdf", ["Total revenue: 12.5 million euros"]),
@@ -138,7 +141,7 @@ def test_inspector_reads_documents_of_the_current_task_only(attachments) -> None
     ctx = _ctx(attachments["xlsx"], attachments["docx"])
     result = tool.run("sales.xlsx | total for North?", ctx)
     assert result.ok and result.text.startswith("File: sales.xlsx (spreadsheet)\nYour question: total for North?")
-    assert "North | 120 | 135.5" in result.text
+    assert "North [fill #00B050] | 120 | 135.5" in result.text
     outside = tool.run(str(attachments["pdf"]), ctx)  # exists on disk, but not attached to this task
     assert outside.error_kind == ErrorKind.BAD_ACTION and "Attached files: sales.xlsx, minutes.docx" in outside.text
     none = tool.run("sales.xlsx", ToolContext(task=Task("t", "q")))
