@@ -103,6 +103,7 @@ class PoolBackend:
         self._workers: dict[int, WorkerProcess] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._warned_network = False
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(self.size) as starter:
