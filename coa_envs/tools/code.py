@@ -13,7 +13,9 @@ from sandbox import ExecResult, Limits, Status
 
 __all__ = ["BACKENDS", "CodeTool", "build", "render_exec_result"]
 
-BACKENDS = ("default", "pool", "subprocess", "bwrap", "docker")
+BACKENDS = ("default", "auto", "pool", "subprocess", "bwrap", "nsjail", "docker")
+
+_SESSION_KEY = "code_session"
 
 _STATUS_KIND = {
     Status.TIMEOUT: ErrorKind.TOOL_TIMEOUT,
@@ -46,24 +48,46 @@ def render_exec_result(result: ExecResult) -> str:
 
 
 class CodeTool:
-    """Stateless execution: every call is a fresh interpreter (the seed's behaviour)."""
+    """Runs ``<code>`` calls in the sandbox.
+
+    Stateless by default (every call is a fresh interpreter, the seed's behaviour). With
+    ``stateful=True`` each episode gets its own jailed :class:`sandbox.Session`, so names a
+    cell defines stay visible to the episode's later cells, like a notebook kernel; the env
+    calls :meth:`end_episode` on reset/close, which shuts that interpreter down.
+    """
 
     name = "code"
 
-    def __init__(self, backend: str = "default", limits: Limits | None = None):
+    def __init__(self, backend: str = "default", limits: Limits | None = None, *, stateful: bool = False):
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown code backend {backend!r}; choose one of {list(BACKENDS)}")
         self.backend = backend
         self.limits = limits or Limits()
+        self.stateful = stateful
+        self._backend_instance = None
 
-    def _runner(self):  # resolved per call so a reconfigured default backend is honoured
-        if self.backend == "default":
+    def _runner(self):
+        if self.backend == "default":  # resolved per call so a reconfigured default is honoured
             return sandbox.run
-        from sandbox.backends import get_backend
+        if self._backend_instance is None:
+            from sandbox.backends import get_backend
 
-        return get_backend(self.backend).run
+            self._backend_instance = get_backend(self.backend)
+        return self._backend_instance.run
+
+    def _session(self, ctx: ToolContext) -> sandbox.Session:
+        session = ctx.state.get(_SESSION_KEY)
+        if session is None:
+            session = sandbox.Session(self.limits)
+            ctx.state[_SESSION_KEY] = session
+        return session
 
     def run(self, query: str, ctx: ToolContext) -> ToolResult:
         try:
-            result = self._runner()(query, stdin=None, limits=self.limits)
+            if self.stateful:
+                result = self._session(ctx).run(query, limits=self.limits)
+            else:
+                result = self._runner()(query, stdin=None, limits=self.limits)
         except Exception as exc:  # a broken backend is reported, never raised into the env
             return ToolResult.failure(f"Code execution failed: {type(exc).__name__}: {exc}", ErrorKind.TOOL_ERROR)
         text = render_exec_result(result)
@@ -73,6 +97,18 @@ class CodeTool:
             return ToolResult(text=text, ok=True, details=details)
         return ToolResult(text=text, ok=False, error_kind=kind, details=details)
 
+    def end_episode(self, ctx: ToolContext) -> None:
+        """Shut down the episode's interpreter (stateful mode); a no-op when stateless."""
+        session = ctx.state.pop(_SESSION_KEY, None)
+        if session is not None:
+            session.close()
 
-def build(backend: str = "default", **limits: float | int | bool) -> CodeTool:
-    return CodeTool(backend=backend, limits=Limits(**limits) if limits else None)  # type: ignore[arg-type]
+    def close(self) -> None:
+        if self._backend_instance is not None:
+            self._backend_instance.close()
+            self._backend_instance = None
+
+
+def build(backend: str = "default", stateful: bool = False, **limits: float | int | bool) -> CodeTool:
+    """``stateful`` picks notebook-style sessions; the remaining keys are :class:`sandbox.Limits` fields."""
+    return CodeTool(backend=backend, limits=Limits(**limits) if limits else None, stateful=stateful)  # type: ignore[arg-type]

@@ -188,7 +188,9 @@ def test_make_without_data_says_how_to_get_it(env_id, must_mention):
 def test_hub_is_only_tried_with_a_token(monkeypatch):
     from coa_envs.tasks import web_common
 
+    # CI machines may export HF_HUB_OFFLINE; this test sets the environment it checks.
     monkeypatch.delenv("COA_NO_HF_DOWNLOAD", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
     assert web_common.hf_authorised() is False
     monkeypatch.setattr("huggingface_hub.get_token", lambda: "hf_x")
