@@ -264,6 +264,9 @@ def train(config: SFTConfig) -> SFTResult:
     eval_losses: list[tuple[int, float]] = []
     started, tokens_seen, halted = time.perf_counter(), 0, False
     epoch, rows_done = position.epoch, position.rows_in_epoch
+    if eval_data.packs and config.eval_every and position.step == 0:
+        eval_losses.append((0, _evaluate(module, eval_data, device, autocast)))
+        logger.log({"step": 0, "eval_loss": eval_losses[-1][1]})
     order = epoch_order(len(data.packs), config.seed, epoch)[dist.rank::dist.world][:rows_per_rank]
     while position.step < total_steps:
         if rows_done >= rows_per_rank or (use_ds and rows_done + config.grad_accum > rows_per_rank):

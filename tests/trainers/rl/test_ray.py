@@ -1,0 +1,90 @@
+"""Ray mode: the same loop with actors, and a rollout worker killed mid-run is restarted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray")
+pytest.importorskip("ray.rllib")
+torch = pytest.importorskip("torch")
+
+from trainers.rl.config import RLConfig  # noqa: E402
+
+ENV_KWARGS = {"task_options": {"difficulty": "easy", "num_tasks": 16},
+              "tools": {"wiki_search": {"backend": "bm25", "top_k": 1}},
+              "system_prompt": "Search the wiki, then answer."}
+
+
+def _config(out, **overrides) -> RLConfig:
+    base = dict(
+        algorithm="grpo", kl_coef=0.01, model="tiny", model_config={"hidden_size": 32,
+                                                                    "layers": 1},
+        env_id="coa/SynthHop-v0", env_kwargs=ENV_KWARGS, use_ray=True, torch_threads=1,
+        num_rollout_workers=1, cpus_per_worker=1, total_steps=2, prompts_per_step=2,
+        group_size=2, minibatch_size=4, micro_batch_size=4, max_new_tokens=8,
+        max_response_tokens=48, max_turns=2, save_every=1, output_dir=str(out),
+        tensorboard=False, plot=False,
+    )
+    base.update(overrides)
+    return RLConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
+def test_ray_loop_runs_with_actors_and_a_reference_model(local_ray, tmp_path):
+    from trainers.rl.loop import train
+
+    last = train(_config(tmp_path))
+    assert last["rollout/episodes"] == 4
+    assert last["rollout/dropped_episodes"] == 0
+    assert "kl/ref" in last  # grpo with kl_coef loads the reference in the learner actor
+    assert last["mismatch/logprob_abs_diff"] < 1e-3  # weights reached the worker actor
+    assert (tmp_path / "checkpoints" / "step_000002" / "COMPLETE").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("retries", [1, 0])
+def test_killed_rollout_worker_is_restarted_and_its_episodes_retried_or_counted(
+        local_ray, tmp_path, retries):
+    from trainers.rl.actors import RayRollouts
+    from trainers.rl.learner import Learner
+    from trainers.rl.rollout import EpisodeJob
+
+    cfg = _config(tmp_path, max_new_tokens=32, max_turns=3, max_response_tokens=200,
+                  max_episode_retries=retries)
+    rollouts = RayRollouts(cfg)
+    rollouts.set_weights(Learner(cfg).policy_state(), 0)
+    (actor,) = rollouts.manager.actors().values()
+    pid = ray.get(actor.apply.remote(lambda w: os.getpid()))
+    jobs = [EpisodeJob(i % 16, i, 0, i) for i in range(64)]
+    out: dict = {}
+    runner = threading.Thread(target=lambda: out.update(result=rollouts.run(jobs)))
+    runner.start()
+    time.sleep(3.0)
+    assert runner.is_alive(), "the shard finished before the kill; make it longer"
+    os.kill(pid, signal.SIGKILL)
+    runner.join(timeout=600)
+    trajectories, stats = out["result"]
+    assert stats["rollout/worker_restarts"] >= 1
+    if retries:
+        assert len(trajectories) == 64 and stats["rollout/dropped_episodes"] == 0
+        new_pid = ray.get(actor.apply.remote(lambda w: os.getpid()))
+        assert new_pid != pid
+        # the restarted worker got the current weights before serving again
+        assert ray.get(actor.apply.remote(lambda w: w.weights_version)) == 0
+    else:
+        assert trajectories == [] and stats["rollout/dropped_episodes"] == 64
+    rollouts.close()
