@@ -236,20 +236,23 @@ class CoAEnv(gym.Env[str, str]):
 
     def _run_tools(self, parsed: ParsedTurn, info: dict[str, Any]) -> str:
         calls = parsed.tool_calls
-        info["tool"] = calls[0].tool if len(calls) == 1 else [c.tool for c in calls]
+        if len(calls) == 1:  # the common case, kept lean: it is most of the step overhead
+            call = calls[0]
+            info["tool"] = call.tool
+            started = time.perf_counter()
+            result = self._call_tool(call)
+            info["tool_latency_s"] = time.perf_counter() - started
+            info["error_kind"] = None if result.error_kind is None else result.error_kind.value
+            info["tool_result_details"] = dict(result.details)
+            return result.text
+        info["tool"] = [c.tool for c in calls]
         started = time.perf_counter()
-        if len(calls) == 1:
-            results = [self._call_tool(calls[0])]
-        else:
-            with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-                results = list(pool.map(self._call_tool, calls))
+        with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+            results = list(pool.map(self._call_tool, calls))
         info["tool_latency_s"] = time.perf_counter() - started
         kinds = [r.error_kind.value for r in results if r.error_kind is not None]
         info["error_kind"] = kinds[0] if kinds else None
-        details = [dict(r.details) for r in results]
-        info["tool_result_details"] = details if len(details) > 1 else details[0]
-        if len(results) == 1:
-            return results[0].text
+        info["tool_result_details"] = [dict(r.details) for r in results]
         pairs = enumerate(zip(calls, results, strict=True))
         return "\n\n".join(f"[{call.tool} #{i + 1}]\n{result.text}" for i, (call, result) in pairs)
 

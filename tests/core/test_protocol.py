@@ -140,3 +140,12 @@ def test_parser_never_raises_on_tag_soup(text):
     assert parsed.ok or parsed.error is not None
     if parsed.ok:
         assert parsed.answer is not None or parsed.tool_calls
+
+
+@settings(max_examples=1000, suppress_health_check=[HealthCheck.too_slow])
+@given(_tag_soup, st.booleans())
+def test_fast_path_agrees_with_the_general_walker(text, allow_parallel):
+    """The span-matching fast path is an optimisation only: same result as the reference walker."""
+    from coa_envs.protocol import _parse_general
+
+    assert parse_turn(text, allow_parallel=allow_parallel) == _parse_general(text, allow_parallel=allow_parallel)
