@@ -25,7 +25,8 @@ def _load() -> dict[str, dict[str, Any]]:
     import yaml
 
     text = resources.files("coa_envs").joinpath("envs_registry.yaml").read_text(encoding="utf-8")
-    document = yaml.safe_load(text) or {}
+    # libyaml's loader when present: the pure-Python one was most of `import coa_envs`.
+    document = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
     defaults = document.get("defaults") or {}
     result: dict[str, dict[str, Any]] = {}
     for raw in document.get("envs") or []:
