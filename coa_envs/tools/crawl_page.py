@@ -13,6 +13,7 @@ Nothing raises: each failure is an observation with an :class:`ErrorKind`.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -144,6 +145,20 @@ class CrawlPageTool:
         if self._renderer is not None:
             self._renderer.close()
 
+    def cache_context(self, ctx: ToolContext) -> str:
+        """What besides the query shapes the answer, for the record/replay cache key.
+
+        Without a summary endpoint the page text depends on the URL alone, so every task
+        shares one entry per URL. With one, the summary is steered by the goal, which falls
+        back to the task's question when the query states none (and by the summary model):
+        a replay must not serve one task's summary to another task.
+        """
+        if self._summary is None:
+            return ""
+        question = ctx.task.question if ctx.task is not None else ""
+        digest = hashlib.sha256(f"{self._summary.model}\n{question}".encode()).hexdigest()[:16]
+        return f"summary:{digest}"
+
     # -- fetching -------------------------------------------------------------------------
     def _via_http(self, url: str) -> _PageOutcome:
         fetched = self._fetcher.fetch(url)
@@ -261,7 +276,8 @@ class CrawlPageTool:
         details = {
             "backend": self.backend,
             "pages": [info for _, info in rendered],
-            "transient": any(o.transient for o in outcomes),
+            # A failed summary is shown as the raw page, but must not be frozen into a replay cache.
+            "transient": any(o.transient for o in outcomes) or any("summary_error" in i for _, i in rendered),
         }
         failures = [o for o in outcomes if o.page is None]
         if len(failures) == len(outcomes):

@@ -154,3 +154,38 @@ def test_missing_chromium_is_a_not_configured_observation(site) -> None:
     result = tool.run(site.url("/article.html"), CTX)
     assert result.error_kind == ErrorKind.NOT_CONFIGURED and "apt-get install" in result.text
     tool.close()
+
+
+def test_replay_cache_keys_summaries_by_task_and_skips_failed_summaries(site, chat_api, tmp_path) -> None:
+    """A summary toward task A's question must never be replayed to task B; plain pages are shared."""
+    from coa_envs.tools.cache import CachedTool
+
+    url = site.url("/article.html")
+    task_a = ToolContext(task=Task(task_id="a", question="Who founded the observatory?"))
+    task_b = ToolContext(task=Task(task_id="b", question="How tall is the telescope dome?"))
+    summary = {"base_url": chat_api.base_url + "/v1", "model": "summariser", "max_retries": 0}
+    cached = CachedTool(build("httpx", allow_hosts=["127.0.0.1"], summary=summary), backend="httpx",
+                        mode="replay-or-record", path=tmp_path / "summaries.sqlite")
+    first_a = cached.run(url, task_a)
+    first_b = cached.run(url, task_b)
+    goals = [r.json()["messages"][0]["content"].split("\n", 1)[0] for r in chat_api.requests]
+    assert goals == ["You read web pages for a research agent. Goal: Who founded the observatory?",
+                     "You read web pages for a research agent. Goal: How tall is the telescope dome?"]
+    assert first_a.details.get("cache") is None and first_b.details.get("cache") is None  # both live
+    replay_a, replay_b = cached.run(url, task_a), cached.run(url, task_b)
+    assert replay_a.details["cache"] == "hit" and replay_a.text == first_a.text
+    assert replay_b.details["cache"] == "hit" and replay_b.text == first_b.text
+    assert len(chat_api.requests) == 2 and len(cached.store) == 2
+
+    chat_api.behaviour = lambda _r: (503, "text/plain", b"overloaded")
+    task_c = ToolContext(task=Task(task_id="c", question="Where is it?"))
+    degraded = cached.run(url, task_c)
+    assert degraded.ok and "summary unavailable" in degraded.text and degraded.details["transient"] is True
+    assert len(cached.store) == 2  # the outage was not stored: a later run summarises again
+    cached.close()
+
+    plain = CachedTool(build("httpx", allow_hosts=["127.0.0.1"]), backend="httpx", mode="replay-or-record",
+                       path=tmp_path / "plain.sqlite")
+    plain.run(url, task_a)
+    assert plain.run(url, task_b).details["cache"] == "hit" and len(plain.store) == 1
+    plain.close()
