@@ -4,7 +4,9 @@ One API whatever the backend: ``run(code, stdin=None, limits=Limits()) -> ExecRe
 ``await arun(...)`` twin, and :class:`Session` for notebook-style multi-cell execution
 (``with Session() as s: s.run("x = 1"); s.run("print(x)")``).
 The backend comes from :func:`configure` or the ``COA_SANDBOX_BACKEND`` environment
-variable (``pool`` | ``subprocess`` | ``bwrap`` | ``nsjail`` | ``docker`` | ``auto``).
+variable (``pool`` | ``subprocess`` | ``bwrap`` | ``nsjail`` | ``docker`` | ``auto``); the
+pool's size and preloaded modules from ``configure("pool", size=..., preload=...)`` or
+``COA_SANDBOX_POOL_SIZE`` / ``COA_SANDBOX_PRELOAD`` (comma-separated, ``+sympy`` appends).
 This package imports nothing from the rest of the project.
 """
 

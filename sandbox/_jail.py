@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 __all__ = [
+    "PER_RUN_LAYERS",
     "JailError",
     "become_subreaper",
     "build_seccomp",
@@ -198,6 +199,10 @@ def unshare_pid() -> None:
 def become_subreaper() -> None:
     """Orphaned descendants are re-parented to us, so we can wait for them directly."""
     _check(_libc.prctl(36, 1, 0, 0, 0), "PR_SET_CHILD_SUBREAPER")
+
+
+#: Namespaces every run child enters on top of the worker's (reported in the pool's isolation).
+PER_RUN_LAYERS = ("pid namespace per run", "ipc namespace per run", "uts namespace per run")
 
 
 def enter_run(workdir: str, owner: int, workdir_mb: int) -> list[str]:

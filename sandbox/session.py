@@ -22,7 +22,7 @@ from typing import Any
 
 from sandbox._workerproc import WorkerLost, WorkerProcess
 from sandbox.backends.base import BackendUnavailable
-from sandbox.backends.pool import DEFAULT_PRELOAD
+from sandbox.backends.pool import configured_preload
 from sandbox.types import ExecResult, Limits, Status
 
 __all__ = ["RESTART_NOTE", "Session"]
@@ -59,7 +59,7 @@ class Session:
         limits: Limits | None = None,
         *,
         jail: bool | None = None,
-        preload: tuple[str, ...] | list[str] = DEFAULT_PRELOAD,
+        preload: tuple[str, ...] | list[str] | None = None,
         python: str | None = None,
         workdir_mb: int = 64,
         seccomp: bool = True,
@@ -70,7 +70,7 @@ class Session:
         self.limits = limits or Limits()
         self.session_cpu_s = session_cpu_s
         self._python = python or sys.executable
-        self._preload = tuple(preload)
+        self._preload = configured_preload() if preload is None else tuple(preload)
         self._workdir_mb, self._seccomp = workdir_mb, seccomp
         self._warm_spare, self._start_timeout_s = warm_spare, start_timeout_s
         self._lock = threading.Lock()

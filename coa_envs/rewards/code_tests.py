@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -113,18 +114,28 @@ class CodeTestsReward:
         self.max_parallel = max_parallel
         self.fail_fast = fail_fast
         self._runner: Any = None
+        self._runner_lock = threading.Lock()
 
     def _run(self, code: str, stdin: str, limits: Limits) -> ExecResult:
         if self._runner is None:
-            if self.backend == "default":
-                import sandbox
+            with self._runner_lock:  # tests of one answer start in parallel: build the backend once
+                if self._runner is None:
+                    if self.backend == "default":
+                        import sandbox
 
-                self._runner = sandbox.run
-            else:
-                from sandbox.backends import get_backend
+                        self._runner = sandbox.run
+                    else:
+                        from sandbox.backends import get_backend
 
-                self._runner = get_backend(self.backend).run
+                        self._runner = get_backend(self.backend).run
         return self._runner(code, stdin=stdin, limits=limits)
+
+    def _safe_run(self, code: str, stdin: str, limits: Limits) -> ExecResult | str:
+        """The run's result, or the text of the error when the sandbox itself failed."""
+        try:
+            return self._run(code, stdin, limits)
+        except Exception as exc:  # a broken sandbox fails the test, it never raises into the env
+            return f"{type(exc).__name__}: {exc}"
 
     def _jobs(self, code: str, tests: dict[str, Any]) -> list[tuple[str, str, str]]:
         """(program, stdin, expected) per test; expected "" for assert-style tests."""
@@ -138,7 +149,10 @@ class CodeTestsReward:
             return [(PRELUDE + code + "\n" + snippet, "", "") for snippet in tests["snippets"]]
         raise ValueError(f"unknown test kind {kind!r}")
 
-    def _verdict(self, index: int, kind: str, result: ExecResult, expected: str) -> dict[str, Any]:
+    def _verdict(self, index: int, kind: str, result: ExecResult | str, expected: str) -> dict[str, Any]:
+        if isinstance(result, str):
+            failed = {"index": index, "status": "sandbox_error", "passed": False, "reason": "sandbox_error"}
+            return {**failed, "stderr": result[-400:]}
         verdict: dict[str, Any] = {"index": index, "status": str(result.status), "wall_s": round(result.wall_s, 4)}
         if result.status is not Status.OK:
             verdict["passed"] = False
@@ -178,7 +192,7 @@ class CodeTestsReward:
             for index, (program, stdin, expected) in enumerate(jobs):
                 cap = max(self.limits.max_output_chars, 2 * len(expected) + 1024)
                 limits = self.limits.with_(max_output_chars=cap)
-                futures[executor.submit(self._run, program, stdin, limits)] = (index, expected)
+                futures[executor.submit(self._safe_run, program, stdin, limits)] = (index, expected)
             for future, (index, expected) in futures.items():
                 if self.fail_fast and any(v is not None and not v["passed"] for v in verdicts):
                     future.cancel()

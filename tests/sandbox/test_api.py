@@ -87,7 +87,7 @@ def test_run_that_kills_its_worker_twice_is_a_violation(fresh_pool, monkeypatch)
 
 def test_pool_reports_its_isolation_layers(pool):
     layers = " ".join(pool.isolation)
-    for layer in ("network namespace", "mount namespace", "read-only", "rlimits", "wall-clock"):
+    for layer in ("network namespace", "mount namespace", "pid namespace", "read-only", "rlimits", "wall-clock"):
         assert layer in layers
 
 
@@ -154,3 +154,64 @@ def test_forked_child_gets_its_own_pool_and_leaves_the_parents_alone(pool):
     assert reply == "from child|True"
     assert pool.worker_pids() == before
     assert pool.run("print('parent ok')").stdout == "parent ok\n"
+
+
+def test_preloaded_modules_are_already_imported_when_a_run_starts(pool):
+    probe = "import sys\nprint('numpy' in sys.modules, 'collections' in sys.modules)"
+    assert pool.run(probe).stdout == "True True\n"  # paid once per worker, not per run
+
+
+def test_preload_list_and_pool_size_are_configuration():
+    try:
+        backend = get_backend("pool", size=1, preload=("xml.dom.minidom",))
+    except sandbox.BackendUnavailable as exc:
+        pytest.skip(f"pool backend unavailable: {exc}")
+    try:
+        result = backend.run("import sys\nprint('xml.dom.minidom' in sys.modules, 'numpy' in sys.modules)")
+        assert result.stdout == "True False\n"
+        assert backend.size == 1 and len(backend.worker_pids()) == 1
+    finally:
+        backend.close()
+
+
+def test_pool_configuration_from_environment(monkeypatch):
+    from sandbox.backends.pool import DEFAULT_PRELOAD, configured_preload, configured_size
+
+    monkeypatch.setenv("COA_SANDBOX_POOL_SIZE", "3")
+    monkeypatch.setenv("COA_SANDBOX_PRELOAD", "+sympy, scipy")
+    assert configured_size() == 3
+    assert configured_preload() == (*DEFAULT_PRELOAD, "sympy", "scipy")
+    monkeypatch.setenv("COA_SANDBOX_PRELOAD", "math")
+    assert configured_preload() == ("math",)
+    monkeypatch.setenv("COA_SANDBOX_POOL_SIZE", "0")
+    with pytest.raises(ValueError, match="COA_SANDBOX_POOL_SIZE"):
+        configured_size()
+
+
+def test_killing_workers_under_load_loses_and_duplicates_no_answer():
+    try:
+        backend = get_backend("pool", size=2, preload=())
+    except sandbox.BackendUnavailable as exc:
+        pytest.skip(f"pool backend unavailable: {exc}")
+    killed: list[int] = []
+
+    def call(i: int) -> ExecResult:
+        return backend.run(f"import time\ntime.sleep(0.02)\nprint({i})", limits=Limits(wall_s=10))
+
+    try:
+        with ThreadPoolExecutor(6) as executor:
+            futures = [executor.submit(call, i) for i in range(80)]
+            for _ in range(2):
+                victim = backend.worker_pids()[0]
+                os.kill(victim, signal.SIGKILL)
+                killed.append(victim)
+                deadline = time.monotonic() + 30  # the next kill only once the victim is replaced
+                while victim in backend.worker_pids() or len(backend.worker_pids()) < 2:
+                    assert time.monotonic() < deadline, "killed worker was not replaced"
+                    time.sleep(0.05)
+            results = [f.result() for f in futures]
+        assert [r.stdout for r in results] == [f"{i}\n" for i in range(80)]
+        assert all(r.status is Status.OK for r in results)
+        assert not set(killed) & set(backend.worker_pids())
+    finally:
+        backend.close()

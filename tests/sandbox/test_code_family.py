@@ -242,3 +242,100 @@ def test_fixture_oracle_solutions_use_the_code_tool_and_score_one():
             assert terminated and reward == 1.0, (task.task_id, info["reward_details"])
     finally:
         env.close()
+
+
+def _stdin_task(cases: int) -> Task:
+    tests = {"kind": "stdin", "cases": [{"input": f"{i}\n", "output": f"{i}\n"} for i in range(cases)]}
+    return Task("par", "echo", tests=tests)
+
+
+def test_tests_of_one_answer_run_in_parallel():
+    # A barrier only opens when all the answer's tests are in the sandbox at the same time:
+    # run one after another, the first would wait alone and break it.
+    import threading
+
+    from sandbox import ExecResult, Status
+
+    barrier = threading.Barrier(4, timeout=20)
+    seen: list[str] = []
+
+    def runner(code, stdin, limits):
+        barrier.wait()
+        seen.append(stdin)
+        return ExecResult(stdin, "", 0, Status.OK, 0.01, 0.0)
+
+    reward = build(max_parallel=4)
+    reward._runner = runner
+    result = reward(fenced("print(input())"), _stdin_task(4))
+    assert result.score == 1.0, result.details
+    assert sorted(seen) == [f"{i}\n" for i in range(4)]
+    assert [t["index"] for t in result.details["tests"]] == [0, 1, 2, 3]
+
+
+def test_broken_sandbox_fails_the_test_instead_of_raising():
+    def runner(code, stdin, limits):
+        raise RuntimeError("sandbox pool is closed")
+
+    reward = build()
+    reward._runner = runner
+    result = reward(fenced("print(input())"), _stdin_task(2))
+    assert result.score == 0.0
+    assert {t["reason"] for t in result.details["tests"]} == {"sandbox_error"}
+    assert "pool is closed" in result.details["tests"][0]["stderr"]
+
+
+def test_each_test_gets_its_own_verdict_in_the_real_sandbox():
+    # Passes on even inputs, fails (wrongly, crashing, slowly) on the others.
+    code = (
+        "n = int(input())\n"
+        "if n == 1:\n    print(99)\n"
+        "elif n == 3:\n    raise KeyError(n)\n"
+        "elif n == 5:\n    while True: pass\n"
+        "else:\n    print(n)"
+    )
+    result = build(cpu_s=1, wall_s=3)(fenced(code), _stdin_task(6))
+    verdicts = result.details["tests"]
+    assert result.score == 0.0 and result.details["passed"] == 3 and result.details["total"] == 6
+    assert [t["passed"] for t in verdicts] == [True, False, True, False, True, False]
+    assert [t.get("reason") for t in verdicts[1::2]] == ["wrong_answer", "runtime_error", "time_limit"]
+    assert [t["status"] for t in verdicts] == ["ok", "ok", "ok", "error", "ok", "timeout"]
+
+
+def test_env_info_carries_the_per_test_verdicts():
+    import gymnasium as gym
+
+    import coa_envs  # noqa: F401  (registers the ids)
+
+    fixture = Path(__file__).parent / "fixtures" / "livecodebench_oracle.jsonl"
+    env = gym.make("coa/LiveCodeBench-v5", data_path=str(fixture))
+    try:
+        env.reset(options={"task_id": "abc374_a"})
+        _, reward, terminated, _, info = env.step("<answer>\n```python\nprint('Yes')\n```\n</answer>")
+        assert terminated and reward == 0.0
+        tests = info["reward_details"]["tests"]
+        assert [(t["status"], t["passed"]) for t in tests] == [("ok", True), ("ok", False)]
+        assert tests[1]["reason"] == "wrong_answer"
+    finally:
+        env.close()
+
+
+def test_official_jsonl_with_already_decoded_test_lists(tmp_path, reward):
+    # Records exported by `datasets` may hold the test list itself rather than its JSON text.
+    row = _official_row("s2", [], [])
+    row["public_test_cases"] = [{"input": "4\n", "output": "16\n", "testtype": "stdin"}]
+    row["private_test_cases"] = ""
+    path = tmp_path / "decoded.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    (task,) = load_tasks(str(path), platform="leetcode")
+    assert task.tests == {"kind": "stdin", "cases": [{"input": "4\n", "output": "16\n"}]}
+    assert reward(fenced("print(int(input()) ** 2)"), task).score == 1.0
+
+
+def test_official_jsonl_missing_field_names_row_and_field(tmp_path):
+    row = _official_row("m1", [{"input": "1", "output": "1", "testtype": "stdin"}], [])
+    del row["question_content"]
+    path = tmp_path / "missing.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(TaskDataError) as error:
+        load_tasks(str(path))
+    assert (error.value.row, error.value.field) == (1, "question_content")

@@ -171,6 +171,23 @@ def test_ptrace_of_the_worker_is_refused(pool):
     os.kill(pid, 0)
 
 
+@pytest.mark.parametrize(
+    ("call", "what"),
+    [
+        ("libc.unshare(0x10000000)", "a new user namespace"),  # CLONE_NEWUSER: the usual first escape step
+        ("libc.mount(b'none', b'/tmp/work', b'tmpfs', 0, None)", "mount"),
+        ("libc.syscall(425, 8, ctypes.byref(ctypes.create_string_buffer(120)))", "io_uring"),
+    ],
+    ids=["unshare-user", "mount", "io_uring"],
+)
+def test_kernel_interfaces_used_in_escapes_are_refused(pool, call, what):
+    # Without the seccomp filter these would fail with EPERM and exit 0; the filter kills the run.
+    code = f"import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nrc = {call}\nprint('returned', rc)"
+    result = pool.run(code, limits=QUICK)
+    assert result.status is Status.VIOLATION, (what, result)
+    assert "returned" not in result.stdout
+
+
 def test_host_environment_secrets_do_not_leak(monkeypatch):
     import sandbox
 

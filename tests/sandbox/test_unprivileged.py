@@ -1,0 +1,124 @@
+"""The pool started by an unprivileged user: the jail is built inside a user namespace.
+
+The other tests run as root, where runs switch to per-slot uids. A user without privileges
+takes the other path (user namespace mapped to itself, no capabilities), so this test
+starts a pool as uid 65534 with the system interpreter (the pyenv one under ``/root`` is
+unreadable to that uid) and replays the main attacks. Skipped with the reason when the
+machine cannot run a process as another user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+SYSTEM_PYTHON = "/usr/bin/python3"
+NOBODY = 65534
+
+PROBE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import sandbox
+from sandbox import Limits
+
+target, host_tmp = sys.argv[2], sys.argv[3]
+backend = sandbox.get_backend("pool", size=1, preload=())
+quick = Limits(cpu_s=2, wall_s=3, max_processes=16, memory_mb=256)
+attacks = {
+    "hello": "import os\nprint(input(), os.getcwd())",
+    "tcp": "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=2)",
+    "dns": "import socket\nsocket.getaddrinfo('example.com', 80)",
+    "checkout": f"open({target!r}, 'w').write('pwned')",
+    "host_tmp": f"open({host_tmp!r}, 'w').write('pwned')",
+    "fork_bomb": "import os\nwhile True:\n    os.fork()",
+    "memory": "b = []\nwhile True:\n    b.append(bytearray(50 * 2**20))",
+    "cpu": "while True:\n    pass",
+    "sleep": "import time\ntime.sleep(1e9)",
+    "environ": "import os\nprint(sorted(os.environ))",
+    "after": "print(6 * 7)",
+}
+report = {"isolation": list(backend.isolation)}
+for name, code in attacks.items():
+    result = backend.run(code, stdin="hi", limits=quick)
+    report[name] = [str(result.status), result.stdout]
+backend.close()
+print(json.dumps(report))
+"""
+
+
+def _readable_by_others(path: Path) -> bool:
+    for part in [path, *path.parents]:
+        mode = part.stat().st_mode
+        if not mode & stat.S_IXOTH or (part == path and not mode & stat.S_IROTH):
+            return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to start a process as uid 65534")
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or not os.path.exists(SYSTEM_PYTHON):
+        pytest.skip("needs setpriv (util-linux) and /usr/bin/python3")
+    version = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info >= (3, 11))"],
+                             capture_output=True, text=True)  # fmt: skip
+    if version.stdout.strip() != "True":
+        pytest.skip("/usr/bin/python3 is older than 3.11")
+    if not _readable_by_others(CHECKOUT / "sandbox"):
+        pytest.skip(f"uid {NOBODY} cannot read the checkout at {CHECKOUT}")
+    target = CHECKOUT / f"nobody-escape-{uuid.uuid4().hex}"
+    host_tmp = Path("/tmp") / f"nobody-escape-{uuid.uuid4().hex}"
+    secret = f"coa-secret-{uuid.uuid4().hex}"
+    argv = [setpriv, "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups", SYSTEM_PYTHON, "-I", "-c"]
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "COA_TEST_SECRET": secret}
+    out = subprocess.run(
+        [*argv, PROBE, str(CHECKOUT), str(target), str(host_tmp)],
+        capture_output=True, text=True, timeout=180, env=env, cwd="/tmp",
+    )  # fmt: skip
+    if "cannot jail runs" in out.stderr or "unshare" in out.stderr:
+        pytest.skip(f"the kernel refuses user namespaces to uid {NOBODY}: {out.stderr.strip()[-300:]}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    data["_files"] = [target.exists(), host_tmp.exists()]
+    data["_secret"] = secret
+    for leftover in (target, host_tmp):
+        leftover.unlink(missing_ok=True)
+    return data
+
+
+def test_unprivileged_pool_jails_runs_in_a_user_namespace(report):
+    assert "user namespace" in report["isolation"]
+    assert "network namespace (no interfaces)" in report["isolation"]
+    assert report["hello"] == ["ok", "hi /tmp/work\n"]
+    assert report["after"] == ["ok", "42\n"]
+
+
+@pytest.mark.parametrize(
+    ("attack", "expected"),
+    [
+        ("tcp", "violation"),
+        ("dns", "violation"),
+        ("checkout", "violation"),
+        ("fork_bomb", "violation"),
+        ("memory", "memory"),
+        ("cpu", "timeout"),
+        ("sleep", "timeout"),
+    ],
+)
+def test_unprivileged_pool_refuses_attacks(report, attack, expected):
+    assert report[attack][0] == expected, report[attack]
+
+
+def test_unprivileged_runs_leave_the_host_untouched(report):
+    # /tmp inside a run is a private tmpfs: the write may succeed there, never on the host.
+    assert report["_files"] == [False, False]
+    assert report["_secret"] not in report["environ"][1] and "COA_TEST_SECRET" not in report["environ"][1]
