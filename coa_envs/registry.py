@@ -67,6 +67,20 @@ def register_all() -> None:
         if env_id in gym.registry:
             continue
         gym.register(id=env_id, entry_point="coa_envs.registry:make_env", kwargs={"env_id": env_id})
+    _silence_dataset_version_warnings()
+
+
+def _silence_dataset_version_warnings() -> None:
+    """``-vN`` of some ids names a dataset release (LiveCodeBench v4 and v5 are different task
+    sets), not a revision of the env; Gymnasium would tell users of v4 to "upgrade" to v5."""
+    import warnings
+
+    for env_id in _load():
+        name = env_id.rpartition("-v")[0]
+        if any(other.startswith(f"{name}-v") and other != env_id for other in _load()):
+            warnings.filterwarnings(
+                "ignore", message=rf".*environment {env_id} is out of date", category=DeprecationWarning
+            )
 
 
 def describe(env_id: str) -> Mapping[str, Any]:
