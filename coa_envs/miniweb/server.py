@@ -139,13 +139,16 @@ _shared_lock = threading.Lock()
 
 
 def acquire_shared(seed: int = 0, *, slow_delay_s: float = 1.0,
-                   huge_page_bytes: int = 1_200_000) -> MiniWebServer:
-    """The process's server for these options, started on first use; pair with release."""
-    key = (seed, slow_delay_s, huge_page_bytes)
+                   huge_page_bytes: int = 1_200_000, port: int = 0) -> MiniWebServer:
+    """The process's server for these options, started on first use; pair with release.
+
+    ``port=0`` lets the OS pick; a fixed port keeps URLs (and so record/replay cache keys)
+    the same from one process to the next."""
+    key = (seed, slow_delay_s, huge_page_bytes, port)
     with _shared_lock:
         entry = _shared.get(key)
         if entry is None or entry[0].closed:
-            entry = [start(seed, slow_delay_s=slow_delay_s, huge_page_bytes=huge_page_bytes), 0]
+            entry = [start(seed, slow_delay_s=slow_delay_s, huge_page_bytes=huge_page_bytes, port=port), 0]
             _shared[key] = entry
         entry[1] += 1
         return entry[0]

@@ -27,7 +27,7 @@ from coa_envs.types import Task
 
 __all__ = ["MiniWebRuntime", "load_tasks", "make_kwargs", "open_runtime"]
 
-_SERVER_OPTIONS = ("slow_delay_s", "huge_page_bytes")
+_SERVER_OPTIONS = ("slow_delay_s", "huge_page_bytes", "port")
 
 
 def load_tasks(
@@ -40,12 +40,15 @@ def load_tasks(
     limit: int | None = None,
     slow_delay_s: float = 1.0,
     huge_page_bytes: int = 1_200_000,
+    port: int = 0,
 ) -> list[Task]:
     """Tasks for the world of ``seed`` served at ``base_url``.
 
     Without ``base_url`` (a direct call, outside an env) the process's shared server for
     ``seed`` is started and stays up until the process ends. ``include_js`` adds tasks that
-    only a browser backend can solve; ``kinds`` keeps only some task kinds.
+    only a browser backend can solve; ``kinds`` keeps only some task kinds. ``port`` fixes
+    the server's port (default: the OS picks one), so that task URLs — and the keys of a
+    record/replay tool cache — are the same in every process.
     """
     if path is not None:
         raise ValueError("coa/MiniWeb-v0 generates its tasks from `seed`; it reads no data_path")
@@ -53,13 +56,19 @@ def load_tasks(
         unknown = set(kinds) - set(KINDS)
         if unknown:
             raise ValueError(f"kinds={sorted(unknown)} are not valid; allowed: {list(KINDS)}")
+    _check_port(port)
     if base_url is None:
         base_url = acquire_shared(seed, slow_delay_s=slow_delay_s,
-                                  huge_page_bytes=huge_page_bytes).base_url
+                                  huge_page_bytes=huge_page_bytes, port=port).base_url
     tasks = build_tasks(make_world(seed), base_url, include_js=include_js)
     if kinds is not None:
         tasks = [t for t in tasks if t.metadata["kind"] in kinds]
     return select_tasks(tasks, limit)
+
+
+def _check_port(port: Any) -> None:
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"port={port!r} is not valid; allowed: 0 (any free port) or 1-65535")
 
 
 def _tool_overrides(base_url: str, pages_path: str | None) -> dict[str, dict[str, Any]]:
@@ -93,10 +102,16 @@ def open_runtime(options: Mapping[str, Any]) -> MiniWebRuntime:
     if options.get("base_url"):
         # An external server: the caller configures web_search.path itself (make_kwargs).
         return MiniWebRuntime({}, _tool_overrides(str(options["base_url"]), None))
-    server = acquire_shared(
-        int(options.get("seed", 0)),
-        **{k: options[k] for k in _SERVER_OPTIONS if k in options},
-    )
+    port = options.get("port", 0)
+    _check_port(port)
+    try:
+        server = acquire_shared(
+            int(options.get("seed", 0)),
+            **{k: options[k] for k in _SERVER_OPTIONS if k in options},
+        )
+    except OSError as exc:
+        raise OSError(f"cannot serve the mini-web on 127.0.0.1:{port} ({exc}); choose another "
+                      "task_options.port or 0 for any free port") from exc
     return MiniWebRuntime({"base_url": server.base_url},
                           _tool_overrides(server.base_url, str(server.pages_jsonl)), server)
 
