@@ -7,13 +7,18 @@ an error kind; nothing is raised to the env.
 
 from __future__ import annotations
 
+import threading
+
 import sandbox
 from coa_envs.types import ErrorKind, ToolContext, ToolResult
 from sandbox import ExecResult, Limits, Status
 
-__all__ = ["BACKENDS", "CodeTool", "build", "render_exec_result"]
+__all__ = ["BACKENDS", "STATEFUL_BACKENDS", "CodeTool", "build", "render_exec_result"]
 
 BACKENDS = ("default", "auto", "pool", "subprocess", "bwrap", "nsjail", "docker")
+#: Sessions run on the pool's worker code (jailed, or unjailed for "subprocess"); the
+#: one-process-per-run wrappers (bwrap, nsjail, docker) cannot keep an interpreter alive.
+STATEFUL_BACKENDS = ("default", "auto", "pool", "subprocess")
 
 _SESSION_KEY = "code_session"
 
@@ -21,6 +26,7 @@ _STATUS_KIND = {
     Status.TIMEOUT: ErrorKind.TOOL_TIMEOUT,
     Status.VIOLATION: ErrorKind.SANDBOX_VIOLATION,
     Status.MEMORY: ErrorKind.TOOL_ERROR,
+    Status.OUTPUT_LIMIT: ErrorKind.TOOL_ERROR,
     Status.ERROR: ErrorKind.TOOL_ERROR,
 }
 
@@ -61,24 +67,32 @@ class CodeTool:
     def __init__(self, backend: str = "default", limits: Limits | None = None, *, stateful: bool = False):
         if backend not in BACKENDS:
             raise ValueError(f"unknown code backend {backend!r}; choose one of {list(BACKENDS)}")
+        if stateful and backend not in STATEFUL_BACKENDS:
+            raise ValueError(
+                f"code backend {backend!r} cannot keep state between calls; stateful=True needs one of "
+                f"{list(STATEFUL_BACKENDS)}"
+            )
         self.backend = backend
         self.limits = limits or Limits()
         self.stateful = stateful
         self._backend_instance = None
+        self._lock = threading.Lock()  # the rollout runner calls one tool from many threads
 
     def _runner(self):
         if self.backend == "default":  # resolved per call so a reconfigured default is honoured
             return sandbox.run
-        if self._backend_instance is None:
-            from sandbox.backends import get_backend
+        with self._lock:
+            if self._backend_instance is None:
+                from sandbox.backends import get_backend
 
-            self._backend_instance = get_backend(self.backend)
-        return self._backend_instance.run
+                self._backend_instance = get_backend(self.backend)
+            return self._backend_instance.run
 
     def _session(self, ctx: ToolContext) -> sandbox.Session:
         session = ctx.state.get(_SESSION_KEY)
         if session is None:
-            session = sandbox.Session(self.limits)
+            # "subprocess" was chosen for machines without namespaces: do not even try them.
+            session = sandbox.Session(self.limits, jail=False if self.backend == "subprocess" else None)
             ctx.state[_SESSION_KEY] = session
         return session
 
@@ -104,9 +118,10 @@ class CodeTool:
             session.close()
 
     def close(self) -> None:
-        if self._backend_instance is not None:
-            self._backend_instance.close()
-            self._backend_instance = None
+        with self._lock:
+            instance, self._backend_instance = self._backend_instance, None
+        if instance is not None:
+            instance.close()
 
 
 def build(backend: str = "default", stateful: bool = False, **limits: float | int | bool) -> CodeTool:

@@ -48,3 +48,52 @@ def test_env_with_stateful_code_tool_releases_the_session_on_reset(pool):
         assert "False" in observation
     finally:
         env.close()
+
+
+def test_stateful_mode_needs_a_backend_that_can_keep_an_interpreter():
+    import pytest
+
+    with pytest.raises(ValueError, match="cannot keep state"):
+        build("bwrap", stateful=True)
+    with pytest.raises(ValueError, match="unknown code backend"):
+        build("chroot")
+
+
+def test_stateful_tool_on_the_subprocess_backend_runs_unjailed_sessions():
+    tool = build("subprocess", stateful=True, wall_s=3)
+    ctx = ToolContext()
+    try:
+        assert tool.run("y = 6", ctx).ok
+        assert tool.run("print(y * 7)", ctx).text == "42"
+        assert ctx.state["code_session"].jail is False
+    finally:
+        tool.end_episode(ctx)
+        tool.close()
+
+
+def test_tool_reports_every_failure_as_an_error_kind(pool):
+    tool = build("default", wall_s=2, cpu_s=1, max_output_chars=1000)
+    ctx = ToolContext()
+    cases = {
+        "raise ValueError('x')": ErrorKind.TOOL_ERROR,
+        "import time\ntime.sleep(60)": ErrorKind.TOOL_TIMEOUT,
+        "import socket\nsocket.create_connection(('127.0.0.1', 9))": ErrorKind.SANDBOX_VIOLATION,
+        "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)": ErrorKind.TOOL_ERROR,
+    }
+    for code, kind in cases.items():
+        result = tool.run(code, ctx)
+        assert (result.ok, result.error_kind) == (False, kind), (code, result)
+    long = tool.run("print('z' * 5000)", ctx)
+    assert long.ok and "truncated" in long.text
+
+
+def test_tool_calls_from_many_threads_get_their_own_output(pool):
+    from concurrent.futures import ThreadPoolExecutor
+
+    tool = build("pool", wall_s=5)  # a private pool, built once however many threads race for it
+    try:
+        with ThreadPoolExecutor(8) as executor:
+            texts = list(executor.map(lambda i: tool.run(f"print({i} ** 2)", ToolContext()).text, range(24)))
+        assert texts == [str(i**2) for i in range(24)]
+    finally:
+        tool.close()
