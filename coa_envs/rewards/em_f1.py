@@ -5,7 +5,7 @@ over every gold alias -- the reward the multi-hop QA papers (and the CoA seed) t
 Token F1 is reported in ``details`` as a secondary metric, in both the SQuAD v1.1 form and
 the HotpotQA form (identical except that a yes/no/noanswer prediction or gold only scores
 when the other side is the same word). The definitions follow the official evaluation
-scripts exactly; ``tests/mhqa/test_em_f1.py`` pins them on a table of tricky cases.
+scripts exactly; ``tests/mhqa/test_mhqa_em_f1.py`` pins them on a table of tricky cases.
 
 This module must stay pure and dependency-free: rewards run inside env steps.
 """
