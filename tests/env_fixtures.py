@@ -21,3 +21,10 @@ MAKE_KWARGS: dict[str, dict] = {
     "coa/LiveCodeBench-v4": {"data_path": str(_CODE)},
     "coa/LiveCodeBench-v5": {"data_path": str(_CODE)},
 }
+# Only NQ's questions ship; the other QA benchmarks run on 3-question fixtures, one per source format.
+_MHQA = FIXTURES / "mhqa" / "fixtures"
+MAKE_KWARGS.update({
+    f"coa/{env}-v0": {"data_path": str(_MHQA / name)}
+    for env, name in [("HotpotQA", "hotpotqa.json"), ("2Wiki", "flashrag.jsonl"), ("MuSiQue", "musique.jsonl"),
+                      ("Bamboogle", "seed.jsonl"), ("TriviaQA", "triviaqa.jsonl"), ("PopQA", "popqa.jsonl")]
+})

@@ -1,13 +1,16 @@
 """Open-domain and multi-hop QA tasks (NQ, HotpotQA, 2Wiki, MuSiQue, Bamboogle, TriviaQA, PopQA).
 
 Where the questions come from, first match wins:
-1. ``path`` -- a jsonl/json/parquet file (``pkg:`` and ``COA_DATA_DIR``-relative names work);
+1. ``path`` -- a jsonl/json/parquet file, a directory in FlashRAG's layout
+   (``<dir>/<name>/<split>.jsonl`` or ``<dir>/<split>.jsonl``) or a directory written by
+   ``datasets.Dataset.save_to_disk`` (``pkg:`` and ``COA_DATA_DIR``-relative names work);
 2. ``$COA_DATA_DIR`` in FlashRAG's layout (``<name>/<split>.jsonl``) or as ``<dataset>_<split>.jsonl``;
 3. data shipped with the package (NQ: the 3,610 open-NQ questions the seed evaluates on);
-4. ``source="hf"``: FlashRAG's collection via ``datasets`` (needs the internet, opt-in so a
-   hermetic run never blocks on the network);
-5. a small hand-written sample in FlashRAG format, with a warning that it is not the benchmark
-   (``allow_sample=False`` turns this into a :class:`DataNotFoundError` saying where to get data).
+4. ``source="hf"``: FlashRAG's collection via ``datasets`` (needs the internet or a filled HF
+   cache; opt-in so a hermetic run never blocks on the network);
+5. otherwise a :class:`DataNotFoundError` that says where to get the data. ``allow_sample=True``
+   instead loads a handful of hand-written questions in FlashRAG format (a smoke test of the
+   plumbing, not the benchmark; logged as such).
 
 Row formats (``format="auto"`` detects per row): FlashRAG/Search-R1 (``question``,
 ``golden_answers``), the seed's (``question``, ``answer`` as a list), HotpotQA/2Wiki
@@ -145,12 +148,41 @@ def _from_data_dir(dataset: str, split: str) -> Path | None:
     return None
 
 
-def _from_hf(dataset: str, split: str) -> list[dict[str, Any]]:
+def _from_hf(dataset: str, split: str, repo: str) -> list[dict[str, Any]]:
     try:
         import datasets
     except ImportError as exc:
         raise DataNotFoundError("source='hf' needs `pip install datasets`") from exc
-    return list(datasets.load_dataset(_HF_REPO, DATASETS[dataset][0], split=split))
+    try:
+        return list(datasets.load_dataset(repo, DATASETS[dataset][0], split=split))
+    except Exception as exc:  # offline, unknown config/split, hub errors: all mean "no data"
+        raise DataNotFoundError(
+            f"could not load {repo} [{DATASETS[dataset][0]}] split {split!r} with datasets "
+            f"({type(exc).__name__}: {str(exc)[:300]}). Needs the internet or a filled HF cache; "
+            f"{_where_to_get(dataset, split)}"
+        ) from exc
+
+
+def _from_directory(root: Path, dataset: str, split: str) -> tuple[Path, Iterator[tuple[int, dict[str, Any]]]]:
+    """A FlashRAG-layout folder, or a ``datasets`` folder written by ``save_to_disk``."""
+    if (root / "dataset_info.json").is_file() or (root / "dataset_dict.json").is_file():
+        try:
+            import datasets
+        except ImportError as exc:
+            raise DataNotFoundError(f"{root} is a Hugging Face datasets folder: `pip install datasets`") from exc
+        loaded = datasets.load_from_disk(str(root))
+        if isinstance(loaded, datasets.DatasetDict):
+            if split not in loaded:
+                raise DataNotFoundError(f"{root} has splits {sorted(loaded)}, not {split!r} (task_options split=...)")
+            loaded = loaded[split]
+        return root, iter(enumerate(loaded, start=1))
+    for candidate in (root / DATASETS[dataset][0] / f"{split}.jsonl", root / f"{split}.jsonl"):
+        if candidate.is_file():
+            return candidate, _rows(candidate)
+    raise DataNotFoundError(
+        f"{root} is a folder without {DATASETS[dataset][0]}/{split}.jsonl or {split}.jsonl "
+        f"(FlashRAG layout) and is not a datasets save_to_disk folder"
+    )
 
 
 def _where_to_get(dataset: str, split: str) -> str:
@@ -158,7 +190,8 @@ def _where_to_get(dataset: str, split: str) -> str:
     return (
         f"no {dataset} data found. Download FlashRAG's {name}/{split}.jsonl (Hugging Face dataset "
         f"{_HF_REPO}) and pass data_path=... to gym.make, or put it at $COA_DATA_DIR/{name}/{split}.jsonl, "
-        f"or use task_options={{'source': 'hf'}} when online."
+        f"or use task_options={{'source': 'hf'}} when online "
+        f"(task_options={{'allow_sample': True}} runs a few hand-written questions as a smoke test)."
     )
 
 
@@ -169,8 +202,9 @@ def load_tasks(
     dataset: str = "nq",
     split: str | None = None,
     source: str = "auto",
-    allow_sample: bool = True,
+    allow_sample: bool = False,
     limit: int | None = None,
+    hf_repo: str = _HF_REPO,
 ) -> list[Task]:
     """Load one QA benchmark as Tasks (see the module docstring for the search order)."""
     if dataset not in DATASETS:
@@ -179,14 +213,18 @@ def load_tasks(
         raise ValueError(f"mhqa: source must be 'auto' or 'hf', not {source!r}")
     split = split or DATASETS[dataset][1]
     rows: Iterator[tuple[int, dict[str, Any]]] | list[tuple[int, dict[str, Any]]]
+    file: Path | str | None
     if path is not None:
         file = resolve_path(path)
-        if file is None or not file.is_file():
+        if file is not None and file.is_dir():
+            file, rows = _from_directory(file, dataset, split)
+        elif file is None or not file.is_file():
             raise DataNotFoundError(f"mhqa data file not found: {path}")
-        rows = _rows(file)
+        else:
+            rows = _rows(file)
     elif source == "hf":
-        file = Path(f"hf://{_HF_REPO}/{DATASETS[dataset][0]}/{split}")
-        rows = list(enumerate(_from_hf(dataset, split), start=1))
+        file = f"hf://{hf_repo}/{DATASETS[dataset][0]}/{split}"
+        rows = list(enumerate(_from_hf(dataset, split, hf_repo), start=1))
     else:
         found = _from_data_dir(dataset, split)
         if found is None and dataset in _SHIPPED:

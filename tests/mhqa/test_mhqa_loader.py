@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -84,21 +87,78 @@ def test_data_dir_in_flashrag_layout_is_found(tmp_path, monkeypatch):
     assert len(tasks) == 3 and tasks[0].metadata["source"].endswith("musique/dev.jsonl")
 
 
-def test_without_data_a_sample_is_used_loudly_or_an_error_says_where_to_get_data(monkeypatch, caplog):
+def test_without_data_the_error_says_where_to_get_it_and_samples_are_opt_in(monkeypatch, caplog):
     monkeypatch.delenv("COA_DATA_DIR", raising=False)
-    with caplog.at_level(logging.WARNING, logger="coa_envs.tasks.mhqa"):
-        sample = load_tasks(dataset="bamboogle")
-    assert 1 <= len(sample) <= 20 and "SAMPLE" in caplog.text and "not the benchmark" in caplog.text
-    with pytest.raises(DataNotFoundError, match=r"FlashRAG.*bamboogle/test\.jsonl.*data_path"):
-        load_tasks(dataset="bamboogle", allow_sample=False)
+    with pytest.raises(DataNotFoundError, match=r"FlashRAG.*bamboogle/test\.jsonl.*data_path.*source"):
+        load_tasks(dataset="bamboogle")
+    with pytest.raises(DataNotFoundError, match=r"hotpotqa/dev\.jsonl"):
+        gym.make("coa/HotpotQA-v0")
     with pytest.raises(DataNotFoundError, match="not found"):
         load_tasks("/nonexistent/hotpot.jsonl", dataset="hotpotqa")
+    with caplog.at_level(logging.WARNING, logger="coa_envs.tasks.mhqa"):
+        sample = load_tasks(dataset="bamboogle", allow_sample=True)
+    assert 1 <= len(sample) <= 20 and "SAMPLE" in caplog.text and "not the benchmark" in caplog.text
 
 
-def test_every_dataset_has_a_shipped_sample_or_full_set():
+def test_every_dataset_has_shipped_data_or_an_opt_in_sample(monkeypatch):
+    monkeypatch.delenv("COA_DATA_DIR", raising=False)
     for dataset in DATASETS:
-        tasks = load_tasks(dataset=dataset)
+        tasks = load_tasks(dataset=dataset, allow_sample=True)
         assert tasks and all(t.gold for t in tasks)
+
+
+def test_a_folder_in_flashrag_layout_can_be_the_path(tmp_path):
+    (tmp_path / "2wikimultihopqa").mkdir()
+    (tmp_path / "2wikimultihopqa" / "dev.jsonl").write_text((FIXTURES / "flashrag.jsonl").read_text())
+    tasks = load_tasks(str(tmp_path), dataset="2wiki")
+    assert len(tasks) == 3 and tasks[0].metadata["source"].endswith("2wikimultihopqa/dev.jsonl")
+    with pytest.raises(DataNotFoundError, match="FlashRAG layout"):
+        load_tasks(str(tmp_path), dataset="musique")
+
+
+def test_a_datasets_save_to_disk_folder_can_be_the_path(tmp_path):
+    datasets = pytest.importorskip("datasets", reason="needs `pip install datasets`")
+    rows = [json.loads(line) for line in (FIXTURES / "flashrag.jsonl").read_text().splitlines()]
+    datasets.DatasetDict({"dev": datasets.Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "hotpot"))
+    tasks = load_tasks(str(tmp_path / "hotpot"), dataset="hotpotqa")
+    assert [t.gold for t in tasks] == [t.gold for t in load_tasks(str(FIXTURES / "flashrag.jsonl"))]
+    with pytest.raises(DataNotFoundError, match="splits"):
+        load_tasks(str(tmp_path / "hotpot"), dataset="hotpotqa", split="train")
+
+
+_HF_SCRIPT = """
+import json, sys
+from coa_envs.tasks import DataNotFoundError
+from coa_envs.tasks.mhqa import load_tasks
+tasks = load_tasks(source="hf", hf_repo=sys.argv[1], dataset="nq")
+try:
+    load_tasks(source="hf", dataset="popqa")
+    error = None
+except DataNotFoundError as exc:
+    error = str(exc)
+print(json.dumps({"golds": [list(t.gold) for t in tasks], "error": error}))
+"""
+
+
+def test_source_hf_goes_through_datasets_load_dataset_and_fails_clearly_offline(tmp_path):
+    """A local repo laid out like FlashRAG's on the Hub (README configs), loaded by the real
+    ``datasets.load_dataset``; with the Hub unreachable the error says where to get data.
+    Runs in a child so the offline switches are set before ``datasets`` is imported."""
+    pytest.importorskip("datasets", reason="needs `pip install datasets`")
+    repo = tmp_path / "FlashRAG_datasets"
+    (repo / "nq").mkdir(parents=True)
+    (repo / "nq" / "test.jsonl").write_text((FIXTURES / "flashrag.jsonl").read_text())
+    (repo / "README.md").write_text(
+        "---\nconfigs:\n- config_name: nq\n  data_files:\n  - split: test\n    path: nq/test.jsonl\n---\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    out = subprocess.run(
+        [sys.executable, "-c", _HF_SCRIPT, str(repo)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["golds"] == [["Mars"], ["100", "one hundred"], ["Herman Melville", "Melville"]]
+    assert "RUC-NLPIR/FlashRAG_datasets" in result["error"] and "popqa/test.jsonl" in result["error"]
 
 
 def test_limit_option():
