@@ -20,6 +20,7 @@ __all__ = [
     "RetrievalError",
     "RetrievalIndexError",
     "Retriever",
+    "RetrieverBadResponse",
     "RetrieverUnavailable",
     "SearchHit",
     "build_hint",
@@ -40,7 +41,13 @@ class RetrievalIndexError(RetrievalError):
 
 
 class RetrieverUnavailable(RetrievalError):
-    """A remote retriever did not answer in time (after retries) or answered with an error."""
+    """A remote retriever did not answer in time, could not be reached, or kept answering with a
+    transient error (429/5xx) after every configured retry: the tool reports ``tool_timeout``."""
+
+
+class RetrieverBadResponse(RetrievalError):
+    """A remote retriever answered, but not with the Search-R1 API (wrong URL, 4xx, malformed
+    json): retrying cannot help, and the tool reports ``tool_error``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,9 @@ serve`` and against Search-R1's / FlashRAG's own ``retrieval_server.py``.
 
 Transient failures (connection refused, timeouts, HTTP 429/5xx) are retried with
 exponential backoff; when the budget is spent :class:`RetrieverUnavailable` says what went
-wrong, and the tool turns it into a ``tool_timeout`` observation.
+wrong, and the tool turns it into a ``tool_timeout`` observation. An answer that is not the
+API (4xx, malformed json) is not retried: :class:`RetrieverBadResponse`, ``tool_error``.
+The wait before retry ``n`` is ``min(max_backoff_s, backoff_s * 2**(n-1))``.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from typing import Any
 
 import httpx
 
-from coa_envs.retrieval.base import RetrieverUnavailable, SearchHit
-from coa_envs.retrieval.corpus import passage_from_row
+from coa_envs.retrieval.base import RetrieverBadResponse, RetrieverUnavailable, SearchHit
+from coa_envs.retrieval.corpus import CorpusError, passage_from_row
 
 __all__ = ["RemoteRetriever"]
 
@@ -71,13 +73,13 @@ class RemoteRetriever:
                 last_error = f"HTTP {response.status_code}"
                 continue
             if response.status_code != 200:
-                raise RetrieverUnavailable(
+                raise RetrieverBadResponse(
                     f"retriever at {self.url} answered HTTP {response.status_code}: {response.text[:200]}"
                 )
             try:
                 return response.json()
             except ValueError as exc:
-                raise RetrieverUnavailable(f"retriever at {self.url} sent invalid json") from exc
+                raise RetrieverBadResponse(f"retriever at {self.url} sent invalid json") from exc
         raise RetrieverUnavailable(
             f"retriever at {self.url} unavailable after {self.retries + 1} attempt(s): {last_error}"
         )
@@ -88,22 +90,16 @@ class RemoteRetriever:
         body = self._post({"queries": list(queries), "topk": int(k), "return_scores": self.return_scores})
         result = body.get("result") if isinstance(body, dict) else None
         if not isinstance(result, list) or len(result) != len(queries):
-            raise RetrieverUnavailable(f"retriever at {self.url} sent a malformed answer (no 'result' list)")
-        hits: list[list[SearchHit]] = []
-        for per_query in result:
-            row_hits = []
-            for item in per_query:
-                if isinstance(item, dict) and "document" in item:
-                    row_hits.append(
-                        SearchHit(
-                            passage_from_row(item["document"], self.url),
-                            float(item.get("score", 0.0)),
-                        )
-                    )
-                else:
-                    row_hits.append(SearchHit(passage_from_row(item, self.url), 0.0))
-            hits.append(row_hits)
-        return hits
+            raise RetrieverBadResponse(f"retriever at {self.url} sent a malformed answer (no 'result' list)")
+        try:
+            return [[self._hit(item) for item in per_query] for per_query in result]
+        except (CorpusError, TypeError, ValueError, AttributeError) as exc:
+            raise RetrieverBadResponse(f"retriever at {self.url} sent a malformed hit ({exc})") from exc
+
+    def _hit(self, item: Any) -> SearchHit:
+        if isinstance(item, dict) and "document" in item:  # return_scores=True
+            return SearchHit(passage_from_row(item["document"], self.url), float(item.get("score", 0.0)))
+        return SearchHit(passage_from_row(item, self.url), 0.0)
 
     def close(self) -> None:
         self._client.close()

@@ -8,7 +8,8 @@ the tool answers every call with a ``not_configured`` observation that says how 
 and pass an index -- the env keeps working, the model is told why search is unavailable.
 
 Never raises on bad input: empty, over-long, non-ASCII and no-match queries each give a
-clear observation; a retriever that is down or slow gives ``tool_timeout``.
+clear observation; a retriever that is down or slow gives ``tool_timeout`` (after the
+configured ``retries`` with exponential ``backoff_s``), one that answers garbage ``tool_error``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from coa_envs.retrieval import (
     CorpusError,
     RetrievalIndexError,
     Retriever,
+    RetrieverBadResponse,
     RetrieverUnavailable,
     SearchHit,
     build_hint,
@@ -167,6 +169,12 @@ class WikiSearchTool:
                 f"wiki_search timed out: the retrieval server did not answer ({exc}). "
                 "Try again later or answer with what you know.",
                 ErrorKind.TOOL_TIMEOUT,
+                backend=self.backend,
+            )
+        except RetrieverBadResponse as exc:
+            return ToolResult.failure(
+                f"wiki_search failed: the retrieval server gave an unusable answer ({exc}).",
+                ErrorKind.TOOL_ERROR,
                 backend=self.backend,
             )
         except (RetrievalIndexError, CorpusError) as exc:

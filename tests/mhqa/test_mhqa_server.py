@@ -183,3 +183,66 @@ def test_queued_requests_share_one_search_call(small_index):
     assert titles == [counting.inner.search([q], k=1)[0][0].passage.title for q in queries]
     assert sum(counting.batch_sizes) == len(queries)
     assert len(counting.batch_sizes) < len(queries) and max(counting.batch_sizes) > 1
+
+
+def test_retries_wait_with_configured_exponential_backoff(monkeypatch):
+    import coa_envs.retrieval.remote as remote
+
+    waits: list[float] = []
+    monkeypatch.setattr(remote.time, "sleep", waits.append)
+    client = RemoteRetriever(
+        f"http://127.0.0.1:{_free_port()}", timeout_s=1, retries=4, backoff_s=0.25, max_backoff_s=1.0
+    )
+    with pytest.raises(RetrieverUnavailable, match=r"5 attempt\(s\)"):
+        client.search(["anything"])
+    assert waits == [0.25, 0.5, 1.0, 1.0]
+
+
+def test_wrong_url_is_a_tool_error_and_is_not_retried(server, monkeypatch):
+    import coa_envs.retrieval.remote as remote
+    from coa_envs.tools import wiki_search
+    from coa_envs.types import ErrorKind, ToolContext
+
+    waits: list[float] = []
+    monkeypatch.setattr(remote.time, "sleep", waits.append)
+    url, _ = server
+    tool = wiki_search.build("remote", url=f"{url}/v2/retrieve", retries=3)
+    result = tool.run("Budapest", ToolContext())
+    assert not result.ok and result.error_kind == ErrorKind.TOOL_ERROR and "HTTP 404" in result.text
+    assert waits == []
+    tool.close()
+
+
+class _SlowRetriever:
+    """The real bm25 retriever behind a server that answers after ``delay_s``."""
+
+    backend = "bm25"
+
+    def __init__(self, inner, delay_s):
+        self.inner, self.delay_s = inner, delay_s
+
+    def search(self, queries, k=3):
+        time.sleep(self.delay_s)
+        return self.inner.search(queries, k)
+
+    def close(self):
+        pass
+
+
+def test_slow_server_gives_a_tool_timeout_step_and_the_episode_goes_on(small_index):
+    import gymnasium as gym
+
+    slow = _SlowRetriever(open_retriever("bm25", index=str(small_index)), delay_s=0.8)
+    with serve_in_thread(slow) as url:
+        tools = {"wiki_search": {"backend": "remote", "url": url, "timeout_s": 0.2, "retries": 1, "backoff_s": 0.01}}
+        env = gym.make("coa/NQ-v0", tools=tools)
+        env.reset(seed=0)
+        observation, reward, terminated, truncated, info = env.step("<wiki_search>Budapest</wiki_search>")
+        assert info["error_kind"] == "tool_timeout" and not (terminated or truncated) and reward == 0.0
+        assert "timed out" in observation and "2 attempt(s)" in observation
+        _, _, terminated, _, info = env.step("<answer>Wilhelm Conrad Röntgen</answer>")
+        assert terminated and info["error_kind"] is None
+        env.close()
+    # A patient client gets the real answer from the same slow server.
+    with serve_in_thread(slow) as url:
+        assert RemoteRetriever(url, timeout_s=5).search(["Budapest"], k=1)[0][0].passage.title == "Budapest"
