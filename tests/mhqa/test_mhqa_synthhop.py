@@ -3,7 +3,10 @@ solvable by a single search -- the properties that make it a useful offline trai
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from collections import Counter
 
 import gymnasium as gym
@@ -48,6 +51,36 @@ def test_no_answer_appears_in_its_question(mixed_tasks):
     for task in mixed_tasks:
         answer = normalize_answer(task.gold[0])
         assert not re.search(rf"\b{re.escape(answer)}\b", normalize_answer(task.question)), task
+
+
+def test_no_intermediate_hop_is_named_in_the_question(mixed_tasks):
+    """Naming a bridge entity would let a model skip hops: only the start entity is named."""
+    for task in mixed_tasks:
+        for bridge in task.metadata["support_titles"][1:]:
+            assert not re.search(rf"\b{re.escape(bridge.lower())}\b", task.question.lower()), task
+
+
+_FINGERPRINT = """
+import hashlib, json, sys
+from coa_envs.tasks.synthhop import generate_world, load_tasks
+tasks = load_tasks(seed=7, num_tasks=200, cache_dir=sys.argv[1])
+rows = [[t.task_id, t.question, list(t.gold), t.metadata["oracle_actions"]] for t in tasks]
+corpus = [p.to_row() for p in generate_world(7).passages()]
+print(hashlib.sha256(json.dumps([rows, corpus]).encode()).hexdigest())
+"""
+
+
+def test_generation_is_identical_across_processes_and_hash_seeds(tmp_path):
+    outputs = set()
+    for hash_seed in ("0", "12345"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        done = subprocess.run(
+            [sys.executable, "-c", _FINGERPRINT, str(tmp_path / hash_seed)],
+            env=env, capture_output=True, text=True, timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        outputs.add(done.stdout.strip())
+    assert len(outputs) == 1
 
 
 def test_hops_follow_difficulty_and_are_balanced_when_mixed(mixed_tasks, cache_dir):
