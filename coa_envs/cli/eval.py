@@ -22,7 +22,14 @@ def make_agent(spec: str, env: Any):
         from agents.replay import ReplayAgent
 
         return ReplayAgent(spec.split(":", 1)[1])
-    raise typer.BadParameter(f"unknown agent {spec!r}; use oracle or replay:FILE", param_hint="--agent")
+    if spec == "retrieval-baseline":  # one wiki_search with the question, answer = top title
+        from agents.base import as_agent
+        from agents.baselines import retrieval_baseline
+
+        return as_agent(retrieval_baseline)
+    raise typer.BadParameter(
+        f"unknown agent {spec!r}; use oracle, replay:FILE or retrieval-baseline", param_hint="--agent"
+    )
 
 
 def summarise(env_id: str, trajectories: list[Any], wall_s: float) -> dict[str, Any]:
@@ -47,7 +54,7 @@ def summarise(env_id: str, trajectories: list[Any], wall_s: float) -> dict[str, 
 
 def eval_command(
     env_id: str = typer.Argument(..., help="A registered id, e.g. coa/MATH500-v0"),
-    agent: str = typer.Option("oracle", help="oracle | replay:FILE"),
+    agent: str = typer.Option("oracle", help="oracle | replay:FILE | retrieval-baseline"),
     n: int = typer.Option(20, help="Number of episodes (tasks taken in order)."),
     out: Path = typer.Option(Path("runs/eval"), help="Output directory."),
     data: str | None = typer.Option(None, help="Task file/dir (sets data_path)."),

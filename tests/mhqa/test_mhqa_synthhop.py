@@ -3,6 +3,7 @@ solvable by a single search -- the properties that make it a useful offline trai
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -164,3 +165,22 @@ def test_easy_setting_through_gym_make(cache_dir):
 def test_a_path_is_rejected_with_a_hint():
     with pytest.raises(ValueError, match="generates its own data"):
         load_tasks("some/file.jsonl")
+
+
+def test_acceptance_coa_eval_oracle_is_one_and_retrieval_baseline_far_below(tmp_path, monkeypatch):
+    """The issue's acceptance commands, run through the real CLI on 200 tasks each."""
+    from typer.testing import CliRunner
+
+    from coa_envs.cli.main import app
+
+    monkeypatch.setenv("COA_CACHE_DIR", str(tmp_path / "cache"))
+    means = {}
+    for agent in ("oracle", "retrieval-baseline"):
+        out = tmp_path / agent
+        result = CliRunner().invoke(app, ["eval", "coa/SynthHop-v0", "--agent", agent, "--n", "200", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["episodes"] == 200 and summary["errors"] == 0
+        means[agent] = summary["mean_reward"]
+    assert means["oracle"] == 1.0
+    assert means["retrieval-baseline"] <= 0.1, means
