@@ -228,3 +228,36 @@ def test_coa_cache_cli_exports_imports_and_counts(tmp_path) -> None:
     assert "web_search[local]: 2 entries (1 failures)" in stats.output
     missing = runner.invoke(app, ["cache", "stats", str(tmp_path / "nope.sqlite")])
     assert missing.exit_code != 0 and "does not exist" in missing.output
+
+
+def test_wiki_search_episodes_replay_through_gym_make(tmp_path) -> None:
+    """The cache is generic: a SynthHop env's wiki_search records and replays the same way."""
+    import gymnasium as gym
+
+    import coa_envs  # noqa: F401
+
+    db = tmp_path / "wiki.sqlite"
+
+    def play(mode: str) -> tuple[list[str], object]:
+        env = gym.make("coa/SynthHop-v0", task_options={"num_tasks": 6},
+                       tools={"wiki_search": {"cache": {"mode": mode, "path": str(db)}}})
+        try:
+            observations = []
+            for task in env.unwrapped.tasks:
+                env.reset(options={"task_id": task.task_id})
+                for action in task.metadata["oracle_actions"]:
+                    observation, reward, terminated, _, info = env.step(action)
+                    observations.append((observation, reward, terminated, info["error_kind"]))
+            tool = env.unwrapped.tools["wiki_search"]
+            env.reset(seed=0)
+            miss = env.step(f"<wiki_search>a query only the {mode} run asks</wiki_search>")[4]["error_kind"]
+            return observations, (type(tool).__name__, miss)
+        finally:
+            env.close()
+
+    recorded, (kind, _) = play("record")
+    assert kind == "CachedTool" and len(ToolCache(db)) >= 6
+    replayed, (_, miss) = play("replay")
+    assert replayed == recorded and miss == ErrorKind.CACHE_MISS
+    finals = [reward for _, reward, terminated, _ in recorded if terminated]
+    assert len(finals) == 6 and set(finals) == {1.0}  # every oracle episode solved, live and replayed
