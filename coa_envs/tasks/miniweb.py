@@ -14,6 +14,7 @@ as web``), pass ``gym.make("coa/MiniWeb-v0", **make_kwargs(web))``.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,7 +77,13 @@ def _tool_overrides(base_url: str, pages_path: str | None) -> dict[str, dict[str
     parts = urlsplit(base_url)
     host = parts.hostname or "127.0.0.1"
     endpoint = f"[{host}]:{parts.port or 80}" if ":" in host else f"{host}:{parts.port or 80}"
-    overrides: dict[str, dict[str, Any]] = {"crawl_page": {"allow_hosts": [endpoint]}}
+    crawl: dict[str, Any] = {"allow_hosts": [endpoint]}
+    try:  # the site lives at an IP literal: no name can be on it, so never send a DNS query either
+        ipaddress.ip_address(host)
+        crawl["resolve_dns"] = False
+    except ValueError:
+        pass
+    overrides: dict[str, dict[str, Any]] = {"crawl_page": crawl}
     if pages_path is not None:
         overrides["web_search"] = {"path": pages_path}
     return overrides

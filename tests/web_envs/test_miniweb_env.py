@@ -83,6 +83,7 @@ def test_default_make_serves_itself_and_close_stops_the_server():
         base = env.unwrapped.config.tasks["base_url"]
         assert base == server.base_url and base.startswith("http://127.0.0.1:")
         assert env.unwrapped.config.tools["crawl_page"]["allow_hosts"] == [base[len("http://"):]]
+        assert env.unwrapped.config.tools["crawl_page"]["resolve_dns"] is False
         assert env.unwrapped.config.tools["web_search"]["path"] == str(server.pages_jsonl)
         env.reset(seed=1)
         reward, _ = _play(env, env.unwrapped.tasks[0].task_id)
@@ -175,3 +176,28 @@ def test_seed_option_serves_another_world():
         assert reward == 1.0
     finally:
         env.close()
+
+
+def test_offline_env_sends_no_dns_query_for_names_the_agent_makes_up(web, monkeypatch):
+    """The mini-web is at an IP literal; a crawl of any host name is refused without a lookup."""
+    import socket
+
+    lookups: list[str] = []
+    real = socket.getaddrinfo
+
+    def recording(host, *args, **kwargs):
+        lookups.append(host)
+        return real(host, *args, **kwargs)
+
+    env = gym.make("coa/MiniWeb-v0", **make_kwargs(web))
+    try:
+        env.reset(seed=0)
+        monkeypatch.setattr(socket, "getaddrinfo", recording)
+        for url in ("https://en.wikipedia.org/wiki/Tide", "http://localhost:8080/", "intranet.corp/admin"):
+            observation, _, terminated, _, info = env.step(f"<crawl_page>{url}</crawl_page>")
+            assert not terminated and info["error_kind"] == "tool_error" and "DNS is disabled" in observation
+        observation, _, _, _, info = env.step(f"<crawl_page>{web.url('/about.html')}</crawl_page>")
+        assert info["error_kind"] is None and "About" in observation
+    finally:
+        env.close()
+    assert [host for host in lookups if host not in ("127.0.0.1",)] == []
