@@ -49,15 +49,15 @@ def make_scripted_lm(tokenizer, turns: list[str]):
             self.scripts = [tokenizer.encode(t, add_special_tokens=False) for t in turns]
             self.turn = -1
             self.step = 0
-            self._cache_id = None
+            self._cache = None  # a strong reference: ids of freed caches get reused
 
         @property
         def device(self):
             return self.anchor.device
 
         def forward(self, input_ids, past_key_values=None, **_: object):
-            if id(past_key_values) != self._cache_id:  # a fresh cache: the next generate call
-                self._cache_id = id(past_key_values)
+            if past_key_values is not self._cache:  # a fresh cache: the next generate call
+                self._cache = past_key_values
                 self.turn, self.step = self.turn + 1, 0
             script = self.scripts[min(self.turn, len(self.scripts) - 1)]
             token = script[min(self.step, len(script) - 1)]
