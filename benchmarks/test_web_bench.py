@@ -4,7 +4,8 @@
   ``crawl_page`` (httpx on the mini-web) and ``visual_inspector`` (a spreadsheet attachment),
   each vs the live call it replaces.
 - Crawl+extract throughput on the mini-web: Playwright and Selenium pages/s as a ratio of httpx
-  on the same pages (``browser`` marker; skipped with a reason without Chromium).
+  on the same pages, plus bare Playwright (no SSRF proxy, no extraction) to show what the guard
+  and extraction cost (``browser`` marker; skipped with a reason without Chromium).
 - 32 concurrent ``coa/MiniWeb-v0`` episodes (oracle scripts through ``env.step`` with the real
   search and crawl tools) must all finish with reward 1 and no tool error; wall time vs the same
   32 episodes played one after another.
@@ -136,6 +137,27 @@ def _pages_per_second(tool, urls: list[str]) -> float:
     return len(urls) / (time.perf_counter() - started)
 
 
+def _raw_playwright_rate(urls: list[str]) -> float:
+    """Bare Playwright (goto + content, no guard proxy, no extraction): the browser's own floor."""
+    from playwright.sync_api import sync_playwright
+
+    from coa_envs.web.browsers import _CHROMIUM_FLAGS
+
+    flags = [f for f in _CHROMIUM_FLAGS if not f.startswith("--proxy")]
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=find_chromium(), args=flags)
+        try:
+            page = browser.new_page()
+            page.goto(urls[0])
+            started = time.perf_counter()
+            for url in urls:
+                page.goto(url, wait_until="load")
+                page.content()
+            return len(urls) / (time.perf_counter() - started)
+        finally:
+            browser.close()
+
+
 @pytest.mark.browser
 def test_miniweb_crawl_throughput_httpx_vs_browsers(benchmark, web):
     urls = _html_pages(web)
@@ -151,13 +173,18 @@ def test_miniweb_crawl_throughput_httpx_vs_browsers(benchmark, web):
             rates[engine] = _pages_per_second(tool, urls)
         finally:
             tool.close()
+    rates["bare-playwright"] = _raw_playwright_rate(urls)
     benchmark.pedantic(httpx_tool.run, args=(urls[0], CTX), rounds=20, iterations=1)
     httpx_tool.close()
     benchmark.extra_info.update({f"{name}_pages_per_s": round(rate, 1) for name, rate in rates.items()})
     benchmark.extra_info.update({f"{name}_vs_httpx": round(rate / rates["httpx"], 3) for name, rate in rates.items()})
-    print(f"\ncrawl+extract throughput on {len(urls)} mini-web pages (pages/s, ratio vs httpx):")
+    guard_cost = rates["bare-playwright"] / rates["playwright"]
+    benchmark.extra_info["playwright_guard_and_extract_overhead"] = round(guard_cost, 3)
+    print(f"\ncrawl+extract throughput on {len(urls)} mini-web pages (pages/s, ratio vs httpx); "
+          f"'bare-playwright' = goto+content without the SSRF proxy or extraction "
+          f"(our Playwright backend takes x{guard_cost:.2f} its time):")
     for name, rate in rates.items():
-        print(f"  {name:<10} {rate:7.1f} pages/s ({1000 / rate:6.1f} ms/page)  x{rate / rates['httpx']:.3f}")
+        print(f"  {name:<16} {rate:7.1f} pages/s ({1000 / rate:6.1f} ms/page)  x{rate / rates['httpx']:.3f}")
 
 
 def _play(env) -> tuple[float, list[str]]:
