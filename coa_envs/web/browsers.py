@@ -52,6 +52,11 @@ _CHROMIUM_FLAGS = (
     "--proxy-bypass-list=<-loopback>",
 )
 
+_NAVIGATION_STATUS_JS = (
+    "const entry = performance.getEntriesByType('navigation')[0];"
+    "return entry && entry.responseStatus ? entry.responseStatus : 0;"
+)
+
 
 def find_chromium(explicit: str | None = None) -> str | None:
     """The Chromium binary to drive: ``explicit`` if given and present, else the first found."""
@@ -175,6 +180,8 @@ class _SeleniumSession:
             ) or self._driver.page_source
             final_url = self._driver.current_url
             content_type = str(self._driver.execute_script("return document.contentType;") or "text/html")
+            # WebDriver has no status codes; Chromium's Navigation Timing entry has (0 = none, e.g. an error page).
+            status = self._driver.execute_script(_NAVIGATION_STATUS_JS)
         except TimeoutException as exc:
             raise BrowserError(f"page load timed out: {url}", ErrorKind.TOOL_TIMEOUT) from exc
         except WebDriverException as exc:
@@ -182,7 +189,8 @@ class _SeleniumSession:
             raise BrowserError(f"browser could not load {url}: {first}") from exc
         if BLOCKED_MARKER in html:
             raise BrowserError(f"refused to fetch {final_url}: {BLOCKED_MARKER}", ErrorKind.BLOCKED_URL)
-        return RenderedPage(url, final_url, html, content_type=content_type)
+        status = int(status) if isinstance(status, int | float) and status > 0 else None
+        return RenderedPage(url, final_url, html, status, content_type)
 
     def healthy(self) -> bool:
         try:

@@ -73,11 +73,13 @@ def test_subrequests_and_redirects_to_unlisted_private_hosts_never_arrive(browse
 def test_timeouts_and_http_errors(browser_crawl, site) -> None:
     slow = browser_crawl.run(site.url("/slow?s=8"), CTX)
     assert slow.error_kind == ErrorKind.TOOL_TIMEOUT
+    # Playwright reads the status from the response; Selenium from Chromium's navigation timing entry.
     missing = browser_crawl.run(site.url("/missing"), CTX)
-    if browser_crawl.backend == "playwright":  # Playwright sees the status code
-        assert missing.error_kind == ErrorKind.TOOL_ERROR and "HTTP 404" in missing.text
-    else:  # Selenium cannot read status codes; the page's own text says what happened
-        assert "404 Not Found" in missing.text
+    assert missing.error_kind == ErrorKind.TOOL_ERROR and "HTTP 404" in missing.text
+    assert missing.details["transient"] is False
+    failing = browser_crawl.run(site.url("/error"), CTX)
+    assert failing.error_kind == ErrorKind.TOOL_ERROR and "HTTP 500" in failing.text
+    assert failing.details["transient"] is True  # a server error is not frozen into a replay cache
 
 
 @pytest.mark.parametrize("engine", ENGINES)
