@@ -7,7 +7,7 @@ import json
 import typer
 
 from coa_envs.cli.cache import app as cache_app
-from coa_envs.cli.eval import eval_command
+from coa_envs.cli.eval import eval_command, report_command
 from coa_envs.cli.retriever import app as retriever_app
 from coa_envs.cli.serve import serve_command
 from coa_envs.cli.train import train_app
@@ -37,6 +37,7 @@ def list_envs(as_json: bool = typer.Option(False, "--json", help="Print JSON ins
 
 
 app.command("eval")(eval_command)
+app.command("report")(report_command)
 app.add_typer(retriever_app, name="retriever")
 app.add_typer(train_app, name="train")
 app.add_typer(cache_app, name="cache")
