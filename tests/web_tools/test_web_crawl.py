@@ -189,3 +189,29 @@ def test_replay_cache_keys_summaries_by_task_and_skips_failed_summaries(site, ch
     plain.run(url, task_a)
     assert plain.run(url, task_b).details["cache"] == "hit" and len(plain.store) == 1
     plain.close()
+
+
+UNDECLARED = {
+    "shift_jis": ("東京の天気", "東京は今日晴れです。明日は雨が降るでしょう。気温は二十度です。"
+                               "観測所の記録によれば、この季節の平均気温は十八度です。"),
+    "gb18030": ("北京天气", "北京今天是晴天。明天会下雨。气温是二十度。根据观测站的记录，这个季节的平均气温是十八度。"),
+    "koi8_r": ("Погода в Москве", "Сегодня в Москве солнечно. Завтра будет дождь. Температура двадцать градусов. "
+               "По данным обсерватории средняя температура сезона восемнадцать градусов."),
+    "utf-16": ("Zürich", "Der Zürichsee ist heute ruhig; die Fähre fährt um 9 Uhr. Laut Wetterdienst bleibt es "
+               "trocken und mild bis zum späten Nachmittag."),
+}
+
+
+def test_pages_in_other_encodings_without_a_declared_charset(crawl) -> None:
+    """Servers often send ``text/html`` with no charset: BOM sniffing and detection must recover the text."""
+    from coa_envs.web.testing import serve_test_site
+
+    pages = {
+        f"/{name}.html": ("text/html", f"<html><head><title>{title}</title></head><body><article><p>{text}</p>"
+                                       f"</article></body></html>".encode(name))
+        for name, (title, text) in UNDECLARED.items()
+    }
+    with serve_test_site(extra_pages=pages) as host:
+        for name, (title, text) in UNDECLARED.items():
+            result = crawl.run(host.url(f"/{name}.html"), CTX)
+            assert result.ok and f"Title: {title}" in result.text and text[:20] in result.text, (name, result.text)
