@@ -52,18 +52,62 @@ def test_nsjail_command_line_carries_the_seed_preset():
     pairs = dict(itertools.pairwise(argv))
     assert pairs["--time_limit"] == "7" and pairs["--rlimit_cpu"] == "5"
     assert pairs["--rlimit_as"] == "5000" and pairs["--user"] == "65534"
-    assert "--disable_clone_newnet" not in argv  # network stays off
+    assert "--disable_clone_newnet" not in argv and "--iface_no_lo" in argv  # network stays off
+    assert "ptrace" in pairs["--seccomp_string"] and "socket(domain)" in pairs["--seccomp_string"]
     assert NSJAIL_SEED_PRESET.max_output_chars == 1536
 
 
-def test_nsjail_backend_runs_when_installed():
+def test_nsjail_command_line_hides_root_but_keeps_the_interpreter():
+    argv = nsjail_argv("nsjail", "/root/.pyenv/bin/python", "/tmp/c.py", Limits(), 64001, keep_under_root=(".pyenv",))
+    joined = " ".join(argv)
+    assert "--tmpfsmount /root" in joined and "--bindmount_ro /root/.pyenv:/root/.pyenv" in joined
+    assert "--disable_clone_newuser --user 64001 --group 64001" in joined  # a real uid: RLIMIT_NPROC holds
+    user_ns = nsjail_argv("nsjail", "/usr/bin/python3", "/tmp/c.py", Limits(), as_root=False)
+    assert "--user" not in user_ns and "--disable_clone_newuser" not in user_ns
+
+
+@pytest.fixture(scope="module")
+def nsjail():
     try:
         backend = get_backend("nsjail")
     except BackendUnavailable as exc:
         assert "not packaged" in str(exc)
         pytest.skip(f"nsjail unavailable: {exc}")
-    result = backend.run("print('x' * 4000)")
-    assert result.status is Status.OK and result.truncated  # the seed cut output at 1536 chars
+    yield backend
+    backend.close()
+
+
+def test_nsjail_backend_applies_the_seed_preset_by_default(nsjail):
+    result = nsjail.run("import numpy, os\nprint(input(), os.getcwd())\nprint('x' * 4000)", stdin="hi")
+    assert result.status is Status.OK and result.stdout.startswith("hi /tmp\n")
+    assert result.truncated and "truncated at 1536 characters" in result.stdout  # the seed's cut
+
+
+def test_nsjail_refuses_writes_network_and_escapes(nsjail):
+    quick = Limits(cpu_s=2, wall_s=4)
+    target = CHECKOUT / f"nsjail-escape-{uuid.uuid4().hex}"
+    write = nsjail.run(f"open({str(target)!r}, 'w')", limits=quick)
+    assert write.status is Status.VIOLATION and not target.exists()
+    for code in (
+        "import socket\nsocket.create_connection(('127.0.0.1', 22))",
+        "import socket\nsocket.getaddrinfo('example.com', 80)",
+        "import ctypes\nctypes.CDLL(None).unshare(0x10000000)",
+    ):
+        assert nsjail.run(code, limits=quick).status is Status.VIOLATION, code
+    home = nsjail.run("import os\nprint(sorted(os.listdir('/root')))", limits=quick)
+    assert home.status is Status.OK and home.stdout == f"{sorted(nsjail.keep_under_root)}\n"  # only the interpreter
+    env = nsjail.run("import os\nprint(sorted(os.environ))", limits=quick)
+    assert env.stdout.startswith("['HOME', 'LANG', 'LC_ALL'") and "COA_" not in env.stdout
+
+
+def test_nsjail_enforces_time_memory_and_process_limits(nsjail):
+    limits = Limits(cpu_s=1, wall_s=3, memory_mb=256, max_processes=16)
+    assert nsjail.run("import time\ntime.sleep(60)", limits=limits).status is Status.TIMEOUT
+    assert nsjail.run("while True:\n    pass", limits=limits).status is Status.TIMEOUT
+    bomb = "b = []\nwhile True:\n    b.append(bytearray(2**26))"
+    assert nsjail.run(bomb, limits=limits).status is Status.MEMORY
+    fork_bomb = nsjail.run("import os\nwhile True:\n    os.fork()", limits=limits)
+    assert fork_bomb.status in {Status.VIOLATION, Status.TIMEOUT}
 
 
 def test_docker_backend_when_a_daemon_is_reachable():
