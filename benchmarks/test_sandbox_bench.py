@@ -4,19 +4,25 @@
   (baseline), the warm pool (default backend), bubblewrap when installed;
   target: pool p50 <= 3 ms and >= 10x faster than the baseline;
 * throughput: 1,000 snippets from 64 concurrent callers, zero lost or duplicated results;
-* a snippet importing numpy: warm pool vs a cold subprocess.
+* a snippet importing numpy: warm pool vs a cold subprocess;
+* extras: nsjail when installed, a stateful session cell, and the code reward on a
+  6-test answer with its tests in parallel vs one after another.
+
+The plain ``python -c`` start is also the peer baseline: GEM's code tool pays one per call.
 
 Run: ``pytest benchmarks/test_sandbox_bench.py -s``. The summary test prints the table.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -83,6 +89,74 @@ def test_bubblewrap_round_trip(benchmark):
     _record(benchmark, "bwrap")
 
 
+def test_nsjail_round_trip(benchmark):
+    try:
+        backend = sandbox.get_backend("nsjail")
+    except sandbox.BackendUnavailable as exc:
+        pytest.skip(str(exc))
+
+    def once() -> None:
+        assert backend.run(TRIVIAL, limits=Limits()).stdout == "2\n"
+
+    benchmark.pedantic(once, rounds=40, warmup_rounds=3)
+    backend.close()
+    _record(benchmark, "nsjail")
+
+
+def test_session_cell_round_trip(benchmark, pool):
+    with sandbox.Session() as session:
+        session.run("total = 0")
+
+        def once() -> None:
+            assert session.run("total += 1\nprint(1 + 1)").stdout == "2\n"
+
+        benchmark.pedantic(once, rounds=200, warmup_rounds=10)
+    _record(benchmark, "session")
+
+
+def _reward_case():
+    from coa_envs.rewards.code_tests import build
+    from coa_envs.types import Task
+
+    cases = [{"input": f"{i}\n", "output": f"{i * i}\n"} for i in range(6)]
+    task = Task("bench", "square", tests={"kind": "stdin", "cases": cases})
+    return build, task, "```python\nn = int(input())\nprint(n * n)\n```"
+
+
+@pytest.mark.parametrize("parallel", [1, 8], ids=["serial", "parallel"])
+def test_code_reward_six_tests(benchmark, pool, parallel):
+    build, task, answer = _reward_case()
+    reward = build(max_parallel=parallel)
+
+    def once() -> None:
+        assert reward(answer, task).score == 1.0
+
+    benchmark.pedantic(once, rounds=40, warmup_rounds=3)
+    _record(benchmark, f"reward_{'parallel' if parallel > 1 else 'serial'}")
+
+
+@pytest.mark.parametrize("sandbox_type", ["none", "bwrap"])
+def test_peer_gem_code_tool(benchmark, sandbox_type, tmp_path, monkeypatch):
+    """GEM's ``PythonCodeTool`` (pip ``gem-llm``), the peer: one ``python -c`` (in bwrap) per call."""
+    try:
+        from gem.tools.python_code_tool import PythonCodeTool
+    except ImportError as exc:
+        pytest.skip(f"gem-llm not installed: {exc}")
+    if sandbox_type == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap not installed")
+    monkeypatch.chdir(tmp_path)  # GEM makes its temporary directories in the working directory
+    # GEM runs `python` from PATH: put the real interpreter first, not a pyenv shim script.
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+    tool = PythonCodeTool(sandbox_type=sandbox_type)
+
+    def once() -> None:
+        observation = tool.execute_action(f"<python>{TRIVIAL}</python>")[2]
+        assert observation == "Code execution result: 2\n\n"
+
+    benchmark.pedantic(once, rounds=40, warmup_rounds=3)
+    _record(benchmark, f"gem_{sandbox_type}")
+
+
 def test_throughput_1000_snippets_64_callers(benchmark, pool):
     def burst() -> float:
         started = time.perf_counter()
@@ -120,14 +194,26 @@ def test_summary():
     if "pool" not in RESULTS or "subprocess" not in RESULTS:
         pytest.skip("run the whole module to get the summary")
     lines = ["", "sandbox benchmark (same run, same machine):"]
-    for name in ("subprocess", "pool", "bwrap", "numpy_cold", "numpy_warm"):
+    names = ("subprocess", "gem_none", "gem_bwrap", "pool", "bwrap", "nsjail", "session", "numpy_cold", "numpy_warm")
+    for name in (*names, "reward_serial", "reward_parallel"):
         if name in RESULTS:
             r = RESULTS[name]
-            lines.append(f"  {name:<11} p50 {r['p50_ms']:8.2f} ms   p95 {r['p95_ms']:8.2f} ms   (n={r['n']:.0f})")
+            lines.append(f"  {name:<15} p50 {r['p50_ms']:8.2f} ms   p95 {r['p95_ms']:8.2f} ms   (n={r['n']:.0f})")
     speedup = RESULTS["subprocess"]["p50_ms"] / RESULTS["pool"]["p50_ms"]
     lines.append(f"  pool vs plain subprocess (p50): {speedup:.1f}x faster (target >= 10x, pool p50 <= 3 ms)")
+    for peer, label in (("gem_none", "GEM code tool (no sandbox)"), ("gem_bwrap", "GEM code tool (bwrap)")):
+        if peer in RESULTS:
+            lines.append(f"  pool vs {label} (p50): {RESULTS[peer]['p50_ms'] / RESULTS['pool']['p50_ms']:.1f}x faster")
     if "bwrap" in RESULTS:
         lines.append(f"  pool vs bubblewrap (p50): {RESULTS['bwrap']['p50_ms'] / RESULTS['pool']['p50_ms']:.1f}x")
+    if "nsjail" in RESULTS:
+        lines.append(f"  pool vs nsjail (p50): {RESULTS['nsjail']['p50_ms'] / RESULTS['pool']['p50_ms']:.1f}x")
+    if "session" in RESULTS:
+        ratio = RESULTS["subprocess"]["p50_ms"] / RESULTS["session"]["p50_ms"]
+        lines.append(f"  stateful session cell vs plain subprocess (p50): {ratio:.1f}x faster")
+    if "reward_serial" in RESULTS and "reward_parallel" in RESULTS:
+        ratio = RESULTS["reward_serial"]["p50_ms"] / RESULTS["reward_parallel"]["p50_ms"]
+        lines.append(f"  code reward, 6 tests: parallel {ratio:.1f}x faster than one after another")
     if "numpy_cold" in RESULTS and "numpy_warm" in RESULTS:
         ratio = RESULTS["numpy_cold"]["p50_ms"] / RESULTS["numpy_warm"]["p50_ms"]
         lines.append(f"  numpy snippet: warm pool {ratio:.1f}x faster than a cold subprocess")
