@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING
 
 from sandbox.backends import BackendUnavailable, configure, default_backend, get_backend
 from sandbox.session import Session
-from sandbox.types import NSJAIL_SEED_PRESET, ExecResult, Limits, Status
+from sandbox.types import NSJAIL_SEED_PRESET, PRESETS, ExecResult, Limits, Status
 
 __all__ = [
     "NSJAIL_SEED_PRESET",
+    "PRESETS",
     "BackendUnavailable",
     "ExecResult",
     "Limits",

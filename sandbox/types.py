@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-__all__ = ["NSJAIL_SEED_PRESET", "ExecResult", "Limits", "Status"]
+__all__ = ["NSJAIL_SEED_PRESET", "PRESETS", "ExecResult", "Limits", "Status"]
 
 
 class Status(StrEnum):
@@ -39,6 +39,9 @@ class Limits:
 # The seed ran model code under nsjail with these limits (5 s CPU, 7 s wall, 5000 MB,
 # output cut at 1536 characters); offered as a preset so its numbers can be reproduced.
 NSJAIL_SEED_PRESET = Limits(cpu_s=5.0, wall_s=7.0, memory_mb=5000, max_output_chars=1536)
+
+#: Named limit sets, so configs can say ``preset: nsjail_seed`` instead of four numbers.
+PRESETS: dict[str, Limits] = {"default": Limits(), "nsjail_seed": NSJAIL_SEED_PRESET}
 
 
 @dataclass(frozen=True, slots=True)

@@ -124,6 +124,13 @@ class CodeTool:
             instance.close()
 
 
-def build(backend: str = "default", stateful: bool = False, **limits: float | int | bool) -> CodeTool:
-    """``stateful`` picks notebook-style sessions; the remaining keys are :class:`sandbox.Limits` fields."""
-    return CodeTool(backend=backend, limits=Limits(**limits) if limits else None, stateful=stateful)  # type: ignore[arg-type]
+def build(
+    backend: str = "default", stateful: bool = False, preset: str | None = None, **limits: float | int | bool
+) -> CodeTool:
+    """``stateful`` picks notebook-style sessions; ``preset`` names a :data:`sandbox.PRESETS` entry
+    (``nsjail_seed``: the seed's 5 s CPU / 7 s wall / 5000 MB / 1536 characters); the remaining
+    keys are :class:`sandbox.Limits` fields and override the preset's."""
+    if preset is not None and preset not in sandbox.PRESETS:
+        raise ValueError(f"unknown sandbox preset {preset!r}; choose one of {sorted(sandbox.PRESETS)}")
+    base = sandbox.PRESETS[preset] if preset else Limits()
+    return CodeTool(backend=backend, limits=base.with_(**limits), stateful=stateful)

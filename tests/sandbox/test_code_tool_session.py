@@ -97,3 +97,25 @@ def test_tool_calls_from_many_threads_get_their_own_output(pool):
         assert texts == [str(i**2) for i in range(24)]
     finally:
         tool.close()
+
+
+def test_seed_preset_by_name_with_overrides(pool):
+    import pytest
+
+    from sandbox import NSJAIL_SEED_PRESET
+
+    tool = build("default", preset="nsjail_seed")
+    assert tool.limits == NSJAIL_SEED_PRESET
+    text = tool.run("print('x' * 5000)", ToolContext()).text
+    assert "truncated at 1536 characters" in text
+    assert build(preset="nsjail_seed", wall_s=2).limits == NSJAIL_SEED_PRESET.with_(wall_s=2)
+    with pytest.raises(ValueError, match="unknown sandbox preset"):
+        build(preset="gvisor")
+
+
+def test_env_config_selects_the_preset():
+    env = gym.make("coa/LiveCodeBench-v5", tools={"code": {"backend": "default", "preset": "nsjail_seed"}})
+    try:
+        assert env.unwrapped.tools["code"].limits.max_output_chars == 1536
+    finally:
+        env.close()
