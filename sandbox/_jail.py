@@ -17,12 +17,14 @@ from collections.abc import Iterable
 from typing import Any
 
 __all__ = [
+    "HIDDEN_DIRS",
     "PER_RUN_LAYERS",
     "JailError",
     "become_subreaper",
     "build_seccomp",
     "drop_privileges",
     "enter_run",
+    "hide_plan",
     "isolate_worker",
     "new_pid_namespace_for_children",
     "unshare_pid",
@@ -125,6 +127,29 @@ def _hide(directory: str, keep: Iterable[str]) -> None:
     finally:
         for _, fd in handles:
             os.close(fd)
+
+
+#: Directories runs see as empty: homes (secrets in dotfiles) and /run (host unix sockets such
+#: as a database's or Docker's, which a read-only mount does not stop a client connecting to).
+HIDDEN_DIRS = ("/root", "/home", "/run")
+
+
+def hide_plan(keep: Iterable[str], hidden: Iterable[str] = HIDDEN_DIRS) -> list[tuple[str, tuple[str, ...]]]:
+    """For wrapper backends: each existing hidden directory and the top-level entries below it
+    to bind back read-only because a ``keep`` path (the interpreter) lives there.
+
+    Whole top-level entries, not the kept paths themselves: bwrap creates missing parents
+    with mode 0700, which an unprivileged run could not traverse.
+    """
+    plan = []
+    for directory in hidden:
+        if not os.path.isdir(directory):
+            continue
+        prefix = directory.rstrip("/") + "/"
+        real = [os.path.realpath(path) for path in keep]
+        tops = {path[len(prefix) :].split("/")[0] for path in real if path.startswith(prefix)}
+        plan.append((directory, tuple(sorted(t for t in tops if t))))
+    return plan
 
 
 _DEVICES = ("null", "zero", "full", "random", "urandom")

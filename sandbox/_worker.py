@@ -67,7 +67,7 @@ class Worker:
         self.seccomp = None
         if self.jail:
             keep = [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path, *config.get("keep", [])]
-            self.isolation = _jail.isolate_worker(config.get("hide", ["/root"]), keep)
+            self.isolation = _jail.isolate_worker(config.get("hide", _jail.HIDDEN_DIRS), keep)
             # Entered by every run child (see _jail.enter_run); the first prepared child proves it.
             self.isolation += [*_jail.PER_RUN_LAYERS, f"private {self.workdir_mb} MB workdir per run"]
             if "user namespace" in self.isolation:

@@ -1,7 +1,8 @@
 """bubblewrap backend: a fresh ``bwrap`` jail around a fresh interpreter for every run.
 
 Isolation comparable to the pool (new user/PID/network/IPC/UTS namespaces, read-only
-root, private ``/tmp`` with the workdir below it, ``/root`` hidden except the interpreter,
+root, private ``/tmp`` with the workdir below it, ``/root``, ``/home`` and ``/run`` hidden
+(except the interpreter),
 seccomp) but paid per run: a process start plus the interpreter's own imports. Install with
 ``apt-get install bubblewrap``. As root the run is moved to an unprivileged uid with
 ``setpriv`` (root ignores the process limit); the uid rotates so concurrent runs differ.
@@ -15,7 +16,7 @@ import shutil
 import sys
 import tempfile
 
-from sandbox._jail import build_seccomp
+from sandbox._jail import build_seccomp, hide_plan
 from sandbox._limits import clean_environment
 from sandbox.backends.base import BackendUnavailable
 from sandbox.backends.subprocess_backend import HARNESS, SubprocessBackend
@@ -49,7 +50,7 @@ class BwrapBackend(SubprocessBackend):
             "user/pid/net/ipc/uts namespaces",
             "read-only root",
             "private /tmp workdir",
-            "/root hidden",
+            "/root, /home, /run hidden",
             "seccomp filter" if self._seccomp_path else "no seccomp",
             "unprivileged uid" if self.setpriv else "caller's uid",
             "rlimits",
@@ -61,12 +62,10 @@ class BwrapBackend(SubprocessBackend):
 
     def _argv(self, code_path: str, rlimits: list[str], limits: Limits) -> list[str]:
         argv = [self.bwrap, "--ro-bind", "/", "/"]
-        if os.path.isdir("/root"):  # hide root's home, keep the interpreter visible
-            argv += ["--tmpfs", "/root"]
-            # bwrap creates missing parents with mode 0700, so bind the top directory below
-            # /root that holds the interpreter rather than the interpreter's own directory.
-            for top in sorted({p.split("/")[2] for p in (sys.prefix, sys.base_prefix) if p.startswith("/root/")}):
-                argv += ["--ro-bind", f"/root/{top}", f"/root/{top}"]
+        for directory, tops in hide_plan((self.python, sys.prefix, sys.base_prefix)):
+            argv += ["--tmpfs", directory]  # homes and /run hidden, the interpreter kept
+            for top in tops:
+                argv += ["--ro-bind", f"{directory}/{top}", f"{directory}/{top}"]
         argv += [
             "--tmpfs", "/tmp",
             "--perms", "01777", "--dir", "/tmp/work",

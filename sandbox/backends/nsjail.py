@@ -22,7 +22,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from sandbox._jail import _CLONE_NEW_FLAGS, _DENIED_SYSCALLS
+from sandbox._jail import _CLONE_NEW_FLAGS, _DENIED_SYSCALLS, hide_plan
 from sandbox._limits import clean_environment
 from sandbox.backends.base import BackendUnavailable
 from sandbox.backends.subprocess_backend import HARNESS, SubprocessBackend
@@ -56,13 +56,13 @@ def nsjail_argv(
     uid: int = 65534,
     *,
     as_root: bool = True,
-    keep_under_root: tuple[str, ...] = (),
+    hidden: tuple[tuple[str, tuple[str, ...]], ...] = (),
 ) -> list[str]:
     """The nsjail command line for one run (pure function, unit-tested without nsjail).
 
     ``as_root``: nsjail runs as root, so it can switch to ``uid`` for real instead of
-    mapping it in a user namespace. ``keep_under_root``: top directories below ``/root``
-    (e.g. ``.pyenv``) that stay visible, read-only, while the rest of ``/root`` is hidden.
+    mapping it in a user namespace. ``hidden``: directories covered by an empty tmpfs, each
+    with the top-level entries below it (e.g. ``/root`` keeps ``.pyenv``) bound back read-only.
     """
     argv = [
         nsjail, "--mode", "o", "--really_quiet",
@@ -83,10 +83,10 @@ def nsjail_argv(
     ]  # fmt: skip
     if as_root:
         argv += ["--disable_clone_newuser", "--user", str(uid), "--group", str(uid)]
-        if keep_under_root:
-            argv += ["--tmpfsmount", "/root"]
-            for top in keep_under_root:
-                argv += ["--bindmount_ro", f"/root/{top}:/root/{top}"]
+    for directory, tops in hidden:
+        argv += ["--tmpfsmount", directory]
+        for top in tops:
+            argv += ["--bindmount_ro", f"{directory}/{top}:{directory}/{top}"]
     for key, value in clean_environment("/tmp").items():
         argv += ["--env", f"{key}={value}"]
     if limits.network:
@@ -123,16 +123,16 @@ class NsjailBackend(SubprocessBackend):
             )
         self.nsjail = found
         self.as_root = os.geteuid() == 0
-        prefixes = (self.python, sys.prefix, sys.base_prefix)
-        self.keep_under_root = tuple(sorted({p.split("/")[2] for p in prefixes if p.startswith("/root/")}))
         if not self.as_root and self.python.startswith("/root/"):
             self.python = "/usr/bin/python3"  # a user namespace cannot see through /root (mode 0700)
             _log.warning("nsjail backend: using /usr/bin/python3 (the interpreter under /root is unreadable)")
+        keep = (self.python, sys.prefix, sys.base_prefix) if self.python == sys.executable else (self.python,)
+        self.hidden = tuple(hide_plan(keep))
         self.isolation = (
             "nsjail pid/net/mount/ipc/uts namespaces",
             "read-only chroot",
             "tmpfs /tmp",
-            "/root hidden",
+            "/root, /home, /run hidden",
             "kafel seccomp policy",
             "unprivileged uid" if self.as_root else "user namespace",
             "rlimits",
@@ -155,7 +155,7 @@ class NsjailBackend(SubprocessBackend):
             limits,
             uid,
             as_root=self.as_root,
-            keep_under_root=self.keep_under_root,
+            hidden=self.hidden,
         )
 
     def _returncode(self, returncode: int) -> int:

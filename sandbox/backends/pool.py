@@ -19,11 +19,12 @@ import threading
 from dataclasses import asdict
 from typing import Any
 
+from sandbox._jail import HIDDEN_DIRS
 from sandbox._workerproc import WorkerLost, WorkerProcess
 from sandbox.backends.base import BackendUnavailable
 from sandbox.types import ExecResult, Limits, Status
 
-__all__ = ["DEFAULT_PRELOAD", "PoolBackend", "configured_preload", "configured_size"]
+__all__ = ["DEFAULT_HIDE", "DEFAULT_PRELOAD", "PoolBackend", "configured_preload", "configured_size"]
 
 _log = logging.getLogger(__name__)
 #: Imported once per worker. numpy is the expensive one; the rest keep common solutions from
@@ -54,6 +55,9 @@ DEFAULT_PRELOAD = (
     "traceback",
 )
 _GRACE_S = 10.0  # the worker enforces the wall limit; this only catches a wedged worker
+#: Directories runs see as empty (see :data:`sandbox._jail.HIDDEN_DIRS`). The interpreter, its
+#: site-packages and the project stay visible even when they live below one of them.
+DEFAULT_HIDE = HIDDEN_DIRS
 
 
 def configured_preload() -> tuple[str, ...]:
@@ -98,7 +102,7 @@ class PoolBackend:
         preload: tuple[str, ...] | list[str] | None = None,
         python: str | None = None,
         uid_base: int = 61000,
-        hide: tuple[str, ...] | list[str] = ("/root",),
+        hide: tuple[str, ...] | list[str] = DEFAULT_HIDE,
         keep: tuple[str, ...] | list[str] = (),
         workdir: str = "/tmp/work",
         workdir_mb: int = 64,

@@ -58,9 +58,11 @@ def test_nsjail_command_line_carries_the_seed_preset():
 
 
 def test_nsjail_command_line_hides_root_but_keeps_the_interpreter():
-    argv = nsjail_argv("nsjail", "/root/.pyenv/bin/python", "/tmp/c.py", Limits(), 64001, keep_under_root=(".pyenv",))
+    hidden = (("/root", (".pyenv",)), ("/run", ()))
+    argv = nsjail_argv("nsjail", "/root/.pyenv/bin/python", "/tmp/c.py", Limits(), 64001, hidden=hidden)
     joined = " ".join(argv)
     assert "--tmpfsmount /root" in joined and "--bindmount_ro /root/.pyenv:/root/.pyenv" in joined
+    assert "--tmpfsmount /run" in joined
     assert "--disable_clone_newuser --user 64001 --group 64001" in joined  # a real uid: RLIMIT_NPROC holds
     user_ns = nsjail_argv("nsjail", "/usr/bin/python3", "/tmp/c.py", Limits(), as_root=False)
     assert "--user" not in user_ns and "--disable_clone_newuser" not in user_ns
@@ -95,7 +97,7 @@ def test_nsjail_refuses_writes_network_and_escapes(nsjail):
     ):
         assert nsjail.run(code, limits=quick).status is Status.VIOLATION, code
     home = nsjail.run("import os\nprint(sorted(os.listdir('/root')))", limits=quick)
-    assert home.status is Status.OK and home.stdout == f"{sorted(nsjail.keep_under_root)}\n"  # only the interpreter
+    assert home.status is Status.OK and home.stdout == f"{list(dict(nsjail.hidden)['/root'])}\n"  # the interpreter
     env = nsjail.run("import os\nprint(sorted(os.environ))", limits=quick)
     assert env.stdout.startswith("['HOME', 'LANG', 'LC_ALL'") and "COA_" not in env.stdout
 

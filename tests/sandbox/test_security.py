@@ -50,6 +50,27 @@ def test_tcp_connection_to_host_loopback_is_refused(pool):
     assert accepted == []
 
 
+def test_host_unix_socket_under_run_is_unreachable(pool):
+    # A read-only mount does not stop connect() on a unix socket: /run (databases, Docker) is hidden.
+    if not os.access("/run", os.W_OK):
+        pytest.skip("cannot create a test socket under /run")
+    path = f"/run/coa-sandbox-test-{uuid.uuid4().hex[:8]}.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    os.chmod(path, 0o777)
+    server.listen()
+    server.settimeout(0.2)
+    try:
+        code = f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({path!r})\nprint('connected')"
+        result = pool.run(code, limits=QUICK)
+        with pytest.raises(TimeoutError):
+            server.accept()
+    finally:
+        server.close()
+        os.unlink(path)
+    assert result.status is not Status.OK and "connected" not in result.stdout, result
+
+
 def test_dns_lookup_is_refused(pool):
     result = pool.run("import socket\nprint(socket.getaddrinfo('example.com', 80))", limits=QUICK)
     assert result.status is Status.VIOLATION, result
