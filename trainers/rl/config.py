@@ -72,6 +72,10 @@ class RLConfig:
     """Directory with saved policy weights (e.g. an SFT output) loaded before training."""
     model_config: dict[str, Any] = field(default_factory=dict)
     """Overrides for building a model from config (random weights), e.g. hidden_size."""
+    warm_start: dict[str, Any] | None = None
+    """Brief SFT on the env's oracle trajectories before RL (``trainers/rl/warmstart.py``):
+    ``{episodes: 64, strip_roles: true, max_steps: 40, ...}``; other keys are SFTConfig
+    fields. The RL policy then starts from that SFT model. None = no warm start."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     gradient_checkpointing: bool = False
 
@@ -148,7 +152,9 @@ class RLConfig:
     tool_threads: int = 4
     num_gpus: int = 0
     """GPUs for the whole run; the learner takes learner_gpus, workers share the rest."""
-    learner_gpus: int = 0
+    learner_gpus: float = 0
+    """GPUs of the learner actor; a fraction (e.g. 0.5) shares one GPU with the rollout
+    workers (rollout_gpus_per_worker 0.5), which is how one-GPU machines run."""
     rollout_gpus_per_worker: float = 0.0
     cpus_per_worker: float = 1.0
     torch_threads: int = 0
@@ -241,6 +247,9 @@ class RLConfig:
             raise ConfigError("micro_batch_size must be <= minibatch_size")
         if self.temperature <= 0:
             raise ConfigError("temperature must be > 0 (RL needs sampled, not greedy, rollouts)")
+        if self.warm_start and self.init_checkpoint:
+            raise ConfigError("warm_start trains the starting weights itself: drop init_checkpoint "
+                              "(or drop warm_start to start from init_checkpoint)")
         if self.learner_gpus > self.num_gpus:
             raise ConfigError("learner_gpus exceeds num_gpus")
         if self.rollout_engine == "vllm" and self.num_gpus == 0:

@@ -17,6 +17,7 @@ the importance ratio uses the rollout logprobs, so the update stays correct).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -29,6 +30,7 @@ from trainers.rl.batch import collate, shaped_rewards
 from trainers.rl.checkpoint import TaskSampler, latest_checkpoint, load_checkpoint, save_checkpoint
 from trainers.rl.metrics import MetricsLogger, episode_stats, plot_reward_curve
 from trainers.rl.rollout import EpisodeJob
+from trainers.rl.warmstart import warm_start
 
 if TYPE_CHECKING:
     from agents.trajectory import Trajectory
@@ -134,6 +136,9 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     config.save(out / "config.json")
+    start_model = warm_start(config)
+    if start_model is not None:  # RL starts from the SFT'd policy (and its tokenizer)
+        config = dataclasses.replace(config, model=str(start_model))
     random.seed(config.seed)
     torch.manual_seed(config.seed)
     rollouts, learner = build_groups(config)

@@ -1,0 +1,125 @@
+"""Warm start: a brief masked SFT on oracle trajectories before RL, so RL has signal to climb.
+
+A randomly initialised policy never closes a tool tag, so every episode scores 0 and every
+GRPO/DAPO group is all-equal: there is nothing to learn from. The recipe the paper follows
+(and the issue's CPU test asks for) is SFT first, then RL. This module runs that first
+stage from the RL config: it plays each task's ``oracle_actions`` through the *same* env
+the RL run uses (same system prompt, tools and observations), keeps the solved episodes,
+and hands them to the SFT trainer (``trainers.sft``). The RL run then starts from the SFT
+output directory. ``strip_roles`` keeps only the tool call and the answer of each oracle
+turn (a tiny model's token budget goes to what the reward depends on, not to prose).
+
+The stage is idempotent: its output carries a ``WARM_START_COMPLETE`` marker, and a run
+that was killed (during SFT or later) reuses a finished warm start on ``--resume``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainers.rl.config import RLConfig
+
+__all__ = ["oracle_trajectories", "strip_roles", "warm_start"]
+
+_DONE = "WARM_START_COMPLETE"
+# Keys of ``RLConfig.warm_start`` this module reads; every other key is an SFTConfig field.
+_OWN_KEYS = ("episodes", "strip_roles")
+
+
+def strip_roles(action: str) -> str:
+    """The tool call and/or answer of one CoA turn, without its role spans (think, plan, ...)."""
+    from coa_envs.protocol import parse_turn
+
+    parsed = parse_turn(action)
+    if not parsed.ok:
+        return action
+    parts = [f"<{call.tool}>{call.query}</{call.tool}>" for call in parsed.tool_calls]
+    if parsed.answer is not None:
+        parts.append(f"<answer>{parsed.answer}</answer>")
+    return "".join(parts) or action
+
+
+def oracle_trajectories(config: RLConfig, path: str | Path, episodes: int,
+                        roles: bool = False) -> tuple[Path, int]:
+    """Play the oracle actions of the RL env's tasks; write solved episodes as JSONL.
+
+    Returns ``(path, kept)``. Tasks are visited in order, cycling, ``episodes`` times.
+    """
+    from agents.trajectory import Trajectory, write_trajectory
+    from trainers.rl.rollout import make_env
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    env = make_env(config)
+    kept = 0
+    partial = path.with_suffix(".part")
+    try:
+        tasks = env.unwrapped.tasks
+        with open(partial, "w", encoding="utf-8") as handle:
+            for index in range(episodes):
+                _, info = env.reset(seed=config.seed + index,
+                                    options={"task_index": index % len(tasks)})
+                actions = env.unwrapped.task.metadata.get("oracle_actions") or []
+                trajectory = Trajectory(env_id=config.env_id, task_id=info["task_id"],
+                                        prompt_messages=info.get("messages", []),
+                                        seed=config.seed + index,
+                                        sample_index=index // len(tasks))
+                for action in actions:
+                    text = action if roles else strip_roles(action)
+                    observation, reward, terminated, truncated, step_info = env.step(text)
+                    trajectory.add_generated(text)
+                    if terminated or truncated:
+                        trajectory.reward = float(reward)
+                        trajectory.terminated = bool(terminated)
+                        trajectory.answer = step_info.get("answer")
+                        break
+                    trajectory.add_observation(observation)
+                if trajectory.terminated and trajectory.reward >= 1.0:
+                    write_trajectory(handle, trajectory)
+                    kept += 1
+    finally:
+        env.close()
+    if kept == 0:
+        partial.unlink(missing_ok=True)
+        raise ValueError(f"{config.env_id}: no task's oracle_actions solved it; the warm start "
+                         "needs tasks with metadata['oracle_actions'] (SynthHop has them)")
+    partial.replace(path)
+    return path, kept
+
+
+def _sft_config(config: RLConfig, train_path: Path, out: Path) -> Any:
+    from trainers.sft_config import SFTConfig
+
+    settings = {k: v for k, v in config.warm_start.items() if k not in _OWN_KEYS}
+    if config.model == "tiny" and "tiny" not in settings:
+        settings["tiny"] = {"vocab_size": 512, "hidden_size": 64, "layers": 2, "heads": 4,
+                            "kv_heads": 2, **config.model_config}
+    defaults: dict[str, Any] = {"model": config.model, "max_seq_len": 1024, "packing": True,
+                                "learning_rate": 3e-3, "max_steps": 40, "warmup_ratio": 0.05,
+                                "seed": config.seed, "tensorboard": False, "progress": False}
+    return SFTConfig(**{**defaults, **settings, "train_path": str(train_path),
+                        "output_dir": str(out)})
+
+
+def warm_start(config: RLConfig) -> Path | None:
+    """Run (or reuse) the SFT warm start; returns the model directory RL starts from."""
+    if not config.warm_start:
+        return None
+    out = Path(config.output_dir) / "warm_start"
+    final = out / "final"
+    if (out / _DONE).exists() and final.is_dir():
+        print(f"[rl] warm start: reusing {final}", flush=True)
+        return final
+    from trainers.sft import train as sft_train
+
+    episodes = int(config.warm_start.get("episodes", 64))
+    roles = not bool(config.warm_start.get("strip_roles", True))
+    data, kept = oracle_trajectories(config, out / "oracle.jsonl", episodes, roles=roles)
+    print(f"[rl] warm start: SFT on {kept} oracle trajectories -> {final}", flush=True)
+    result = sft_train(_sft_config(config, data, out))
+    if result.final_dir is None:
+        raise RuntimeError("warm-start SFT halted before writing its final model")
+    (out / _DONE).write_text(f"steps={result.steps} final_loss={result.losses[-1]:.4f}\n")
+    return final
