@@ -339,3 +339,15 @@ def test_official_jsonl_missing_field_names_row_and_field(tmp_path):
     with pytest.raises(TaskDataError) as error:
         load_tasks(str(path))
     assert (error.value.row, error.value.field) == (1, "question_content")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dataset", ["v4", "v5"])
+def test_every_shipped_task_is_graded_without_a_reward_error(dataset):
+    # A placeholder program against every task: each test gets a verdict, none crashes the reward.
+    reward = build(cpu_s=2, wall_s=4)
+    for task in load_tasks(dataset=dataset):
+        result = reward(fenced("print(1)"), task)
+        assert result.score in (0.0, 1.0) and "error" not in result.details, task.task_id
+        assert result.details["total"] == len(result.details["tests"]) >= 1
+        assert all(t["reason"] != "sandbox_error" for t in result.details["tests"] if not t["passed"])
