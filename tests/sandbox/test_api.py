@@ -215,3 +215,13 @@ def test_killing_workers_under_load_loses_and_duplicates_no_answer():
         assert not set(killed) & set(backend.worker_pids())
     finally:
         backend.close()
+
+
+def test_file_size_open_files_and_workdir_space_are_limited(pool):
+    big_file = pool.run("open('big', 'wb').write(b'x' * (3 * 2**20))", limits=Limits(max_file_mb=1))
+    assert big_file.status is Status.ERROR and "File too large" in big_file.stderr, big_file
+    many = pool.run("handles = [open('f%d' % i, 'w') for i in range(200)]", limits=Limits(max_open_files=32))
+    assert many.status is Status.ERROR and "Too many open files" in many.stderr, many
+    code = "chunk = b'x' * 2**20\nwith open('fill', 'wb') as f:\n    for _ in range(100):\n        f.write(chunk)"
+    full = pool.run(code, limits=Limits(max_file_mb=512))  # the workdir is a 64 MB tmpfs
+    assert full.status is Status.ERROR and "No space left on device" in full.stderr, full
