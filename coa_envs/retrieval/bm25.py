@@ -5,7 +5,9 @@ a wiki-sized index costs page cache, not heap), ``doc_offsets.npy`` (byte offset
 passage in the corpus file, so passages are read on demand instead of being copied into
 the index) and ``coa_index.json`` (backend, corpus path and size, tokenizer settings).
 Builds go to a temporary sibling directory and are renamed into place, so an interrupted
-build never leaves something that looks like a valid index.
+build never leaves something that looks like a valid index. ``coa_term_max.npy`` (each
+term's best score) lets the ``pruned`` scorer (:mod:`coa_envs.retrieval.bm25_pruned`, the
+default for big corpora when numba is installed) skip postings that cannot reach the top k.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import logging
 import os
 import shutil
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from coa_envs.retrieval.base import (
     read_index_meta,
     write_index_meta,
 )
+from coa_envs.retrieval.bm25_pruned import PrunedScorer, QueryTokenizer, column_max
 from coa_envs.retrieval.corpus import CorpusReader, iter_corpus
 
 __all__ = ["BM25Retriever", "build_bm25_index"]
@@ -34,7 +36,10 @@ __all__ = ["BM25Retriever", "build_bm25_index"]
 log = logging.getLogger(__name__)
 
 _OFFSETS_FILE = "doc_offsets.npy"
-_NUMBA_MIN_DOCS = 200_000
+_TERM_MAX_FILE = "coa_term_max.npy"
+_PRUNED_MIN_DOCS = 20_000  # below this bm25s's numpy scorer is already fast and needs no JIT
+_SCORERS = ("auto", "pruned", "numba", "numpy")
+_PARALLEL_MIN_QUERIES = 16
 _BM25S_FILES = (
     "data.csc.index.npy",
     "indices.csc.index.npy",
@@ -110,6 +115,7 @@ def build_bm25_index(
     try:
         model.save(str(staging), show_progress=False)
         np.save(staging / _OFFSETS_FILE, np.asarray(offsets, dtype=np.int64))
+        np.save(staging / _TERM_MAX_FILE, column_max(model.scores["data"], model.scores["indptr"]))
         stat = corpus_path.stat()
         write_index_meta(
             staging,
@@ -166,18 +172,21 @@ class BM25Retriever:
         missing = [name for name in (*_BM25S_FILES, _OFFSETS_FILE) if not (self.index_dir / name).is_file()]
         if missing:
             raise RetrievalIndexError(f"{self.index_dir} is incomplete (missing {missing}). Rebuild: {hint}")
-        # numba scores ~2-5x faster on big corpora but JIT-compiles for 10-25 s on the first
-        # query of every process; "auto" only pays that where it is repaid.
-        if scorer not in ("auto", "numba", "numpy"):
-            raise ValueError(f"bm25 scorer must be auto, numba or numpy, not {scorer!r}")
-        big = int(meta.get("num_docs", 0)) >= _NUMBA_MIN_DOCS
-        use_numba = scorer == "numba" or (scorer == "auto" and big and _numba_available())
+        # "pruned" (numba) only visits postings that can reach the top k; bm25s's "numba" and
+        # "numpy" scorers fill and scan a num_docs-sized array per query. "auto" picks pruned
+        # for big corpora when numba is installed (its one-off compile is cached on disk).
+        if scorer not in _SCORERS:
+            raise ValueError(f"bm25 scorer must be one of {_SCORERS}, not {scorer!r}")
+        if scorer == "auto":
+            big = int(meta.get("num_docs", 0)) >= _PRUNED_MIN_DOCS
+            scorer = "pruned" if big and _numba_available() else "numpy"
+        self.scorer = scorer
         try:
             self._model = bm25s.BM25.load(
                 str(self.index_dir),
                 mmap=mmap,
                 show_progress=False,
-                backend="numba" if use_numba else "numpy",
+                backend="numba" if scorer == "numba" else "numpy",
             )
             offsets = np.load(self.index_dir / _OFFSETS_FILE, mmap_mode="r" if mmap else None)
         except Exception as exc:  # bm25s/numpy raise many types on truncated files
@@ -188,25 +197,31 @@ class BM25Retriever:
                 f"{self.index_dir} is inconsistent ({num_docs} scored docs, {len(offsets)} offsets). "
                 f"Rebuild: {hint} --overwrite"
             )
+        self._pruned: PrunedScorer | None = None
+        if scorer == "pruned":
+            term_max_file = self.index_dir / _TERM_MAX_FILE
+            term_max = np.load(term_max_file) if term_max_file.is_file() else None  # older indexes: computed now
+            self._pruned = PrunedScorer(self._model.scores, term_max)
+        self._pool: Any = None
         self.num_docs = num_docs
         self._corpus = CorpusReader(corpus, offsets)
-        self._vocab: dict[str, int] = self._model.vocab_dict
-        self._stopwords = meta.get("stopwords")
-        self._stemmer = _make_stemmer(meta.get("stemmer"))
-        self._stem_lock = threading.Lock()
+        self._tokenizer = QueryTokenizer(
+            self._model.vocab_dict, meta.get("stopwords"), _make_stemmer(meta.get("stemmer"))
+        )
 
     def _query_token_ids(self, queries: list[str]) -> list[list[int]]:
-        import bm25s
+        return [self._tokenizer.ids(query) for query in queries]
 
-        with self._stem_lock:  # a PyStemmer object must not be used by two threads at once
-            tokenized = bm25s.tokenize(
-                queries,
-                stopwords=self._stopwords,
-                stemmer=self._stemmer,
-                return_ids=False,
-                show_progress=False,
-            )
-        return [[self._vocab[tok] for tok in toks if tok and tok in self._vocab] for toks in tokenized]
+    def _pruned_search(self, token_ids: list[list[int]], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        assert self._pruned is not None
+        search = self._pruned.search
+        if len(token_ids) < _PARALLEL_MIN_QUERIES or (os.cpu_count() or 1) < 2:
+            return [search(ids, k) for ids in token_ids]
+        if self._pool is None:  # a batch (server, benchmarks): one worker per core, the kernel drops the GIL
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(os.cpu_count(), thread_name_prefix="bm25")
+        return list(self._pool.map(lambda ids: search(ids, k), token_ids))
 
     def search(self, queries: list[str], k: int = 3) -> list[list[SearchHit]]:
         """Top-``k`` passages per query, best first; queries matching no term get ``[]``."""
@@ -218,14 +233,22 @@ class BM25Retriever:
         results: list[list[SearchHit]] = [[] for _ in queries]
         if not answerable:
             return results
-        docs, scores = self._model.retrieve([token_ids[i] for i in answerable], k=k, show_progress=False, n_threads=0)
-        for row, query_index in enumerate(answerable):
+        if self._pruned is not None:
+            ranked = self._pruned_search([token_ids[i] for i in answerable], k)
+        else:
+            docs, scores = self._model.retrieve(
+                [token_ids[i] for i in answerable], k=k, show_progress=False, n_threads=0
+            )
+            ranked = list(zip(docs, scores, strict=True))
+        for query_index, (docs_row, scores_row) in zip(answerable, ranked, strict=True):
             results[query_index] = [
                 SearchHit(self._corpus.get(int(doc)), float(score))
-                for doc, score in zip(docs[row], scores[row], strict=True)
+                for doc, score in zip(docs_row, scores_row, strict=True)
                 if score > 0
             ]
         return results
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
         self._corpus.close()

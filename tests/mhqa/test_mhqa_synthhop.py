@@ -175,7 +175,7 @@ def test_acceptance_coa_eval_oracle_is_one_and_retrieval_baseline_far_below(tmp_
 
     monkeypatch.setenv("COA_CACHE_DIR", str(tmp_path / "cache"))
     means = {}
-    for agent in ("oracle", "retrieval-baseline"):
+    for agent in ("oracle", "agents.baselines:retrieval_baseline"):
         out = tmp_path / agent
         result = CliRunner().invoke(app, ["eval", "coa/SynthHop-v0", "--agent", agent, "--n", "200", "--out", str(out)])
         assert result.exit_code == 0, result.output
@@ -183,4 +183,4 @@ def test_acceptance_coa_eval_oracle_is_one_and_retrieval_baseline_far_below(tmp_
         assert summary["episodes"] == 200 and summary["errors"] == 0
         means[agent] = summary["mean_reward"]
     assert means["oracle"] == 1.0
-    assert means["retrieval-baseline"] <= 0.1, means
+    assert means["agents.baselines:retrieval_baseline"] <= 0.1, means
