@@ -86,7 +86,7 @@ def _reset_process_state(out_w: int, err_w: int, workdir: str) -> None:
             sys.modules["numpy.random"].seed()
 
 
-def run_once(req_r: int, out_w: int, err_w: int, status_w: int, workdir: str) -> None:
+def run_once(req_r: int, out_w: int, err_w: int, status_w: int, workdir: str, process_base: int = 0) -> None:
     """Wait for one request on the pool's pipe, run it, exit with its exit code.
 
     The pipe is closed before any of the request's code runs, and the worker learns the
@@ -103,7 +103,7 @@ def run_once(req_r: int, out_w: int, err_w: int, status_w: int, workdir: str) ->
         os.write(status_w, b"S" + json.dumps(meta).encode() + b"\n")
         _install_stdin(request.get("stdin", ""))
         _reset_process_state(out_w, err_w, workdir)
-        apply_rlimits(Limits(**request["limits"]), address_space_base=_vm_size_bytes())
+        apply_rlimits(Limits(**request["limits"]), _vm_size_bytes(), process_base)
     except BaseException as exc:  # a sandbox bug, not the code's: say so on stderr
         os.write(2, f"sandbox setup failed: {exc!r}\n".encode())
         os._exit(70)
@@ -116,7 +116,9 @@ def _cpu_used() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def serve_cells(req_r: int, out_w: int, err_w: int, status_w: int, done_w: int, workdir: str) -> None:
+def serve_cells(
+    req_r: int, out_w: int, err_w: int, status_w: int, done_w: int, workdir: str, process_base: int = 0
+) -> None:
     """Session child: run cells in one namespace until the request pipe closes."""
     _reset_process_state(out_w, err_w, workdir)
     main = new_main_module("<cell>")
@@ -129,9 +131,8 @@ def serve_cells(req_r: int, out_w: int, err_w: int, status_w: int, done_w: int, 
             os._exit(0)
         limits = Limits(**request["limits"])
         if not limited:  # memory, processes, files: once, for the whole session
-            apply_rlimits(
-                limits.with_(cpu_s=float(request.get("session_cpu_s", 600))), address_space_base=_vm_size_bytes()
-            )
+            session_cpu_s = float(request.get("session_cpu_s", 600))
+            apply_rlimits(limits.with_(cpu_s=session_cpu_s), _vm_size_bytes(), process_base)
             limited = True
         before = _cpu_used()
         soft = int(before + limits.cpu_s) + 1  # SIGXCPU at the cell's budget; wall kill backs it

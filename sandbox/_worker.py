@@ -27,6 +27,7 @@ from typing import Any
 from sandbox import _jail
 from sandbox._child import close_all_except, run_once, serve_cells, wait_for_parent
 from sandbox._collect import Collected, classify, collect, hard_output_cap, to_text
+from sandbox._limits import count_processes_of, shares_process_budget_in_user_namespace
 from sandbox._wire import FrameError, read_frame, write_frame
 from sandbox.types import Limits
 
@@ -65,6 +66,9 @@ class Worker:
         self.jail = bool(config.get("jail", True))
         self.notes: list[str] = []
         self.seccomp = None
+        # Not root: every run keeps the caller's real uid, whose other processes count against
+        # the runs' RLIMIT_NPROC too (see _limits.shares_process_budget for user namespaces).
+        self.shared_uid = os.geteuid() != 0
         if self.jail:
             keep = [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path, *config.get("keep", [])]
             self.isolation = _jail.isolate_worker(config.get("hide", _jail.HIDDEN_DIRS), keep)
@@ -72,6 +76,7 @@ class Worker:
             self.isolation += [*_jail.PER_RUN_LAYERS, f"private {self.workdir_mb} MB workdir per run"]
             if "user namespace" in self.isolation:
                 self.uid = 0  # only our own uid is mapped: runs keep it, minus every capability
+                self.shared_uid = shares_process_budget_in_user_namespace()
         else:
             self.isolation = ["no isolation (rlimits and wall-clock kill only)"]
         for name in config.get("preload", []):
@@ -107,7 +112,9 @@ class Worker:
         status_r, status_w = os.pipe()
         done_r, done_w = os.pipe() if self.session else (-1, -1)
         fds = (req_r, out_w, err_w, status_w, done_w)
-        pid = self._fork_in_new_pid_namespace(lambda: self._child(*fds))
+        # Counted here, between runs: the child's own /proc shows only its namespace.
+        process_base = count_processes_of(os.getuid()) if self.shared_uid else 0
+        pid = self._fork_in_new_pid_namespace(lambda: self._child(*fds, process_base))
         for fd in fds:
             if fd >= 0 and fd != self.control_in:
                 os.close(fd)
@@ -162,7 +169,7 @@ class Worker:
             raise RuntimeError("could not fork into a new PID namespace")
         return struct.unpack("=i", data)[0]
 
-    def _child(self, req_r: int, out_w: int, err_w: int, status_w: int, done_w: int) -> None:
+    def _child(self, req_r: int, out_w: int, err_w: int, status_w: int, done_w: int, process_base: int) -> None:
         try:
             null = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
@@ -182,9 +189,9 @@ class Worker:
             os.write(status_w, _FAILED + f"{type(exc).__name__}: {exc}".encode()[:1000])
             os._exit(70)
         if self.session:
-            serve_cells(req_r, out_w, err_w, status_w, done_w, self.workdir)
+            serve_cells(req_r, out_w, err_w, status_w, done_w, self.workdir, process_base)
             os._exit(0)
-        run_once(req_r, out_w, err_w, status_w, self.workdir)
+        run_once(req_r, out_w, err_w, status_w, self.workdir, process_base)
 
     def _take_prepared(self) -> _Prepared:
         for attempt in range(2):

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from sandbox._collect import classify, collect, hard_output_cap, to_text
-from sandbox._limits import clean_environment
+from sandbox._limits import clean_environment, count_processes_of
 from sandbox.types import ExecResult, Limits
 
 __all__ = ["HARNESS", "SubprocessBackend"]
@@ -103,7 +103,7 @@ class SubprocessBackend:
         rlimits = [
             max(1, math.ceil(limits.cpu_s)),
             limits.memory_mb * 1024 * 1024,
-            limits.max_processes,
+            limits.max_processes + self._process_base(),
             limits.max_file_mb * 1024 * 1024,
             limits.max_open_files,
         ]
@@ -127,6 +127,13 @@ class SubprocessBackend:
         finally:
             for fd, _ in extra:
                 os.close(fd)
+
+    def _process_base(self) -> int:
+        """Processes the run's real uid already has (RLIMIT_NPROC counts them all).
+
+        Zero as root: root ignores the limit, and the jailing wrappers switch to a fresh uid.
+        """
+        return 0 if os.geteuid() == 0 else count_processes_of(os.getuid())
 
     def _returncode(self, returncode: int) -> int:
         """Hook for wrappers that encode a signal death in their own exit status."""

@@ -30,6 +30,10 @@ import sandbox
 from sandbox import Limits
 
 target, host_tmp = sys.argv[2], sys.argv[3]
+# More processes of this uid than a run may start: RLIMIT_NPROC counts them all, so the
+# pool must budget runs on top of them or every thread a run starts would be refused.
+import subprocess
+sleepers = [subprocess.Popen(["sleep", "120"]) for _ in range(24)]
 backend = sandbox.get_backend("pool", size=1, preload=())
 quick = Limits(cpu_s=2, wall_s=3, max_processes=16, memory_mb=256)
 attacks = {
@@ -43,6 +47,7 @@ attacks = {
     "cpu": "while True:\n    pass",
     "sleep": "import time\ntime.sleep(1e9)",
     "environ": "import os\nprint(sorted(os.environ))",
+    "thread": "import threading\nt = threading.Thread(target=print, args=('thread ok',))\nt.start()\nt.join()",
     "after": "print(6 * 7)",
 }
 report = {"isolation": list(backend.isolation)}
@@ -50,6 +55,14 @@ for name, code in attacks.items():
     result = backend.run(code, stdin="hi", limits=quick)
     report[name] = [str(result.status), result.stdout]
 backend.close()
+thread = attacks["thread"]
+r = sandbox.get_backend("subprocess").run(thread, limits=quick)
+report["subprocess_thread"] = [str(r.status), r.stdout]
+with sandbox.Session(quick, jail=False, preload=()) as session:
+    r = session.run(thread)
+    report["unjailed_session_thread"] = [str(r.status), r.stdout]
+for sleeper in sleepers:
+    sleeper.kill()
 print(json.dumps(report))
 """
 
@@ -100,6 +113,10 @@ def test_unprivileged_pool_jails_runs_in_a_user_namespace(report):
     assert "network namespace (no interfaces)" in report["isolation"]
     assert report["hello"] == ["ok", "hi /tmp/work\n"]
     assert report["after"] == ["ok", "42\n"]
+    # The uid's 24 other processes do not eat a run's 16-process budget, jailed or not.
+    assert report["thread"] == ["ok", "thread ok\n"]
+    assert report["subprocess_thread"] == ["ok", "thread ok\n"]
+    assert report["unjailed_session_thread"] == ["ok", "thread ok\n"]
 
 
 @pytest.mark.parametrize(
