@@ -129,31 +129,46 @@ def build_dense_index(
         raise FileExistsError(f"{index_dir} exists; pass overwrite=True (--overwrite) to rebuild")
     encoder, model_name = load_encoder(model, device)
     _, p_prefix = _prefixes(model_name, query_prefix, passage_prefix)
-    rows = list(iter_corpus(corpus_path))
-    if not rows:
-        raise RetrievalIndexError(f"corpus {corpus_path} has no passages")
+    # Stream the corpus in chunks: only the offsets and the vectors stay in memory.
     index = faiss.IndexFlatIP(_dimension(encoder))
-    starts = range(0, len(rows), chunk_size)
+    offsets: list[int] = []
+    progress = None
     if show_progress:
         from tqdm.auto import tqdm
 
-        starts = tqdm(starts, desc="Embedding passages", unit=" chunks")
-    for start in starts:
-        chunk = rows[start : start + chunk_size]
-        index.add(_encode(encoder, [p_prefix + passage.contents for _, passage in chunk], batch_size))
+        progress = tqdm(desc="Embedding passages", unit=" passages")
+    chunk: list[str] = []
+
+    def flush() -> None:
+        if chunk:
+            index.add(_encode(encoder, chunk, batch_size))
+            if progress is not None:
+                progress.update(len(chunk))
+            chunk.clear()
+
+    for offset, passage in iter_corpus(corpus_path):
+        offsets.append(offset)
+        chunk.append(p_prefix + passage.contents)
+        if len(chunk) >= chunk_size:
+            flush()
+    flush()
+    if progress is not None:
+        progress.close()
+    if not offsets:
+        raise RetrievalIndexError(f"corpus {corpus_path} has no passages")
 
     index_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.", dir=index_dir.parent))
     try:
         faiss.write_index(index, str(staging / _INDEX_FILE))
-        np.save(staging / _OFFSETS_FILE, np.asarray([off for off, _ in rows], dtype=np.int64))
+        np.save(staging / _OFFSETS_FILE, np.asarray(offsets, dtype=np.int64))
         write_index_meta(
             staging,
             {
                 "backend": "dense",
                 "corpus_path": str(corpus_path),
                 "corpus_bytes": corpus_path.stat().st_size,
-                "num_docs": len(rows),
+                "num_docs": len(offsets),
                 "model": model_name,
                 "dim": index.d,
                 "query_prefix": query_prefix,

