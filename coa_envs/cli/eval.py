@@ -88,16 +88,24 @@ def agent_factory(spec: str, *, seed: int = 0, task_indices: list[int] | None = 
                              param_hint="--agent")
 
 
-def load_selector(spec: str) -> Callable:
-    """``majority`` (vote over normalised answers) or ``MODULE:NAME`` of a
-    ``(task_id, trajectories) -> index`` selector (a reward model, an LLM judge…)."""
+def load_selector(spec: str, judge_url: str | None = None, judge_model: str | None = None) -> Callable:
+    """``majority`` (vote over normalised answers), ``judge`` (an LLM picks the answer; see
+    :class:`agents.selectors.JudgeSelector`) or ``MODULE:NAME`` of a
+    ``(task_id, trajectories) -> index`` selector (a reward model…)."""
     from agents.metrics import majority_vote
 
     if spec == "majority":
         return majority_vote
+    if spec == "judge":
+        from agents.selectors import JudgeSelector
+
+        try:
+            return JudgeSelector(judge_url, judge_model)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--judge-url/--judge-model") from None
     if ":" in spec:
         return _import_object(spec, "selector", "--selector")
-    raise typer.BadParameter(f"unknown selector {spec!r}; use majority or MODULE:NAME",
+    raise typer.BadParameter(f"unknown selector {spec!r}; use majority, judge or MODULE:NAME",
                              param_hint="--selector")
 
 
@@ -181,7 +189,9 @@ def eval_command(
     max_turns: int | None = typer.Option(None, help="Override the env's turn limit."),
     max_tool_calls: int = typer.Option(50, help="End an episode after this many tool calls."),
     episode_timeout: float = typer.Option(600.0, help="Seconds per episode before error:timeout."),
-    selector: str = typer.Option("majority", help="Best-of-K selector: majority | MODULE:NAME"),
+    selector: str = typer.Option("majority", help="Best-of-K selector: majority | judge | MODULE:NAME"),
+    judge_url: str | None = typer.Option(None, help="judge selector: endpoint (default $COA_JUDGE_BASE_URL)."),
+    judge_model: str | None = typer.Option(None, help="judge selector: model (default $COA_JUDGE_MODEL)."),
     seed: int = typer.Option(0, help="Base seed (episode seeds derive from it)."),
     plots: bool = typer.Option(True, help="Write the accuracy/tool plots to OUT/plots."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
@@ -198,7 +208,7 @@ def eval_command(
     if samples < 1 or n < 1 or concurrency < 1:
         raise typer.BadParameter("--n, --samples and --concurrency must be >= 1")
     agent = agent or ("llm" if model else "oracle")
-    choose = load_selector(selector)
+    choose = load_selector(selector, judge_url, judge_model)
     make_kwargs: dict[str, Any] = {}
     if data:
         make_kwargs["data_path"] = data
@@ -241,6 +251,9 @@ def eval_command(
              "failed_episodes": sum(1 for t in result.trajectories if t.status != "ok")}
     summary = summarize(env_id, result.trajectories, samples=samples, wall_s=result.wall_s,
                         selector=choose, extra=extra)
+    if hasattr(choose, "fallbacks"):  # a judge that failed on some tasks (majority decided)
+        summary["selector_fallbacks"] = choose.fallbacks
+        choose.close()
     (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     run = Run(label=out.name or str(out), path=out, summary=summary,
               trajectories=list(result.trajectories))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import gymnasium as gym
 import pytest
@@ -56,3 +57,75 @@ def test_our_agents_package_is_not_shadowed():
     import agents
 
     assert Path(agents.__file__).resolve().parent == Path(__file__).resolve().parents[2] / "agents"
+
+
+def _json_tool_model(tokenizer, plans: dict[str, list[str]]):
+    """A causal LM for ``coa serve`` that writes, for the task whose question is in its
+    prompt, the next JSON tool call of that task's plan and then ``<|im_end|>``. Its
+    forward runs like a model's (one row per request, a fresh cache per generate call);
+    only the logits are scripted, because no offline model can solve the task."""
+    import torch
+
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    calls: dict[str, int] = {}
+
+    class JsonToolLM(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.anchor = torch.nn.Parameter(torch.zeros(1))
+            self.config = SimpleNamespace(max_position_embeddings=8192)
+            self.generation_config = SimpleNamespace(eos_token_id=eos)
+            self._cache, self.script, self.step = None, [eos], 0
+
+        @property
+        def device(self):
+            return self.anchor.device
+
+        def forward(self, input_ids, past_key_values=None, attention_mask=None, **_: object):
+            if past_key_values is not self._cache:  # a new request: pick its next tool call
+                self._cache, self.step = past_key_values, 0
+                text = tokenizer.decode(input_ids[0].tolist())
+                question = next(q for q in plans if q in text)
+                turn = calls.get(question, 0)
+                calls[question] = turn + 1
+                plan = plans[question]
+                self.script = [*tokenizer.encode(plan[min(turn, len(plan) - 1)], add_special_tokens=False), eos]
+            token = self.script[min(self.step, len(self.script) - 1)]
+            self.step += 1
+            logits = torch.full((input_ids.shape[0], 1, len(tokenizer)), -30.0)
+            logits[:, :, token] = 30.0
+            return SimpleNamespace(logits=logits)
+
+    return JsonToolLM()
+
+
+def test_smolagents_solves_synthhop_through_coa_serve(tiny_tokenizer):
+    """The whole path: smolagents' OpenAIServerModel -> HTTP -> coa serve (hf engine) ->
+    text tool calls parsed by smolagents -> env tools (real BM25 retrieval) -> reward 1."""
+    import json
+
+    from smolagents import OpenAIServerModel
+
+    from agents.engines.hf import HFEngine
+    from agents.server import create_app, serve_in_thread
+    env = gym.make("coa/SynthHop-v0")
+    plans = {}
+    for index in (0, 1):
+        task = env.unwrapped.tasks[index]
+        plan = []
+        for action in task.metadata["oracle_actions"]:
+            turn = parse_turn(action)
+            plan += [json.dumps({"name": c.tool, "arguments": {"query": c.query}}) for c in turn.tool_calls]
+            if turn.answer is not None:
+                plan.append(json.dumps({"name": "final_answer", "arguments": {"answer": turn.answer}}))
+        plans[task.question] = plan
+    engine = HFEngine(_json_tool_model(tiny_tokenizer, plans), tiny_tokenizer)
+    app = create_app(engine, tiny_tokenizer, "scripted")
+    with serve_in_thread(app) as url:
+        model = OpenAIServerModel(model_id="scripted", api_base=url, api_key="x", max_tokens=200)
+        for index in (0, 1):
+            trajectory = run_smolagents_episode(env, model, options={"task_index": index})
+            assert trajectory.status == "ok" and trajectory.reward == 1.0, trajectory.info
+            assert trajectory.tool_calls["wiki_search"] == len(plans[env.unwrapped.task.question]) - 1
+    env.close()
+    assert sum(app.state.engine.batch_sizes) == sum(len(p) for p in plans.values())
