@@ -191,6 +191,8 @@ def train(config: SFTConfig) -> SFTResult:
     import torch
     from transformers import get_cosine_schedule_with_warmup
 
+    if config.torch_threads:
+        torch.set_num_threads(config.torch_threads)
     dist, device = _init_dist(config.device)
     output_dir = Path(config.output_dir)
     checkpoint = find_checkpoint(output_dir, config.resume)
@@ -306,7 +308,8 @@ def train(config: SFTConfig) -> SFTResult:
         if position.step % config.log_every == 0 or position.step == total_steps:
             logger.log({"step": position.step, "epoch": epoch, "loss": step_loss,
                         "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm,
-                        "trained_tokens": step_tokens, "tokens_per_s": tokens_per_s})
+                        "trained_tokens": step_tokens, "tokens_per_s": tokens_per_s,
+                        "tokens": tokens_seen * dist.world, "elapsed_s": elapsed})
         if eval_data.packs and config.eval_every and position.step % config.eval_every == 0:
             eval_losses.append((position.step, _evaluate(module, eval_data, device, autocast)))
             logger.log({"step": position.step, "eval_loss": eval_losses[-1][1]})

@@ -96,6 +96,9 @@ class SFTConfig:
     progress: bool = True
     seed: int = 0
     device: str = "auto"
+    torch_threads: int = 0
+    """CPU threads for torch (0: torch's default). On a shared CPU one thread can be several
+    times faster than two: OpenMP workers spin-wait for a core another process holds."""
 
     def __post_init__(self) -> None:
         self.adam_betas = tuple(float(b) for b in self.adam_betas)  # type: ignore[assignment]
@@ -128,6 +131,8 @@ class SFTConfig:
             raise ValueError("model: tiny trains its own tokenizer; drop `tokenizer`")
         if self.deepspeed and self.precision == "bf16_pure":
             raise ValueError("with deepspeed set precision in the DeepSpeed JSON; use bf16 or fp32")
+        if self.torch_threads < 0:
+            raise ValueError("torch_threads must be >= 0 (0 keeps torch's default)")
         if self.halt_at_step is not None and self.halt_at_step < 1:
             raise ValueError("halt_at_step must be >= 1")
 
