@@ -31,6 +31,7 @@ from coa_envs.retrieval import open_retriever
 N_PASSAGES = int(os.environ.get("COA_BENCH_PASSAGES", "1000000"))
 BENCH_DIR = Path(os.environ.get("COA_BENCH_DIR", Path.home() / ".cache" / "coa_envs" / "bench"))
 VOCAB = 100_000
+DENSE_PASSAGES = int(os.environ.get("COA_BENCH_DENSE_PASSAGES", "5000"))
 WORDS_PER_PASSAGE = 60
 
 _BUILD_SCRIPT = """
@@ -262,7 +263,7 @@ def test_server_round_trip_overhead(benchmark, bm25_index):
 @pytest.mark.timeout(3600)
 def test_dense_queries_per_second(benchmark, bm25_index, tmp_path_factory):
     """MiniLM encoding + faiss flat search. Embedding 1M passages on 2 CPU cores takes hours,
-    so the index holds the first 5k passages; faiss's own cost at 1M is timed on random
+    so the index holds the first ``COA_BENCH_DENSE_PASSAGES`` (5k) passages; faiss's own cost at 1M is timed on random
     vectors of the same width and reported separately."""
     pytest.importorskip("sentence_transformers", reason="needs the [dense] extra")
     faiss = pytest.importorskip("faiss", reason="needs the [dense] extra")
@@ -270,7 +271,7 @@ def test_dense_queries_per_second(benchmark, bm25_index, tmp_path_factory):
 
     small = tmp_path_factory.mktemp("dense") / "corpus.jsonl"
     with bm25_index["corpus"].open() as source, small.open("w") as target:
-        for _, line in zip(range(5_000), source, strict=False):
+        for _, line in zip(range(DENSE_PASSAGES), source, strict=False):
             target.write(line)
     build_start = time.perf_counter()
     index = build_dense_index(small, small.parent / "idx", show_progress=False)
@@ -292,7 +293,7 @@ def test_dense_queries_per_second(benchmark, bm25_index, tmp_path_factory):
     benchmark.pedantic(retriever.search, args=([queries[0]], 3), rounds=50, iterations=1)
     benchmark.extra_info.update(
         {
-            "passages": 5_000,
+            "passages": DENSE_PASSAGES,
             "build_s": round(build_s, 1),
             "single_qps": round(single_qps),
             "batched_qps": round(batched_qps),
@@ -300,7 +301,7 @@ def test_dense_queries_per_second(benchmark, bm25_index, tmp_path_factory):
         }
     )
     print(
-        f"\ndense MiniLM on 5k passages: build {build_s:.0f} s, single {single_qps:,.0f} q/s, "
+        f"\ndense MiniLM on {DENSE_PASSAGES:,} passages: build {build_s:.0f} s, single {single_qps:,.0f} q/s, "
         f"batched {batched_qps:,.0f} q/s; faiss flat search alone at {N_PASSAGES:,} vectors: "
         f"{faiss_1m_ms:.2f} ms/query (batched 64)"
     )

@@ -2,17 +2,20 @@
 
 ``build-index`` writes a bm25 or dense index for a jsonl corpus (``{"id","contents"}``);
 ``serve`` answers the Search-R1 ``POST /retrieve`` API from such an index (building it
-first when the directory does not exist yet); ``search`` prints the top passages of one
-query, to check an index by eye.
+first when the directory does not exist yet: ``coa retriever serve --corpus wiki.jsonl
+--backend bm25`` is enough, the index then lives in the cache and is reused next time);
+``search`` prints the top passages of one query, to check an index by eye.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 from pathlib import Path
 
 import typer
 
-__all__ = ["app"]
+__all__ = ["app", "default_index_dir"]
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Build, query and serve wiki passage indexes (bm25 / dense)."
@@ -31,6 +34,13 @@ def _build(backend: str, corpus: Path, index: Path, model: str | None, overwrite
 
     options = {"model": model} if backend == "dense" and model else {}
     build_index(backend, corpus, index, overwrite=overwrite, **options)
+
+
+def default_index_dir(corpus: Path, backend: str) -> Path:
+    """Where ``serve --corpus`` keeps an index when no ``--index`` is given (one per corpus file)."""
+    root = Path(os.environ.get("COA_CACHE_DIR") or Path.home() / ".cache" / "coa_envs") / "indexes"
+    digest = hashlib.sha256(str(corpus.resolve()).encode()).hexdigest()[:10]
+    return root / f"{corpus.stem}-{digest}-{backend}"
 
 
 @app.command("build-index")
@@ -72,7 +82,9 @@ def search_command(
 
 @app.command("serve")
 def serve_command(
-    index: Path = typer.Option(..., help="Index directory (built from --corpus if it does not exist)."),
+    index: Path | None = typer.Option(
+        None, help="Index directory (built from --corpus if missing; default: a cache dir per corpus)."
+    ),
     corpus: Path | None = typer.Option(None, dir_okay=False, help="jsonl corpus (needed to build; or if it moved)."),
     backend: str = typer.Option("bm25", help=_BACKEND_HELP),
     model: str | None = typer.Option(None, help="dense only: HF model id/path used when building."),
@@ -85,6 +97,12 @@ def serve_command(
     from coa_envs.retrieval.server import run_server
 
     _check_backend(backend)
+    if index is None:
+        if corpus is None:
+            raise typer.BadParameter(
+                "give --index, or --corpus to build (or reuse) a cached index", param_hint="--index"
+            )
+        index = default_index_dir(corpus, backend)
     if not index.exists():
         if corpus is None:
             raise typer.BadParameter(f"{index} does not exist; pass --corpus to build it", param_hint="--index")

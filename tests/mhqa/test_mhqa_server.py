@@ -117,11 +117,16 @@ def test_client_validates_its_configuration():
         RemoteRetriever("http://127.0.0.1:1", retries=-1)
 
 
-def test_cli_serve_answers_until_stopped(small_index):
+def test_cli_serve_builds_an_index_from_the_corpus_and_answers_until_stopped(small_corpus, tmp_path, monkeypatch):
+    """`coa retriever serve --corpus … --backend bm25`: no index given, one is built in the cache."""
+    import os
     import subprocess
     import sys
 
+    from coa_envs.cli.retriever import default_index_dir
+
     port = _free_port()
+    env = {**os.environ, "COA_CACHE_DIR": str(tmp_path)}
     process = subprocess.Popen(
         [
             sys.executable,
@@ -129,13 +134,16 @@ def test_cli_serve_answers_until_stopped(small_index):
             "coa_envs.cli.main",
             "retriever",
             "serve",
-            "--index",
-            str(small_index),
+            "--corpus",
+            str(small_corpus),
+            "--backend",
+            "bm25",
             "--port",
             str(port),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        env=env,
     )
     try:
         client = RemoteRetriever(f"http://127.0.0.1:{port}", timeout_s=2, retries=0)
@@ -150,6 +158,9 @@ def test_cli_serve_answers_until_stopped(small_index):
         else:
             pytest.fail("coa retriever serve did not come up")
         assert hits[0][0].passage.title == "Budapest"
+        monkeypatch.setenv("COA_CACHE_DIR", str(tmp_path))
+        built = default_index_dir(small_corpus, "bm25")
+        assert built.parent == tmp_path / "indexes" and (built / "coa_index.json").is_file()
     finally:
         process.terminate()
         process.wait(timeout=10)
