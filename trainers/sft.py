@@ -189,10 +189,20 @@ def _deepspeed_engine(config: SFTConfig, module: Any, optimizer: Any, scheduler:
 def train(config: SFTConfig) -> SFTResult:
     """Run (or resume) a masked SFT run; returns the losses and where the model went."""
     import torch
-    from transformers import get_cosine_schedule_with_warmup
 
+    threads = torch.get_num_threads()
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
+    try:
+        return _train(config)
+    finally:  # a process-wide setting: give the caller back what it had
+        torch.set_num_threads(threads)
+
+
+def _train(config: SFTConfig) -> SFTResult:
+    import torch
+    from transformers import get_cosine_schedule_with_warmup
+
     dist, device = _init_dist(config.device)
     output_dir = Path(config.output_dir)
     checkpoint = find_checkpoint(output_dir, config.resume)
