@@ -50,3 +50,14 @@ def test_works_off_the_main_thread_where_signal_timeouts_are_unavailable():
 
 def test_string_fallback_normal_form():
     assert normalise_latex("$\\left(1,2\\right)$.") == normalise_latex("(1, 2)")
+
+
+def test_off_main_thread_checks_keep_math_verify_timeouts(caplog):
+    """Worker threads score in a helper process whose main thread can arm math-verify's alarms."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cases = [("\\boxed{\\frac{2}{4}}", "1/2", 1.0), ("\\boxed{3}", "4", 0.0), ("\\boxed{\\sqrt{8}}", "2\\sqrt{2}", 1.0)]
+    with caplog.at_level("WARNING"), ThreadPoolExecutor(3) as pool:
+        scores = list(pool.map(lambda c: reward(c[0], task(c[1])).score, cases))
+    assert scores == [c[2] for c in cases]
+    assert "Timeout is disabled" not in caplog.text
