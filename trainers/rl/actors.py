@@ -16,7 +16,6 @@ current weights before it serves again. Weights travel through the object store 
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -96,7 +95,8 @@ class RayRollouts:
                                        "num_gpus": config.rollout_gpus_per_worker}
             if placement_group is not None:
                 options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                    placement_group=placement_group, placement_group_bundle_index=index + 1)
+                    placement_group=placement_group,
+                    placement_group_bundle_index=config.learner_workers + index)
             actors.append(actor_cls.options(**options).remote(config, index))
         self.manager = FaultTolerantActorManager(actors)
         self._weights_ref: Any = None
@@ -185,49 +185,87 @@ class LocalLearner:
         return getattr(self.learner, name)
 
 
-class RayLearner:
-    """One learner actor per learner GPU (one on CPU); rank 0 answers for the group.
+class _LearnerRank:
+    """One DDP rank as a Ray actor: finds a rendezvous address, then builds its Learner."""
 
-    With several ranks each gets the batch and the same seed; ``Learner`` shards nothing
-    itself, so every rank runs the full batch with DDP averaging identical gradients --
-    correct but not faster. Splitting minibatches by rank is the next step for multi-GPU
-    throughput (noted in the trainer's README section).
+    def __init__(self, config: RLConfig, rank: int, world_size: int) -> None:
+        self.config, self.rank, self.world_size = config, rank, world_size
+        self.learner: Any = None
+
+    def rendezvous_address(self) -> str:
+        """``tcp://ip:port`` on this actor's node (asked of rank 0 only)."""
+        import socket
+
+        import ray
+
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            port = sock.getsockname()[1]
+        return f"tcp://{ray.util.get_node_ip_address()}:{port}"
+
+    def setup(self, init_method: str | None) -> int:
+        from trainers.rl.learner import Learner
+
+        self.learner = Learner(self.config, self.rank, self.world_size, init_method)
+        return self.rank
+
+    def call(self, name: str, *args: Any) -> Any:
+        return getattr(self.learner, name)(*(_resolve(a) for a in args))
+
+
+class RayLearner:
+    """``learner_workers`` learner actors (DDP ranks, ``learner_gpus`` GPUs each); rank 0
+    answers for the group.
+
+    ``prepare`` (no-grad passes, advantages) runs on rank 0; ``update`` runs on every rank
+    with the same prepared batch (one ``ray.put``), each rank training on its shard of
+    every minibatch while DDP averages the gradients, so the replicas stay identical.
     """
 
     def __init__(self, config: RLConfig, placement_group: Any = None) -> None:
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        from trainers.rl.learner import Learner
+        world = config.learner_workers
+        actor_cls = ray.remote(_LearnerRank)
+        self.actors = []
+        for rank in range(world):
+            options: dict[str, Any] = {"num_cpus": 1, "num_gpus": config.learner_gpus}
+            if placement_group is not None:
+                options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                    placement_group=placement_group, placement_group_bundle_index=rank)
+            self.actors.append(actor_cls.options(**options).remote(config, rank, world))
+        address = ray.get(self.actors[0].rendezvous_address.remote()) if world > 1 else None
+        ray.get([actor.setup.remote(address) for actor in self.actors])  # joins all ranks
 
-        options: dict[str, Any] = {"num_cpus": 1, "num_gpus": config.learner_gpus}
-        if placement_group is not None:
-            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                placement_group=placement_group, placement_group_bundle_index=0)
-        self.actor = ray.remote(Learner).options(**options).remote(config)
-
-    def _call(self, name: str, *args: Any) -> Any:
+    def _rank0(self, name: str, *args: Any) -> Any:
         import ray
 
-        return ray.get(getattr(self.actor, name).remote(*args))
+        return ray.get(self.actors[0].call.remote(name, *args))
+
+    def _all(self, name: str, *args: Any) -> Any:
+        import ray
+
+        refs = [ray.put(a) for a in args] if len(self.actors) > 1 else list(args)
+        return ray.get([actor.call.remote(name, *refs) for actor in self.actors])[0]
 
     def prepare(self, batch: Any) -> Any:
-        return self._call("prepare", batch)
+        return self._rank0("prepare", batch)
 
     def update(self, batch: Any) -> Any:
-        return self._call("update", batch)
+        return self._all("update", batch)
 
     def policy_state(self) -> Any:
-        return self._call("policy_state")
+        return self._rank0("policy_state")
 
     def state_dict(self) -> Any:
-        return self._call("state_dict")
+        return self._rank0("state_dict")
 
     def load_state_dict(self, state: Any) -> Any:
-        return self._call("load_state_dict", state)
+        return self._all("load_state_dict", state)
 
     def save_pretrained(self, directory: str) -> Any:
-        return self._call("save_pretrained", directory)
+        return self._rank0("save_pretrained", directory)
 
 
 def build_groups(config: RLConfig) -> tuple[Any, Any]:
@@ -240,19 +278,18 @@ def build_groups(config: RLConfig) -> tuple[Any, Any]:
         if config.ray_address:
             ray.init(address=config.ray_address)
         else:
-            cpus = 1 + config.num_rollout_workers * config.cpus_per_worker
+            cpus = config.learner_workers + config.num_rollout_workers * config.cpus_per_worker
             ray.init(num_cpus=int(max(cpus, 2)), num_gpus=config.num_gpus,
                      include_dashboard=False, log_to_driver=True)
     from ray.util.placement_group import placement_group
 
-    bundles = [{"CPU": 1, **({"GPU": config.learner_gpus} if config.learner_gpus else {})}]
+    learner = {"CPU": 1, **({"GPU": config.learner_gpus} if config.learner_gpus else {})}
+    bundles = [dict(learner) for _ in range(config.learner_workers)]
     for _ in range(config.num_rollout_workers):
         bundle: dict[str, float] = {"CPU": config.cpus_per_worker}
         if config.rollout_gpus_per_worker:
             bundle["GPU"] = config.rollout_gpus_per_worker
         bundles.append(bundle)
     group = placement_group(bundles, strategy="PACK")
-    started = time.monotonic()
     ray.get(group.ready(), timeout=300)
-    _ = started
     return RayRollouts(config, group), RayLearner(config, group)

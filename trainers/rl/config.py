@@ -152,8 +152,11 @@ class RLConfig:
     tool_threads: int = 4
     num_gpus: int = 0
     """GPUs for the whole run; the learner takes learner_gpus, workers share the rest."""
+    learner_workers: int = 1
+    """Learner processes (DDP ranks, Ray actors); each trains on its shard of every
+    minibatch and DDP averages gradients (NCCL on GPUs, gloo on CPU)."""
     learner_gpus: float = 0
-    """GPUs of the learner actor; a fraction (e.g. 0.5) shares one GPU with the rollout
+    """GPUs of each learner rank; a fraction (e.g. 0.5) shares one GPU with the rollout
     workers (rollout_gpus_per_worker 0.5), which is how one-GPU machines run."""
     rollout_gpus_per_worker: float = 0.0
     cpus_per_worker: float = 1.0
@@ -168,6 +171,11 @@ class RLConfig:
     against the rollout logprobs corrects for it)."""
 
     # -- bookkeeping -------------------------------------------------------------------
+    eval_every: int = 0
+    """Every N steps (and before the first) score the policy on ``eval_episodes`` episodes
+    with fixed seeds never used for training, logged as ``eval/reward_mean``: a low-noise
+    view of learning next to the per-batch reward. 0 = off."""
+    eval_episodes: int = 64
     output_dir: str = "runs/rl"
     save_every: int = 5
     keep_checkpoints: int = 2
@@ -232,10 +240,15 @@ class RLConfig:
             raise ConfigError("overlong_buffer must be in [0, max_response_tokens)")
         positive = ("total_steps", "prompts_per_step", "minibatch_size", "micro_batch_size",
                     "ppo_epochs", "max_new_tokens", "max_turns", "num_rollout_workers",
-                    "episodes_in_flight", "tool_threads", "save_every")
+                    "episodes_in_flight", "tool_threads", "save_every", "learner_workers")
         for name in positive:
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"{name} must be >= 1")
+        if self.eval_every < 0 or self.eval_episodes < 1:
+            raise ConfigError("eval_every must be >= 0 and eval_episodes >= 1")
+        if self.eval_every and self.pipeline:
+            raise ConfigError("eval needs idle rollout workers between steps: set pipeline=false "
+                              "or eval_every=0")
         if self.max_sampling_rounds < 0 or self.max_episode_retries < 0:
             raise ConfigError("max_sampling_rounds and max_episode_retries must be >= 0")
         if self.minibatch_size > self.episodes_per_step:
@@ -250,8 +263,13 @@ class RLConfig:
         if self.warm_start and self.init_checkpoint:
             raise ConfigError("warm_start trains the starting weights itself: drop init_checkpoint "
                               "(or drop warm_start to start from init_checkpoint)")
-        if self.learner_gpus > self.num_gpus:
-            raise ConfigError("learner_gpus exceeds num_gpus")
+        wanted = (self.learner_gpus * self.learner_workers
+                  + self.rollout_gpus_per_worker * self.num_rollout_workers)
+        if wanted > self.num_gpus + 1e-9:
+            raise ConfigError(f"learner_gpus * learner_workers + rollout_gpus_per_worker * "
+                              f"num_rollout_workers = {wanted:g} exceeds num_gpus={self.num_gpus}")
+        if self.learner_workers > 1 and not self.use_ray:
+            raise ConfigError("learner_workers > 1 runs DDP ranks as Ray actors: set use_ray=true")
         if self.rollout_engine == "vllm" and self.num_gpus == 0:
             raise ConfigError("rollout_engine=vllm needs num_gpus >= 1; use hf on CPU")
 

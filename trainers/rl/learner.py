@@ -4,15 +4,16 @@ Two calls per RL step: :meth:`Learner.prepare` (no grad: recompute the policy's 
 to measure the rollout/training mismatch, critic values, reference logprobs, then
 advantages) and :meth:`Learner.update` (epochs x minibatches x micro-batches of the
 clipped loss). Plain Python: the Ray actor in ``actors.py`` wraps it, and the local mode
-calls it directly. With ``world_size > 1`` each rank holds a DDP replica and sees its
-shard of every minibatch; gradients are averaged by DDP.
+calls it directly. With ``world_size > 1`` (``learner_workers`` Ray actors) each rank
+holds a DDP replica and trains on its shard of every minibatch; the loss is scaled so the
+DDP-averaged gradient equals the one-process gradient of the whole minibatch (tested).
 """
 
 from __future__ import annotations
 
 import copy
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,11 +51,18 @@ def _module(torch_nn: Any) -> Any:
 class Learner:
     """Policy optimisation for PPO / GRPO / DAPO (chosen by ``config``)."""
 
-    def __init__(self, config: RLConfig, rank: int = 0, world_size: int = 1) -> None:
+    def __init__(self, config: RLConfig, rank: int = 0, world_size: int = 1,
+                 init_method: str | None = None) -> None:
         import torch
 
         self.config = config
         self.rank, self.world_size = rank, world_size
+        if world_size > 1:  # every rank blocks here until all have joined
+            import torch.distributed as dist
+
+            backend = "nccl" if config.learner_gpus > 0 and torch.cuda.is_available() else "gloo"
+            dist.init_process_group(backend, init_method=init_method, rank=rank,
+                                    world_size=world_size)
         if config.torch_threads > 0:
             import torch
 
@@ -219,13 +227,21 @@ class Learner:
         count = 0
         t0 = time.perf_counter()
         for _epoch in range(cfg.ppo_epochs):
+            # Every rank draws the same order (same generator state) and takes its shard.
             order = torch.randperm(batch.size, generator=self.generator)
             for begin in range(0, batch.size, cfg.minibatch_size):
                 rows = order[begin:begin + cfg.minibatch_size]
                 if len(rows) < cfg.minibatch_size and begin > 0:
                     continue  # a ragged tail would weigh its few episodes too much
-                minibatch = batch.select(rows)
-                stats = self._minibatch_step(minibatch)
+                # Equal shards, so every rank runs the same number of backward passes (DDP).
+                rows = rows[:len(rows) - len(rows) % self.world_size]
+                if len(rows) == 0:
+                    continue
+                whole = batch.select(rows)
+                total_tokens = float(whole.mask.sum().clamp(min=1))
+                mine = whole if self.world_size == 1 else whole.select(
+                    torch.arange(self.rank, len(rows), self.world_size))
+                stats = self._minibatch_step(mine, total_tokens, len(rows))
                 for key, value in stats.items():
                     sums[key] = sums.get(key, 0.0) + value
                 count += 1
@@ -234,24 +250,31 @@ class Learner:
         out["time/update_s"] = time.perf_counter() - t0
         return out
 
-    def _minibatch_step(self, minibatch: RLBatch) -> dict[str, float]:
+    def _minibatch_step(self, minibatch: RLBatch, total_tokens: float, episodes: int
+                        ) -> dict[str, float]:
+        """One optimiser step on this rank's share of a minibatch of ``episodes`` episodes
+        holding ``total_tokens`` generated tokens (over all ranks)."""
         import torch
 
         cfg = self.config
         self.optimizer.zero_grad(set_to_none=True)
-        total_tokens = float(minibatch.mask.sum().clamp(min=1))
         micro_batches = self._micro_batches(minibatch)
         sums: dict[str, float] = {}
         for index, micro in enumerate(micro_batches):
             micro = micro.to(self.device)
-            share = micro.size / minibatch.size
+            # DDP averages gradients over ranks; scaling by world keeps the loss a sum of
+            # every rank's share of the *global* minibatch (token- or episode-weighted).
+            share = micro.size / episodes * self.world_size
             last = index == len(micro_batches) - 1
-            sync = nullcontext() if last or self.world_size == 1 else self.train_module.no_sync()
-            with sync:
-                loss, stats = self._micro_loss(micro, total_tokens, share)
+            with ExitStack() as stack:
+                if not last and self.world_size > 1:
+                    for module in (self.train_module, self.train_critic):
+                        if module is not None:
+                            stack.enter_context(module.no_sync())
+                loss, stats = self._micro_loss(micro, total_tokens / self.world_size, share)
                 loss.backward()
             for key, value in stats.items():
-                sums[key] = sums.get(key, 0.0) + value * share
+                sums[key] = sums.get(key, 0.0) + value * micro.size / minibatch.size
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         self.optimizer.step()

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from agents.trajectory import Trajectory
     from trainers.rl.config import RLConfig
 
-__all__ = ["CollectedBatch", "collect_groups", "train"]
+__all__ = ["CollectedBatch", "collect_groups", "evaluate", "train"]
 
 
 @dataclass
@@ -101,6 +101,19 @@ def collect_groups(config: RLConfig, sampler: TaskSampler, rollouts: Any, step: 
     return CollectedBatch(kept[:config.prompts_per_step], sampled, totals, sampler.state_dict())
 
 
+_EVAL_SEED = 2**31  # training seeds come from _episode_seed (< 2**31); eval seeds sit above
+
+
+def evaluate(config: RLConfig, rollouts: Any, num_tasks: int) -> dict[str, float]:
+    """Score the current policy on the same ``eval_episodes`` episodes every time."""
+    jobs = [EpisodeJob(i % num_tasks, i, i // num_tasks, _EVAL_SEED + i)
+            for i in range(config.eval_episodes)]
+    trajectories, _ = rollouts.run(jobs)
+    stats = episode_stats([t for t in trajectories if t.prompt_ids], prefix="eval")
+    return {k: v for k, v in stats.items()
+            if k in ("eval/episodes", "eval/reward_mean", "eval/accuracy", "eval/tool_calls")}
+
+
 def _train_on(config: RLConfig, learner: Any, groups: list[list[Trajectory]], pad_id: int
               ) -> dict[str, float]:
     trajectories = [t for g in groups for t in g]
@@ -154,6 +167,8 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
         print(f"[rl] resumed from {resume_from} at step {start}", flush=True)
     logger = MetricsLogger(out, config.tensorboard, resume_step=start if config.resume else None)
     rollouts.set_weights(learner.policy_state(), start)
+    if config.eval_every and start == 0:
+        logger.log(0, evaluate(config, rollouts, sampler.num_tasks))
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rl-collect")
     last: dict[str, float] = {}
     future: Future | None = None
@@ -189,6 +204,8 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
                 "perf/rollout_tokens_per_s":
                     metrics.get("rollout/generated_tokens_total", 0.0) / max(gen_s, 1e-9),
             })
+            if config.eval_every and (step % config.eval_every == 0 or step == config.total_steps):
+                metrics.update(evaluate(config, rollouts, sampler.num_tasks))
             logger.log(step, metrics)
             last = metrics
             print(_summary(step, metrics), flush=True)

@@ -106,22 +106,27 @@ def read_metrics(path: str | Path) -> list[dict[str, float]]:
 
 
 def plot_reward_curve(metrics_path: str | Path, png_path: str | Path, title: str = "") -> Path:
-    """Reward mean (±std band) and accuracy per step, from the JSONL log."""
+    """Batch reward (raw and smoothed), accuracy and eval reward per step, from the JSONL log."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in read_metrics(metrics_path) if "rollout/reward_mean" in r]
+    everything = read_metrics(metrics_path)
+    rows = [r for r in everything if "rollout/reward_mean" in r]
     steps = [r["step"] for r in rows]
     mean = [r["rollout/reward_mean"] for r in rows]
-    std = [r.get("rollout/reward_std", 0.0) for r in rows]
     acc = [r.get("rollout/accuracy", 0.0) for r in rows]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(steps, mean, label="reward mean", color="tab:blue")
-    ax.fill_between(steps, [m - s for m, s in zip(mean, std, strict=True)],
-                    [m + s for m, s in zip(mean, std, strict=True)], alpha=0.2, color="tab:blue")
-    ax.plot(steps, acc, label="accuracy", color="tab:green", linestyle="--")
+    window = max(1, min(10, len(mean) // 5))
+    smooth = [_mean(mean[max(0, i - window + 1):i + 1]) for i in range(len(mean))]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, mean, label="batch reward mean", color="tab:blue", alpha=0.35)
+    ax.plot(steps, smooth, label=f"batch reward, {window}-step mean", color="tab:blue")
+    ax.plot(steps, acc, label="batch accuracy", color="tab:green", linestyle="--", alpha=0.5)
+    evals = [r for r in everything if "eval/reward_mean" in r]
+    if evals:
+        ax.plot([r["step"] for r in evals], [r["eval/reward_mean"] for r in evals], marker="o",
+                color="tab:red", label="eval reward (fixed held-out seeds)")
     ax.set_xlabel("RL step")
     ax.set_ylabel("reward")
     ax.set_title(title or "RL reward curve")

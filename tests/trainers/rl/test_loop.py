@@ -31,7 +31,7 @@ def _config(out: Path, **overrides) -> RLConfig:
         # random weights earn no reward; the entropy bonus still moves them every step, so
         # a resumed run that restored anything wrongly ends with different weights
         dynamic_sampling=False, entropy_coef=0.01, save_every=2, output_dir=str(out),
-        tensorboard=False, plot=True,
+        tensorboard=False, plot=True, eval_every=2, eval_episodes=4,
     )
     base.update(overrides)
     return RLConfig(**base)
@@ -61,7 +61,10 @@ def test_train_writes_metrics_checkpoints_and_curve_and_resume_is_exact(tmp_path
                 "time/learner_s", "perf/rollout_tokens_per_s", "mismatch/logprob_abs_diff"):
         assert key in last, key
     assert last["mismatch/logprob_abs_diff"] < 1e-3  # engine and learner agree
-    assert _steps(straight) == [1, 2, 3, 4]
+    assert _steps(straight) == [0, 1, 2, 3, 4]  # step 0: the eval before any update
+    evals = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()
+             if "eval/reward_mean" in line]
+    assert [e["step"] for e in evals] == [0, 2, 4] and all(e["eval/episodes"] == 4 for e in evals)
     assert (straight / "reward_curve.png").stat().st_size > 1000
     assert sorted(p.name for p in (straight / "checkpoints").iterdir()) == [
         "step_000002", "step_000004"]
@@ -70,7 +73,7 @@ def test_train_writes_metrics_checkpoints_and_curve_and_resume_is_exact(tmp_path
     train(_config(interrupted), stop_after=2)
     assert not (interrupted / "final").exists()
     train(_config(interrupted, resume=True))
-    assert _steps(interrupted) == [1, 2, 3, 4]
+    assert _steps(interrupted) == [0, 1, 2, 3, 4]
     a, b = _weights(straight / "final"), _weights(interrupted / "final")
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -100,5 +103,5 @@ def test_cli_resumes_after_kill_9(tmp_path):
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "resumed from" in done.stdout
-    assert _steps(tmp_path / "run") == list(range(1, 9))
+    assert _steps(tmp_path / "run") == list(range(0, 9))
     assert (tmp_path / "run" / "final").is_dir()

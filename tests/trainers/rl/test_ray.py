@@ -88,3 +88,48 @@ def test_killed_rollout_worker_is_restarted_and_its_episodes_retried_or_counted(
     else:
         assert trajectories == [] and stats["rollout/dropped_episodes"] == 64
     rollouts.close()
+
+
+def _random_batch(vocab: int, episodes: int = 8):
+    from agents.trajectory import Trajectory
+    from trainers.rl.batch import collate
+
+    gen = torch.Generator().manual_seed(3)
+    trajectories = []
+    for i in range(episodes):
+        t = Trajectory(env_id="ddp", task_id=str(i), reward=float(i % 3 == 0),
+                       prompt_ids=torch.randint(0, vocab, (6 + i,), generator=gen).tolist())
+        for turn in range(2):
+            ids = torch.randint(0, vocab, (4 + (i + turn) % 5,), generator=gen).tolist()
+            t.add_generated("x", ids, (-torch.rand(len(ids), generator=gen) * 3).tolist())
+            t.add_observation("o", torch.randint(0, vocab, (5,), generator=gen).tolist())
+        trajectories.append(t)
+    return collate(trajectories, [t.reward for t in trajectories], [i // 4 for i in range(episodes)])
+
+
+@pytest.mark.parametrize("algorithm", ["dapo", pytest.param("grpo", marks=pytest.mark.slow)])
+def test_two_ddp_learner_ranks_update_like_one_process(local_ray, tmp_path, algorithm):
+    """Two gloo DDP ranks, each on half of every minibatch, end with the weights one
+    process gets from the whole minibatch (token-mean and seq-mean aggregation)."""
+    from trainers.rl.actors import RayLearner
+    from trainers.rl.learner import Learner
+
+    cfg = _config(tmp_path, algorithm=algorithm, kl_coef=0.0, group_size=4, prompts_per_step=2,
+                  minibatch_size=8, micro_batch_size=2, lr=1e-2, ppo_epochs=2)
+    single = Learner(cfg)
+    batch = _random_batch(single.policy.config.vocab_size)
+    initial = {k: v.clone() for k, v in single.policy_state().items()}
+    prepared, _ = single.prepare(batch)
+    single.update(prepared)
+    ranks = RayLearner(_config(tmp_path, algorithm=algorithm, kl_coef=0.0, group_size=4,
+                               prompts_per_step=2, minibatch_size=8, micro_batch_size=2, lr=1e-2,
+                               ppo_epochs=2, learner_workers=2))
+    prepared_ddp, _ = ranks.prepare(batch)
+    ranks.update(prepared_ddp)
+    expected, got = single.policy_state(), ranks.policy_state()
+    moved = max(float((expected[k] - initial[k]).abs().max()) for k in expected)
+    assert moved > 1e-3  # the update did something
+    for key in expected:
+        assert torch.allclose(expected[key], got[key], atol=2e-5), key
+    for actor in ranks.actors:
+        ray.kill(actor)
