@@ -62,7 +62,10 @@ def load_model(config: SFTConfig, tokenizer: Any, source: str | None = None) -> 
     set_attention(model, config.attention)
     model.config.use_cache = False
     if config.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 name
+            model.activation_checkpointing_enable({"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if config.lora is not None:
         from peft import LoraConfig, PeftModel, get_peft_model
 

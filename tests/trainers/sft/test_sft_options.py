@@ -1,0 +1,80 @@
+"""Trainer options a user switches on: checkpointing, bf16, the schedule, the CLI, DeepSpeed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from itertools import pairwise
+
+import pytest
+
+from agents.tiny import synthetic_coa_texts
+from trainers.sft import load_config, train
+
+
+@pytest.fixture(scope="module")
+def messages_file(tmp_path_factory):
+    rows = [{"messages": [{"role": "user", "content": f"question {i}"},
+                          {"role": "assistant", "content": text}]}
+            for i, text in enumerate(synthetic_coa_texts(12, seed=7))]
+    path = tmp_path_factory.mktemp("sft_opts") / "sft.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    return path
+
+
+def _config(data, out, **overrides):
+    values = dict(train_path=str(data), output_dir=str(out), model="tiny",
+                  tiny={"vocab_size": 384, "hidden_size": 32, "layers": 2, "heads": 4, "kv_heads": 2},
+                  max_seq_len=160, pack_len=320, grad_accum=1, max_steps=4, learning_rate=3e-3,
+                  progress=False, tensorboard=False, seed=3)
+    values.update(overrides)
+    return load_config(None, **values)
+
+
+def test_gradient_checkpointing_trains_the_same_losses(messages_file, tmp_path):
+    plain = train(_config(messages_file, tmp_path / "plain"))
+    checkpointed = train(_config(messages_file, tmp_path / "ckpt", gradient_checkpointing=True))
+    assert checkpointed.losses == pytest.approx(plain.losses, rel=1e-5)
+
+
+def test_bf16_autocast_tracks_fp32(messages_file, tmp_path):
+    fp32 = train(_config(messages_file, tmp_path / "fp32", max_steps=2))
+    bf16 = train(_config(messages_file, tmp_path / "bf16", max_steps=2, precision="bf16"))
+    assert bf16.losses[0] == pytest.approx(fp32.losses[0], rel=2e-2)
+    assert all(loss == loss for loss in bf16.losses)  # finite, not NaN
+
+
+def test_cosine_schedule_warms_up_then_decays(messages_file, tmp_path):
+    train(_config(messages_file, tmp_path / "run", max_steps=8, warmup_steps=3))
+    lrs = [json.loads(line)["lr"] for line in (tmp_path / "run" / "metrics.jsonl").open()
+           if '"lr"' in line]
+    assert lrs[:3] == pytest.approx([1e-3, 2e-3, 3e-3])  # linear warmup to the peak
+    assert all(b < a for a, b in pairwise(lrs[2:])) and lrs[-1] == 0.0
+
+
+def test_cli_overrides_and_bad_keys(messages_file, tmp_path):
+    from typer.testing import CliRunner
+
+    from coa_envs.cli.main import app
+
+    config = tmp_path / "sft.yaml"
+    config.write_text(f"model: tiny\ntrain_path: {messages_file}\nmax_seq_len: 160\n"
+                      "tiny: {vocab_size: 384, hidden_size: 32}\n", encoding="utf-8")
+    runner = CliRunner()
+    ok = runner.invoke(app, ["train", "sft", "--config", str(config), "max_steps=2",
+                             f"output_dir={tmp_path / 'out'}", "progress=false", "tiny.layers=1"])
+    assert ok.exit_code == 0, ok.output
+    assert "steps: 2" in ok.output
+    saved = json.loads((tmp_path / "out" / "final" / "config.json").read_text())
+    assert saved["num_hidden_layers"] == 1 and saved["hidden_size"] == 32
+    bad = runner.invoke(app, ["train", "sft", "--config", str(config), "learnin_rate=1"])
+    assert bad.exit_code == 2 and "learnin_rate" in bad.output
+
+
+@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is not None,
+                    reason="deepspeed is installed; this checks the message when it is not")
+def test_deepspeed_without_the_package_says_how_to_get_it(messages_file, tmp_path):
+    ds = tmp_path / "zero3.json"
+    ds.write_text('{"zero_optimization": {"stage": 3}}', encoding="utf-8")
+    with pytest.raises(RuntimeError, match=r"coa-envs\[deepspeed\]"):
+        train(_config(messages_file, tmp_path / "ds", deepspeed=str(ds)))
