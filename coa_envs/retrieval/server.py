@@ -38,16 +38,29 @@ def _wire(hits: list[SearchHit], return_scores: bool) -> list[dict[str, Any]]:
 
 def create_app(retriever: Retriever, *, max_batch_queries: int = 256, max_topk: int = 100) -> Any:
     """Build the FastAPI app. ``max_batch_queries`` caps the queries in one search call."""
-    from fastapi import FastAPI
+    from fastapi import FastAPI, Request
     from fastapi.responses import Response
-    from pydantic import BaseModel, Field
-
-    class RetrieveRequest(BaseModel):
-        queries: list[str] = Field(min_length=1, max_length=4096)
-        topk: int = Field(default=3, ge=1, le=max_topk)
-        return_scores: bool = False
 
     state: dict[str, Any] = {}
+
+    def parse(body: bytes) -> tuple[list[str], int, bool] | str:
+        """Validate a request by hand: pydantic's per-request cost is most of a small query's overhead."""
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return "body is not valid json"
+        if not isinstance(data, dict):
+            return "body must be a json object"
+        queries, topk, scores = data.get("queries"), data.get("topk", 3), data.get("return_scores", False)
+        if not isinstance(queries, list) or not 1 <= len(queries) <= 4096:
+            return "queries must be a list of 1-4096 strings"
+        if not all(isinstance(query, str) for query in queries):
+            return "queries must be a list of 1-4096 strings"
+        if isinstance(topk, bool) or not isinstance(topk, int) or not 1 <= topk <= max_topk:
+            return f"topk must be an integer from 1 to {max_topk}"
+        if not isinstance(scores, bool):
+            return "return_scores must be true or false"
+        return queries, topk, scores
 
     async def batch_worker(queue: asyncio.Queue[_Pending]) -> None:
         loop = asyncio.get_running_loop()
@@ -89,15 +102,19 @@ def create_app(retriever: Retriever, *, max_batch_queries: int = 256, max_topk: 
     app = FastAPI(title="coa retriever", lifespan=lifespan)
 
     @app.post("/retrieve")
-    async def retrieve(request: RetrieveRequest) -> Response:
+    async def retrieve(request: Request) -> Response:
+        parsed = parse(await request.body())
+        if isinstance(parsed, str):
+            return Response(json.dumps({"detail": parsed}), status_code=422, media_type="application/json")
+        queries, topk, return_scores = parsed
         future: asyncio.Future[list[list[SearchHit]]] = asyncio.get_running_loop().create_future()
-        await state["queue"].put(_Pending(request.queries, request.topk, future))
+        state["queue"].put_nowait(_Pending(queries, topk, future))
         try:
             hits = await future
         except Exception as exc:
             body = json.dumps({"detail": f"retrieval failed: {exc}"})
             return Response(body, status_code=500, media_type="application/json")
-        result = [_wire(row, request.return_scores) for row in hits]
+        result = [_wire(row, return_scores) for row in hits]
         return Response(json.dumps({"result": result}, ensure_ascii=False), media_type="application/json")
 
     @app.get("/health")

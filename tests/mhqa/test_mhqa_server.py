@@ -42,6 +42,10 @@ def test_server_rejects_bad_requests_with_422(server):
     url, _ = server
     assert httpx.post(f"{url}/retrieve", json={"queries": [], "topk": 3}, timeout=5).status_code == 422
     assert httpx.post(f"{url}/retrieve", json={"queries": ["x"], "topk": 0}, timeout=5).status_code == 422
+    assert httpx.post(f"{url}/retrieve", json={"queries": ["x", 3]}, timeout=5).status_code == 422
+    assert httpx.post(f"{url}/retrieve", json={"queries": ["x"], "topk": True}, timeout=5).status_code == 422
+    garbage = httpx.post(f"{url}/retrieve", content=b"{not json", timeout=5)
+    assert garbage.status_code == 422 and "json" in garbage.json()["detail"]
     assert httpx.get(f"{url}/health", timeout=5).json()["num_docs"] == 10
 
 
