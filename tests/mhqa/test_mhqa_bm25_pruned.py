@@ -104,3 +104,15 @@ def test_query_tokenizer_matches_bm25s_tokenize(text):
     vocab = {tok: i for i, tok in enumerate(sorted(set(tokens)))}
     tokenizer = QueryTokenizer(vocab, "en", Stemmer.Stemmer("english"))
     assert tokenizer(text) == [vocab[tok] for tok in tokens]
+
+
+def test_pruned_scorer_is_safe_from_many_threads(zipf_index):
+    from concurrent.futures import ThreadPoolExecutor
+
+    index, words, weights = zipf_index
+    retriever = BM25Retriever(index, scorer="pruned")
+    queries = _queries(words, weights, 200, seed=5)
+    expected = [[(h.passage.doc_id, h.score) for h in retriever.search([q], k=4)[0]] for q in queries]
+    with ThreadPoolExecutor(8) as pool:  # more threads than scratch buffers: callers wait for one
+        got = list(pool.map(lambda q: [(h.passage.doc_id, h.score) for h in retriever.search([q], k=4)[0]], queries))
+    assert got == expected
