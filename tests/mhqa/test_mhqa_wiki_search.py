@@ -108,3 +108,25 @@ def test_tool_is_safe_to_share_between_threads(tool):
     expected = [tool.run(q).text for q in queries]
     with ThreadPoolExecutor(8) as pool:
         assert list(pool.map(lambda q: tool.run(q).text, queries)) == expected
+
+
+@pytest.mark.parametrize(
+    ("query", "error_kind", "expected"),
+    [
+        ("", "bad_action", "is empty"),  # caught by the protocol before the tool
+        ("Tokyo Japan capital " * 500, None, "Title: Tokyo"),  # ~10 kB
+        ("東京", None, "Title: Tokyo"),
+        ("München Isar", None, "Title: München"),
+        ("qwxzv zzkq", None, "No passages matched"),
+        ("\x00\x01 ☃ 🙂", None, "No passages matched"),
+    ],
+)
+def test_bad_queries_through_the_env_become_observations(small_index, query, error_kind, expected):
+    import gymnasium as gym
+
+    env = gym.make("coa/NQ-v0", tools={"wiki_search": {"index": str(small_index)}})
+    env.reset(seed=0)
+    observation, reward, terminated, truncated, info = env.step(f"<wiki_search>{query}</wiki_search>")
+    assert info["error_kind"] == error_kind and expected in observation
+    assert not (terminated or truncated) and reward == 0.0
+    env.close()
