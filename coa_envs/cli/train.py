@@ -5,6 +5,7 @@ Trainers import torch; they are imported inside each command so ``coa --help`` s
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -30,6 +31,8 @@ def sft_command(
     except (ValueError, TypeError) as error:
         raise typer.BadParameter(str(error), param_hint="--config / overrides") from error
     result = train(cfg)
+    if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 reports for the job
+        return
     typer.echo(f"steps: {result.steps}  final loss: {result.losses[-1] if result.losses else 'n/a'}")
     if result.eval_losses:
         typer.echo(f"eval loss (generated tokens): {result.eval_losses[-1][1]:.4f}")
