@@ -15,7 +15,7 @@ environment's ``<observation>…</observation>`` spans inline. Those are split o
 (a string split on the tags); tokenisation happens later, span by span, so the loss mask never
 depends on finding a token sequence in tokenised output.
 
-This module is stdlib-only and must not import torch or transformers.
+This module must not import torch or transformers (pyarrow, a core dependency, reads parquet).
 """
 
 from __future__ import annotations
@@ -232,7 +232,21 @@ def _row_to_sample(row: dict[str, Any], fmt: str, where: str, index: int) -> Sft
     return SftSample(sample_id=sample_id, messages=messages)
 
 
+def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Hub datasets are often served as parquet (the converted view of a JSON upload)."""
+    import pyarrow.parquet as pq
+
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except Exception as error:  # pyarrow raises several types for a corrupt file
+        raise DataFormatError(FormatErrorKind.BAD_JSON, str(path), f"unreadable parquet: {error}") from None
+    yield from enumerate(rows, start=1)
+
+
 def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    if path.suffix == ".parquet":
+        yield from _parquet_rows(path)
+        return
     text = path.read_text(encoding="utf-8")
     if text.lstrip().startswith("["):
         try:
@@ -254,11 +268,12 @@ def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def load_samples(path: str | Path, fmt: DataFormat = "auto") -> list[SftSample]:
-    """Read every record of a JSON/JSONL file (or each such file under a directory)."""
+    """Read every record of a JSON/JSONL/parquet file (or each such file under a directory)."""
     if fmt not in _FORMATS:
         raise ValueError(f"format must be one of {_FORMATS}, not {fmt!r}")
     path = Path(path)
-    files = sorted(p for p in path.rglob("*.json*") if p.is_file()) if path.is_dir() else [path]
+    files = sorted(p for p in path.rglob("*") if p.is_file() and (
+        p.suffix == ".parquet" or p.suffix.startswith(".json"))) if path.is_dir() else [path]
     samples: list[SftSample] = []
     for file in files:
         for number, row in _rows(file):

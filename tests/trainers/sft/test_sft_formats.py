@@ -77,3 +77,20 @@ def test_bad_rows_fail_with_a_kind_and_the_row(tmp_path, row, kind):
     with pytest.raises(DataFormatError) as info:
         load_samples(path)
     assert info.value.kind is kind and info.value.where.endswith("bad.jsonl:1")
+
+
+def test_sharegpt_parquet_and_a_directory_of_mixed_files(tmp_path):
+    """The hub serves JSON uploads as parquet too; a directory may hold both."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"conversations": [{"from": "human", "value": "Who founded Bafurk Foundry?"},
+                               {"from": "gpt", "value": COA_TURN}], "system": "You are an agent."}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train-00000.parquet")
+    _write(tmp_path / "extra.jsonl", rows)
+    (tmp_path / "README.md").write_text("not data", encoding="utf-8")
+    samples = load_samples(tmp_path)
+    assert len(samples) == 2
+    for sample in samples:
+        assert [m.role for m in sample.messages] == ["system", "user", "assistant"]
+        assert [s.trainable for s in sample.messages[-1].spans] == [True, False, True]
