@@ -78,3 +78,16 @@ def test_deepspeed_without_the_package_says_how_to_get_it(messages_file, tmp_pat
     ds.write_text('{"zero_optimization": {"stage": 3}}', encoding="utf-8")
     with pytest.raises(RuntimeError, match=r"coa-envs\[deepspeed\]"):
         train(_config(messages_file, tmp_path / "ds", deepspeed=str(ds)))
+
+
+def test_shipped_example_configs_are_valid():
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[3] / "examples"
+    for yaml_file in sorted(examples.glob("sft_*.yaml")):
+        config = load_config(yaml_file)
+        if config.deepspeed:
+            ds = json.loads((examples.parent / config.deepspeed).read_text(encoding="utf-8"))
+            assert ds["zero_optimization"]["stage"] in (2, 3)
+    for json_file in examples.glob("sft_ds_*.json"):
+        json.loads(json_file.read_text(encoding="utf-8"))
