@@ -122,3 +122,43 @@ def test_pipelined_ppo_with_a_separate_critic(tmp_path):
     # learner's recompute differs from them by at most one update
     assert last["mismatch/logprob_abs_diff"] > 0
     assert (out / "final").is_dir()
+
+
+def test_an_env_that_crashes_drops_its_whole_group_and_counts_it(tmp_path, monkeypatch):
+    """Episodes whose env raises are never trained on, and their group is not half-used."""
+    import gymnasium as gym
+
+    from trainers.rl import rollout as rollout_mod
+    from trainers.rl.actors import LocalRollouts
+    from trainers.rl.loop import collect_groups
+
+    make = rollout_mod.make_env
+
+    class Crashing(gym.Wrapper):
+        def step(self, action):
+            if self.env.unwrapped.task.task_id == self.env.unwrapped.tasks[0].task_id:
+                raise RuntimeError("tool backend died")
+            return self.env.step(action)
+
+    monkeypatch.setattr(rollout_mod, "make_env", lambda config: Crashing(make(config)))
+
+    class TwoTasks:  # the sampler's surface collect_groups uses
+        def __init__(self):
+            self.order = [0, 1]
+
+        def next(self):
+            return self.order.pop(0)
+
+        def state_dict(self):
+            return {"left": len(self.order)}
+
+    cfg = _config(tmp_path, prompts_per_step=2, group_size=2, max_sampling_rounds=0)
+    rollouts = LocalRollouts(cfg)
+    try:
+        batch = collect_groups(cfg, TwoTasks(), rollouts, step=1)
+    finally:
+        rollouts.close()
+    assert len(batch.groups) == 1
+    assert {t.info["task_index"] for t in batch.groups[0]} == {1}
+    assert batch.stats["sampling/groups_dropped_incomplete"] == 1
+    assert batch.stats["errors/env_error"] == 2  # both samples of task 0, counted
