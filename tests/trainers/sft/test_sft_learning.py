@@ -74,3 +74,19 @@ def test_checkpoint_loads_in_the_hf_engine_and_greedy_turns_use_the_coa_format(t
                    if (p := parse_turn(t)).ok and p.spans and p.spans[0] == "think"
                    and [c.tool for c in p.tool_calls] == ["wiki_search"] and p.tool_calls[0].query]
     assert len(well_formed) >= 4, turns
+
+
+def test_coa_eval_runs_the_checkpoint_with_the_hf_engine(trained_run, tmp_path):
+    from typer.testing import CliRunner
+
+    from coa_envs.cli.main import app
+
+    out = tmp_path / "eval"
+    result = CliRunner().invoke(app, [
+        "eval", "coa/SynthHop-v0", "--model", str(trained_run / "final"), "--engine", "hf",
+        "--temperature", "0", "--n", "3", "--out", str(out),
+    ])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["episodes"] == 3 and summary["errors"] == 0
+    assert summary["tool_calls"].get("wiki_search", 0) >= 3  # it searches, as the data taught it
