@@ -125,3 +125,30 @@ def test_a_changed_generated_token_changes_loss_and_gradients(tiny_tokenizer, ti
         changed = _loss_and_grads(tiny_model, _replace(tokenized, position, len(tiny_tokenizer)))
         assert changed[0] != pytest.approx(reference[0], abs=1e-6)
         assert not all(torch.allclose(x, y) for x, y in zip(changed[1], reference[1], strict=True))
+
+
+def test_multi_turn_sharegpt_with_observation_turns_trains_every_assistant_turn_only(tiny_tokenizer,
+                                                                                    tmp_path):
+    """ShareGPT exports may put tool results in their own ``observation`` turns instead of
+    inline: those turns (and the user/system turns) carry no loss, every ``gpt`` turn does."""
+    import json
+
+    from trainers.data import load_samples
+
+    first = "<think>\nsearch it\n</think>\n<wiki_search>capital river</wiki_search>"
+    second = "<answer>the capital</answer>"
+    row = {"conversations": [{"from": "human", "value": "Which city?"},
+                             {"from": "gpt", "value": first},
+                             {"from": "observation", "value": "the capital of the river city"},
+                             {"from": "gpt", "value": second}]}
+    path = tmp_path / "multi.json"
+    path.write_text(json.dumps([row]), encoding="utf-8")
+    (sample,) = load_samples(path)
+    assert [m.role for m in sample.messages] == ["user", "assistant", "tool", "assistant"]
+    tokenized = tokenize_sample(sample, tiny_tokenizer)
+    trained = [t for t, label in zip(tokenized.input_ids, tokenized.labels, strict=True)
+               if label != IGNORE_INDEX]
+    assert tiny_tokenizer.decode(trained) == f"{first}<|im_end|>{second}<|im_end|>"
+    rendered = tiny_tokenizer.apply_chat_template(
+        [{"role": m.role, "content": m.content} for m in sample.messages], tokenize=False)
+    assert tiny_tokenizer.decode(tokenized.input_ids) == rendered
