@@ -95,8 +95,10 @@ def _make_forward(use_kernel: bool) -> Any:
             return sdpa_attention_forward(module, query, key, value, attention_mask,
                                           dropout=dropout, scaling=scaling, **kwargs)
         out = None
-        # torch's varlen kernel has no dropout; attention dropout takes the per-sample path.
-        if use_kernel and query.is_cuda and not dropout and (kernel := _torch_varlen()):
+        # torch's varlen kernel is flash attention: no dropout and 16-bit inputs only; fp32
+        # rows and attention dropout take the per-sample SDPA path.
+        half = str(query.dtype) in ("torch.bfloat16", "torch.float16")
+        if use_kernel and query.is_cuda and half and not dropout and (kernel := _torch_varlen()):
             out = _kernel_varlen(kernel, query, key, value, cu, int(kwargs["max_length_q"]),
                                  scaling)
         if out is None:
