@@ -84,6 +84,21 @@ def _kernel_varlen(varlen_attn: Any, query: Any, key: Any, value: Any, cu: Any, 
     return out.transpose(0, 1).unsqueeze(0)  # (1, H, T, D)
 
 
+def _autocast_inputs(query: Any, key: Any, value: Any) -> tuple[Any, Any, Any]:
+    """Under CUDA autocast, give q, k and v the autocast dtype, as SDPA's autocast rule does.
+
+    Rotary embeddings multiply the bf16 projections by fp32 cos/sin (the model's weights are
+    fp32 master copies), so q and k arrive in fp32 beside a bf16 v; a custom kernel call is
+    not covered by autocast and would otherwise see mixed or fp32 inputs.
+    """
+    import torch
+
+    if not torch.is_autocast_enabled("cuda"):
+        return query, key, value
+    dtype = torch.get_autocast_dtype("cuda")
+    return query.to(dtype), key.to(dtype), value.to(dtype)
+
+
 def _make_forward(use_kernel: bool) -> Any:
     def forward(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
                 dropout: float = 0.0, scaling: float | None = None, **kwargs: Any) -> Any:
@@ -95,6 +110,8 @@ def _make_forward(use_kernel: bool) -> Any:
             return sdpa_attention_forward(module, query, key, value, attention_mask,
                                           dropout=dropout, scaling=scaling, **kwargs)
         out = None
+        if query.is_cuda:
+            query, key, value = _autocast_inputs(query, key, value)
         # torch's varlen kernel is flash attention: no dropout and 16-bit inputs only; fp32
         # rows and attention dropout take the per-sample SDPA path.
         half = str(query.dtype) in ("torch.bfloat16", "torch.float16")
