@@ -243,11 +243,35 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     yield from enumerate(rows, start=1)
 
 
+def _single_object(text: str) -> dict[str, Any] | None:
+    """The file's whole text as one JSON object, or None (an array, JSONL, or broken)."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _is_metadata(path: Path) -> bool:
+    """A ``.json`` file holding one object of no known format, e.g. ``coa eval``'s
+    ``summary.json`` beside its ``trajectories.jsonl``: not data, skipped in a directory."""
+    if path.suffix != ".json":
+        return False
+    single = _single_object(path.read_text(encoding="utf-8"))
+    return single is not None and _detect(single) == "unknown"
+
+
 def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     if path.suffix == ".parquet":
         yield from _parquet_rows(path)
         return
     text = path.read_text(encoding="utf-8")
+    single = _single_object(text)
+    if single is not None:  # one (possibly pretty-printed) record
+        yield 1, single
+        return
     if text.lstrip().startswith("["):
         try:
             rows = json.loads(text)
@@ -268,12 +292,15 @@ def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def load_samples(path: str | Path, fmt: DataFormat = "auto") -> list[SftSample]:
-    """Read every record of a JSON/JSONL/parquet file (or each such file under a directory)."""
+    """Read every record of a JSON/JSONL/parquet file, or of each such file under a directory
+    (a ``coa eval --out`` directory works: its ``summary.json`` is recognised and skipped)."""
     if fmt not in _FORMATS:
         raise ValueError(f"format must be one of {_FORMATS}, not {fmt!r}")
     path = Path(path)
     files = sorted(p for p in path.rglob("*") if p.is_file() and (
         p.suffix == ".parquet" or p.suffix.startswith(".json"))) if path.is_dir() else [path]
+    if path.is_dir():
+        files = [f for f in files if not _is_metadata(f)]
     samples: list[SftSample] = []
     for file in files:
         for number, row in _rows(file):

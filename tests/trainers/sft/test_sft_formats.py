@@ -94,3 +94,28 @@ def test_sharegpt_parquet_and_a_directory_of_mixed_files(tmp_path):
     for sample in samples:
         assert [m.role for m in sample.messages] == ["system", "user", "assistant"]
         assert [s.trainable for s in sample.messages[-1].spans] == [True, False, True]
+
+
+def test_a_coa_eval_output_directory_is_training_data(tmp_path):
+    """``coa eval --out DIR`` writes trajectories.jsonl, summary.json and plots/: the
+    trajectories are read (rewards kept for ``min_reward``), the summary is not data."""
+    good = Trajectory("coa/X-v0", "t1", prompt_messages=[{"role": "user", "content": "q"}], reward=1.0)
+    good.add_generated("<answer>a</answer>")
+    bad = Trajectory("coa/X-v0", "t2", prompt_messages=[{"role": "user", "content": "q"}], reward=0.0)
+    bad.add_generated("<answer>b</answer>")
+    (tmp_path / "trajectories.jsonl").write_text(good.to_json() + "\n" + bad.to_json() + "\n",
+                                                 encoding="utf-8")
+    (tmp_path / "summary.json").write_text(json.dumps({"episodes": 2, "accuracy": 0.5}, indent=2),
+                                           encoding="utf-8")
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "plots" / "tool_usage.png").write_bytes(b"\x89PNG")
+    samples = load_samples(tmp_path)
+    assert sorted(s.meta["reward"] for s in samples) == [0.0, 1.0]
+
+
+def test_one_pretty_printed_record_is_a_sample(tmp_path):
+    row = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": COA_TURN}]}
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(row, indent=2), encoding="utf-8")
+    (sample,) = load_samples(path)
+    assert sample.messages[-1].spans[1].trainable is False
