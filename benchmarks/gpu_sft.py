@@ -168,7 +168,8 @@ def main() -> None:
     parser.add_argument("--warmup-steps", type=int, default=5)
     parser.add_argument("--pack-len", type=int, default=8192)
     parser.add_argument("--samples", type=int, default=600)
-    parser.add_argument("--tokenizer-vocab", type=int, default=4096)
+    parser.add_argument("--tokenizer-vocab", type=int, default=512,
+                        help="512 keeps SynthHop samples ~1k tokens long, like real CoA data")
     parser.add_argument("--precision", choices=("bf16", "fp32"), default="bf16")
     parser.add_argument("--trl-attention", default="sdpa",
                         help="attn_implementation for TRL's model (sdpa, flash_attention_2, ...)")
