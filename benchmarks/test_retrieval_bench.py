@@ -284,9 +284,22 @@ def test_dense_queries_per_second(benchmark, bm25_index, tmp_path_factory):
     index = build_dense_index(small, small.parent / "idx", show_progress=False)
     build_s = time.perf_counter() - build_start
     retriever = open_retriever("dense", index=str(index), shared=False)
+    import torch
+
+    default_threads = torch.get_num_threads()
     queries = _queries(300, seed=3)
     retriever.search(queries[:4], k=3)
-    single_qps, _ = _single_qps(retriever, queries)
+    # torch's thread count is process-wide: alternate it per query so both settings see the same load.
+    latencies: dict[int, list[float]] = {default_threads: [], 1: []}
+    for query in queries:
+        for threads in latencies:
+            torch.set_num_threads(threads)
+            start = time.perf_counter()
+            retriever.search([query], k=3)
+            latencies[threads].append(time.perf_counter() - start)
+    torch.set_num_threads(default_threads)
+    single_qps = len(queries) / sum(latencies[default_threads])
+    single_qps_1t = len(queries) / sum(latencies[1])
     start = time.perf_counter()
     retriever.search(queries, k=3)
     batched_qps = len(queries) / (time.perf_counter() - start)
@@ -294,21 +307,30 @@ def test_dense_queries_per_second(benchmark, bm25_index, tmp_path_factory):
     flat = faiss.IndexFlatIP(384)
     flat.add(vectors)
     probe = vectors[:64].copy()
-    start = time.perf_counter()
-    flat.search(probe, 3)
-    faiss_1m_ms = (time.perf_counter() - start) / len(probe) * 1e3
+    faiss_ms = {}
+    for threads in (faiss.omp_get_max_threads(), 1):
+        faiss.omp_set_num_threads(threads)
+        start = time.perf_counter()
+        flat.search(probe, 3)
+        faiss_ms[threads] = (time.perf_counter() - start) / len(probe) * 1e3
+    faiss_1m_ms = faiss_ms[max(faiss_ms)]
     benchmark.pedantic(retriever.search, args=([queries[0]], 3), rounds=50, iterations=1)
     benchmark.extra_info.update(
         {
             "passages": DENSE_PASSAGES,
             "build_s": round(build_s, 1),
             "single_qps": round(single_qps),
+            "single_qps_torch_threads_1": round(single_qps_1t),
+            "torch_threads_default": default_threads,
             "batched_qps": round(batched_qps),
             "faiss_flat_ms_per_query_at_n": round(faiss_1m_ms, 2),
+            "faiss_flat_ms_per_query_at_n_1_thread": round(faiss_ms[1], 2),
         }
     )
     print(
-        f"\ndense MiniLM on {DENSE_PASSAGES:,} passages: build {build_s:.0f} s, single {single_qps:,.0f} q/s, "
+        f"\ndense MiniLM on {DENSE_PASSAGES:,} passages: build {build_s:.0f} s, single {single_qps:,.0f} q/s "
+        f"(torch threads {default_threads}; with torch_threads=1: {single_qps_1t:,.0f} q/s, "
+        f"{single_qps_1t / single_qps:.1f}x), "
         f"batched {batched_qps:,.0f} q/s; faiss flat search alone at {N_PASSAGES:,} vectors: "
-        f"{faiss_1m_ms:.2f} ms/query (batched 64)"
+        f"{faiss_1m_ms:.2f} ms/query (batched 64; 1 thread: {faiss_ms[1]:.2f} ms)"
     )

@@ -91,6 +91,9 @@ def serve_command(
     host: str = typer.Option("127.0.0.1", help="Interface to bind (keep 127.0.0.1 unless you mean it)."),
     port: int = typer.Option(8000, help="TCP port."),
     max_batch_queries: int = typer.Option(256, help="Most queries answered by one batched search."),
+    torch_threads: int | None = typer.Option(
+        None, help="dense only: torch threads (1 is fastest for single queries on a small or busy CPU)."
+    ),
 ) -> None:
     """Serve POST /retrieve {"queries", "topk", "return_scores"} (the Search-R1 API) until Ctrl-C."""
     from coa_envs.retrieval import RetrievalIndexError, open_retriever
@@ -109,7 +112,8 @@ def serve_command(
         typer.echo(f"building the {backend} index of {corpus} at {index} ...")
         _build(backend, corpus, index, model, overwrite=False)
     try:
-        retriever = open_retriever(backend, index=str(index), corpus=str(corpus) if corpus else None)
+        options = {"torch_threads": torch_threads} if backend == "dense" and torch_threads else {}
+        retriever = open_retriever(backend, index=str(index), corpus=str(corpus) if corpus else None, **options)
     except RetrievalIndexError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None

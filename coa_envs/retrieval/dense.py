@@ -197,7 +197,12 @@ class DenseRetriever:
         model: str | None = None,
         device: str = "cpu",
         mmap: bool = True,
+        torch_threads: int | None = None,
     ) -> None:
+        """``torch_threads`` sets torch's (process-wide) intra-op thread count. One query is a
+        few tiny matrix products, and on a small or busy CPU the synchronisation of several
+        OpenMP threads costs far more than the arithmetic: ``1`` is the right value for a
+        retrieval server on such a machine (see benchmarks/test_retrieval_bench.py)."""
         import faiss
 
         self.index_dir = Path(index_dir)
@@ -224,6 +229,10 @@ class DenseRetriever:
                 model,
             )
             wanted_model = meta["model"]
+        if torch_threads is not None:
+            import torch
+
+            torch.set_num_threads(int(torch_threads))
         self._encoder, self.model = load_encoder(wanted_model, device)
         if _dimension(self._encoder) != self._index.d:
             raise RetrievalIndexError(f"model {self.model} does not match the index dimension {self._index.d}")

@@ -39,7 +39,7 @@ BACKENDS: tuple[str, ...] = _RETRIEVAL_BACKENDS
 INDEX_ENV_VAR = "COA_WIKI_INDEX"
 
 _LOCAL_OPTIONS = {"index", "corpus", "scorer", "mmap"}
-_DENSE_OPTIONS = {"index", "corpus", "model", "device", "mmap"}
+_DENSE_OPTIONS = {"index", "corpus", "model", "device", "mmap", "torch_threads"}
 _REMOTE_OPTIONS = {
     "url",
     "timeout_s",

@@ -132,3 +132,10 @@ def test_dense_backend_with_the_bundled_minilm_finds_paraphrases(small_corpus, t
     assert retriever.num_docs == 10  # streamed in chunks of 4: every passage is indexed once
     with pytest.raises(RetrievalIndexError, match="build-index --backend dense"):
         open_retriever("dense", index=str(tmp_path / "missing"), shared=False)
+    import torch
+
+    from coa_envs.tools import wiki_search
+
+    threads = torch.get_num_threads()  # torch_threads is process-wide: keep the current value
+    tool = wiki_search.build("dense", index=str(index), top_k=1, torch_threads=threads)
+    assert "Title: Tokyo" in tool.run("largest metropolis of the Japanese nation").text
