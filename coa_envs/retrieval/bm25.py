@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -200,9 +201,13 @@ class BM25Retriever:
         self._pruned: PrunedScorer | None = None
         if scorer == "pruned":
             term_max_file = self.index_dir / _TERM_MAX_FILE
-            term_max = np.load(term_max_file) if term_max_file.is_file() else None  # older indexes: computed now
-            self._pruned = PrunedScorer(self._model.scores, term_max)
+            try:
+                term_max = np.load(term_max_file) if term_max_file.is_file() else None  # older indexes: computed now
+                self._pruned = PrunedScorer(self._model.scores, term_max)
+            except (OSError, ValueError) as exc:
+                raise RetrievalIndexError(f"{term_max_file} is corrupt ({exc}). Rebuild: {hint} --overwrite") from exc
         self._pool: Any = None
+        self._pool_lock = threading.Lock()
         self.num_docs = num_docs
         self._corpus = CorpusReader(corpus, offsets)
         self._tokenizer = QueryTokenizer(
@@ -217,10 +222,11 @@ class BM25Retriever:
         search = self._pruned.search
         if len(token_ids) < _PARALLEL_MIN_QUERIES or (os.cpu_count() or 1) < 2:
             return [search(ids, k) for ids in token_ids]
-        if self._pool is None:  # a batch (server, benchmarks): one worker per core, the kernel drops the GIL
-            from concurrent.futures import ThreadPoolExecutor
+        with self._pool_lock:  # a batch (server, benchmarks): one worker per core, the kernel drops the GIL
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
 
-            self._pool = ThreadPoolExecutor(os.cpu_count(), thread_name_prefix="bm25")
+                self._pool = ThreadPoolExecutor(os.cpu_count(), thread_name_prefix="bm25")
         return list(self._pool.map(lambda ids: search(ids, k), token_ids))
 
     def search(self, queries: list[str], k: int = 3) -> list[list[SearchHit]]:

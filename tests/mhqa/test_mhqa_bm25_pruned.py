@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coa_envs.retrieval import Passage, write_corpus
+from coa_envs.retrieval import Passage, RetrievalIndexError, write_corpus
 from coa_envs.retrieval.bm25 import BM25Retriever, build_bm25_index
 
 pytest.importorskip("numba", reason="the pruned scorer needs numba")
@@ -82,6 +82,9 @@ def test_auto_scorer_and_indexes_built_without_term_maxima(zipf_index, tmp_path)
     ]
     with pytest.raises(ValueError, match="scorer must be one of"):
         BM25Retriever(index, scorer="fast")
+    np.save(old / "coa_term_max.npy", np.zeros(3, dtype=np.float32))  # wrong length: a damaged index
+    with pytest.raises(RetrievalIndexError, match=r"coa_term_max.*Rebuild"):
+        BM25Retriever(old, scorer="pruned")
 
 
 _WORDS = st.sampled_from(
