@@ -18,7 +18,15 @@ import os
 import sys
 import types
 
-__all__ = ["STATUS_DENIED", "STATUS_MEMORY", "execute", "execute_cell", "is_denial", "new_main_module"]
+__all__ = [
+    "STATUS_DENIED",
+    "STATUS_MEMORY",
+    "execute",
+    "execute_cell",
+    "install_process_limit_markers",
+    "is_denial",
+    "new_main_module",
+]
 
 STATUS_DENIED = b"V"
 STATUS_MEMORY = b"M"
@@ -70,7 +78,8 @@ def _mark_process_limit(function):  # type: ignore[no-untyped-def]
     return wrapper
 
 
-def _install_process_limit_markers() -> None:
+def install_process_limit_markers() -> None:
+    """Make hitting the process limit in fork/spawn calls count as a denial (idempotent)."""
     for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp"):
         if hasattr(os, name) and not hasattr(getattr(os, name), "__wrapped__"):
             setattr(os, name, _mark_process_limit(getattr(os, name)))
@@ -142,7 +151,7 @@ def _flush(rc: int) -> int:
 
 def new_main_module(filename: str = "<sandbox>") -> types.ModuleType:
     """A fresh ``__main__`` (installed in ``sys.modules``) for code that expects one."""
-    _install_process_limit_markers()
+    install_process_limit_markers()
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__
     sys.modules["__main__"] = main

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox import _jail
-from sandbox._child import close_all_except, run_once, serve_cells, wait_for_parent
+from sandbox._child import close_all_except, prepare_run, run_once, serve_cells, wait_for_parent
 from sandbox._collect import Collected, classify, collect, hard_output_cap, to_text
 from sandbox._limits import count_processes_of, shares_process_budget_in_user_namespace
 from sandbox._wire import FrameError, read_frame, write_frame
@@ -184,6 +184,7 @@ class Worker:
             os.chdir(self.workdir)
             if self.jail:
                 _jail.drop_privileges(self.uid, self.seccomp)
+            address_space_base = 0 if self.session else prepare_run(out_w, err_w, self.workdir)
             os.write(status_w, _READY)
         except BaseException as exc:
             os.write(status_w, _FAILED + f"{type(exc).__name__}: {exc}".encode()[:1000])
@@ -191,7 +192,7 @@ class Worker:
         if self.session:
             serve_cells(req_r, out_w, err_w, status_w, done_w, self.workdir, process_base)
             os._exit(0)
-        run_once(req_r, out_w, err_w, status_w, self.workdir, process_base)
+        run_once(req_r, status_w, address_space_base, process_base)
 
     def _take_prepared(self) -> _Prepared:
         for attempt in range(2):
@@ -218,8 +219,12 @@ class Worker:
         prepared.close()
 
     # -- requests -----------------------------------------------------------------------
-    def _await_start(self, child: _Prepared) -> dict[str, Any] | None:
-        """Block until the child has read a request (its ``S`` line) or has exited."""
+    def _await_start(self, child: _Prepared) -> tuple[dict[str, Any], bytes] | None:
+        """Block until the child has read a request (its ``S`` line) or has exited.
+
+        Returns the line's request metadata and whatever the run already wrote after it on
+        the status pipe: a fast run may tag itself (``V``, ``M``) before we read the line.
+        """
         select.select([child.status_r, child.pidfd], [], [])
         try:
             marker = os.read(child.status_r, 1)
@@ -227,20 +232,22 @@ class Worker:
             marker = b""
         if marker != _STARTED:
             return None  # "E": the pool closed our pipe; nothing: the child died
-        line = b""
-        while not line.endswith(b"\n"):
+        data = b""
+        while b"\n" not in data:
             chunk = os.read(child.status_r, 4096)
             if not chunk:
                 return None
-            line += chunk
-        return json.loads(line)
+            data += chunk
+        line, _, rest = data.partition(b"\n")
+        return json.loads(line), rest
 
-    def run(self, child: _Prepared, start: dict[str, Any]) -> dict[str, Any]:
+    def run(self, child: _Prepared, start: dict[str, Any], early_tags: bytes = b"") -> dict[str, Any]:
         """Watch a run the child has started: output, wall clock, then reap it."""
         limits = Limits(**start["limits"])
         started = time.monotonic()
         try:
             collected = self._collect(child, child.pidfd, started, limits)
+            collected.tags = early_tags + collected.tags
             _, wait_status, usage = os.wait4(child.pid, 0)
         finally:
             child.close()
@@ -298,13 +305,14 @@ class Worker:
             return
         while True:
             child = self._take_prepared()  # it now blocks on the pool's pipe, not us
-            start = self._await_start(child)
-            if start is None:
+            started = self._await_start(child)
+            if started is None:
                 self._discard(child)
                 break
+            start, early_tags = started
             response: dict[str, Any] = {"id": start.get("id")}
             try:
-                response.update(self.run(child, start))
+                response.update(self.run(child, start, early_tags))
             except Exception as exc:
                 response["internal_error"] = f"{type(exc).__name__}: {exc}"
             write_frame(control_out, response)

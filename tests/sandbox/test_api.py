@@ -225,3 +225,32 @@ def test_file_size_open_files_and_workdir_space_are_limited(pool):
     code = "chunk = b'x' * 2**20\nwith open('fill', 'wb') as f:\n    for _ in range(100):\n        f.write(chunk)"
     full = pool.run(code, limits=Limits(max_file_mb=512))  # the workdir is a 64 MB tmpfs
     assert full.status is Status.ERROR and "No space left on device" in full.stderr, full
+
+
+def test_worker_keeps_a_tag_written_right_after_the_start_line():
+    # A fast run can tag itself (V: denied) before the worker reads its start line; both then
+    # arrive in one read. The tag must be kept, and the worker must not take it for a hang-up.
+    import json
+    from types import SimpleNamespace
+
+    from sandbox._worker import Worker
+
+    status_r, status_w = os.pipe()
+    idle_r, idle_w = os.pipe()
+    try:
+        os.write(status_w, b"S" + json.dumps({"id": 7, "limits": {}}).encode() + b"\nV")
+        os.close(status_w)  # the run is over: a reader waiting for more would see the end
+        status_w = os.open(os.devnull, os.O_RDONLY)  # (keeps the cleanup below simple)
+        child = SimpleNamespace(status_r=status_r, pidfd=idle_r)
+        assert Worker._await_start(None, child) == ({"id": 7, "limits": {}}, b"V")
+    finally:
+        for fd in (status_r, status_w, idle_r, idle_w):
+            os.close(fd)
+
+
+def test_denied_runs_back_to_back_never_cost_a_worker(fresh_pool):
+    (worker,) = fresh_pool.worker_pids()
+    for _ in range(30):
+        result = fresh_pool.run("open('/etc/passwd', 'a')", limits=Limits(wall_s=5))
+        assert result.status is Status.VIOLATION, result
+    assert fresh_pool.worker_pids() == [worker]
