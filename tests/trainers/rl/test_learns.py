@@ -7,7 +7,7 @@ policy is measured before and after RL on the same tasks with the same sampling 
 (temperature 1, 8 samples per task, held-out seeds never used in training), so the margin
 is the policy's change, not batch noise. Two RL seeds per algorithm; the mean gain must
 clear a margin and no seed may get worse. Slow (~8-10 min on 2 busy cores): one shared
-warm start (~3 min), then four 20-step RL runs.
+warm start (~3 min), then four 40-step RL runs.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ ENV_KWARGS = {"task_options": {"difficulty": "easy", "num_tasks": NUM_TASKS},
               "tools": {"wiki_search": {"backend": "bm25", "top_k": 1}},
               "reward": {"name": "em_f1", "metric": "f1"},
               "system_prompt": "Search the wiki, then answer."}
-STEPS = 20
+STEPS = 40
 MARGIN = 0.05
 
 
