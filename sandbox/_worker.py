@@ -85,7 +85,8 @@ class Worker:
             except Exception as exc:  # a missing optional module must not stop the pool
                 self.notes.append(f"preload {name} skipped: {type(exc).__name__}: {exc}")
         if self.jail:
-            self.seccomp = _jail.build_seccomp(allow_network=False) if config.get("seccomp") else None
+            rules = _jail.build_seccomp(allow_network=False) if config.get("seccomp") else None
+            self.seccomp = _jail.CompiledFilter.from_pyseccomp(rules) if rules is not None else None
             self.isolation.append("seccomp filter" if self.seccomp else "no seccomp (pyseccomp absent)")
             self.isolation += [f"uid {self.uid}" if self.uid else "no capabilities", "no_new_privs"]
         self.isolation += ["rlimits", "wall-clock kill"]
