@@ -186,6 +186,16 @@ def _deepspeed_engine(config: SFTConfig, module: Any, optimizer: Any, scheduler:
     return engine
 
 
+def _full_weights(engine: Any, model: Any) -> Any:
+    """ZeRO-3 shards each weight across ranks; every rank enters this context so rank 0
+    sees whole tensors while it writes the inference checkpoint. Elsewhere a no-op."""
+    if engine is None or engine.zero_optimization_stage() != 3:
+        return nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None)
+
+
 def train(config: SFTConfig) -> SFTResult:
     """Run (or resume) a masked SFT run; returns the losses and where the model went."""
     import torch
@@ -263,8 +273,10 @@ def _train(config: SFTConfig) -> SFTResult:
     def save(step_dir: Path) -> None:
         if engine is not None:
             engine.save_checkpoint(str(step_dir), tag="deepspeed")
+        with _full_weights(engine, model):
+            if dist.main:
+                save_for_inference(model, tokenizer, step_dir, attention=config.attention)
         if dist.main:
-            save_for_inference(model, tokenizer, step_dir, attention=config.attention)
             save_state(step_dir, optimizer=None if engine else optimizer,
                        scheduler=None if engine else scheduler, position=position,
                        config=config.to_dict())
@@ -335,9 +347,10 @@ def _train(config: SFTConfig) -> SFTResult:
             eval_losses.append((position.step, _evaluate(module, eval_data, device, autocast)))
             logger.log({"step": position.step, "eval_loss": eval_losses[-1][1]})
         final_dir = output_dir / "final"
-        if dist.main:
-            save_for_inference(model, tokenizer, final_dir, attention=config.attention,
-                               merge_lora=config.lora is not None and config.merge_lora_on_save)
+        with _full_weights(engine, model):
+            if dist.main:
+                save_for_inference(model, tokenizer, final_dir, attention=config.attention,
+                                   merge_lora=config.lora is not None and config.merge_lora_on_save)
         _barrier(dist)
     logger.close()
     elapsed = time.perf_counter() - started
