@@ -68,6 +68,17 @@ def test_baseline_plain_subprocess(benchmark):
     _record(benchmark, "subprocess")
 
 
+def test_baseline_bare_interpreter_start(benchmark):
+    """``python -I -S -c``: no site-packages scan (.pth hooks can cost ~100 ms on their own)."""
+
+    def once() -> None:
+        out = subprocess.run([sys.executable, "-I", "-S", "-c", TRIVIAL], capture_output=True, text=True, check=True)
+        assert out.stdout == "2\n"
+
+    benchmark.pedantic(once, rounds=40, warmup_rounds=3)
+    _record(benchmark, "bare_python")
+
+
 def test_warm_pool_round_trip(benchmark, pool):
     def once() -> None:
         assert pool.run(TRIVIAL, limits=Limits()).stdout == "2\n"
@@ -194,13 +205,16 @@ def test_summary():
     if "pool" not in RESULTS or "subprocess" not in RESULTS:
         pytest.skip("run the whole module to get the summary")
     lines = ["", "sandbox benchmark (same run, same machine):"]
-    names = ("subprocess", "gem_none", "gem_bwrap", "pool", "bwrap", "nsjail", "session", "numpy_cold", "numpy_warm")
-    for name in (*names, "reward_serial", "reward_parallel"):
+    names = ("subprocess", "bare_python", "gem_none", "gem_bwrap", "pool", "bwrap", "nsjail", "session")
+    for name in (*names, "numpy_cold", "numpy_warm", "reward_serial", "reward_parallel"):
         if name in RESULTS:
             r = RESULTS[name]
             lines.append(f"  {name:<15} p50 {r['p50_ms']:8.2f} ms   p95 {r['p95_ms']:8.2f} ms   (n={r['n']:.0f})")
     speedup = RESULTS["subprocess"]["p50_ms"] / RESULTS["pool"]["p50_ms"]
     lines.append(f"  pool vs plain subprocess (p50): {speedup:.1f}x faster (target >= 10x, pool p50 <= 3 ms)")
+    if "bare_python" in RESULTS:
+        ratio = RESULTS["bare_python"]["p50_ms"] / RESULTS["pool"]["p50_ms"]
+        lines.append(f"  pool vs bare `python -I -S -c` start (p50): {ratio:.1f}x faster")
     for peer, label in (("gem_none", "GEM code tool (no sandbox)"), ("gem_bwrap", "GEM code tool (bwrap)")):
         if peer in RESULTS:
             lines.append(f"  pool vs {label} (p50): {RESULTS[peer]['p50_ms'] / RESULTS['pool']['p50_ms']:.1f}x faster")
