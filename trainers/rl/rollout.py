@@ -170,7 +170,9 @@ class RolloutWorker:
                     finish(index)
 
         start_next()
-        while active:
+        # ``queue`` too: every active episode may end inside one generation round (serialised
+        # steps, engine errors) while jobs still wait for an env.
+        while active or queue:
             harvest(block=False)
             start_next()
             waiting = [i for i, e in active.items() if e.pending is None]

@@ -162,3 +162,18 @@ def test_an_env_that_crashes_drops_its_whole_group_and_counts_it(tmp_path, monke
     assert {t.info["task_index"] for t in batch.groups[0]} == {1}
     assert batch.stats["sampling/groups_dropped_incomplete"] == 1
     assert batch.stats["errors/env_error"] == 2  # both samples of task 0, counted
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_rollout_worker_runs_more_jobs_than_envs_in_order(tmp_path, overlap):
+    """Jobs beyond episodes_in_flight wait for a free env, in both step modes."""
+    from trainers.rl.rollout import EpisodeJob, RolloutWorker
+
+    worker = RolloutWorker(_config(tmp_path, episodes_in_flight=2), overlap_tools=overlap)
+    try:
+        jobs = [EpisodeJob(i % 3, i, 0, 50 + i) for i in range(5)]
+        result = worker.run(jobs)
+    finally:
+        worker.close()
+    assert [t.info["group_id"] for t in result.trajectories] == [0, 1, 2, 3, 4]
+    assert all(t.prompt_ids and t.segments for t in result.trajectories)
