@@ -73,7 +73,10 @@ class _Dist:
         return self.rank == 0
 
 
-def _init_dist(device_pref: str) -> tuple[_Dist, Any]:
+def _init_dist(device_pref: str, need_group: bool = False) -> tuple[_Dist, Any]:
+    """Rank/world from the launcher's environment; ``need_group``: DeepSpeed wants a process
+    group even for one process, so a plain ``coa train sft`` makes a one-rank group on
+    loopback instead of letting DeepSpeed go looking for MPI."""
     import torch
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -84,8 +87,19 @@ def _init_dist(device_pref: str) -> tuple[_Dist, Any]:
         device = torch.device(device_pref)
     if cuda:
         torch.cuda.set_device(device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
     if world > 1 and not torch.distributed.is_initialized():
-        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        torch.distributed.init_process_group(backend)
+    elif need_group and not torch.distributed.is_initialized():
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        torch.distributed.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}",
+                                             rank=0, world_size=1)
+        for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
+            os.environ.setdefault(key, value)  # what a launcher would have set
     return dist, device
 
 
@@ -213,7 +227,7 @@ def _train(config: SFTConfig) -> SFTResult:
     import torch
     from transformers import get_cosine_schedule_with_warmup
 
-    dist, device = _init_dist(config.device)
+    dist, device = _init_dist(config.device, need_group=bool(config.deepspeed))
     output_dir = Path(config.output_dir)
     checkpoint = find_checkpoint(output_dir, config.resume)
 
