@@ -29,10 +29,14 @@ def _check_backend(backend: str) -> None:
         raise typer.BadParameter("use bm25 or dense (remote is a client, not an index)", param_hint="--backend")
 
 
-def _build(backend: str, corpus: Path, index: Path, model: str | None, overwrite: bool) -> None:
+def _build(
+    backend: str, corpus: Path, index: Path, model: str | None, overwrite: bool, torch_threads: int | None = None
+) -> None:
     from coa_envs.retrieval import build_index
 
-    options = {"model": model} if backend == "dense" and model else {}
+    options: dict[str, object] = {"model": model} if backend == "dense" and model else {}
+    if backend == "dense" and torch_threads:
+        options["torch_threads"] = torch_threads
     build_index(backend, corpus, index, overwrite=overwrite, **options)
 
 
@@ -50,11 +54,12 @@ def build_index_command(
     backend: str = typer.Option("bm25", help=_BACKEND_HELP),
     model: str | None = typer.Option(None, help="dense only: HF model id/path (default: bundled MiniLM)."),
     overwrite: bool = typer.Option(False, help="Replace an existing index."),
+    torch_threads: int | None = typer.Option(None, help="dense only: torch threads for embedding."),
 ) -> None:
     """Index CORPUS once; the index is memory-mapped when loaded."""
     _check_backend(backend)
     try:
-        _build(backend, corpus, index, model, overwrite)
+        _build(backend, corpus, index, model, overwrite, torch_threads)
     except FileExistsError as exc:
         raise typer.BadParameter(str(exc), param_hint="--index") from None
     typer.echo(f"{backend} index written to {index}")
@@ -110,7 +115,7 @@ def serve_command(
         if corpus is None:
             raise typer.BadParameter(f"{index} does not exist; pass --corpus to build it", param_hint="--index")
         typer.echo(f"building the {backend} index of {corpus} at {index} ...")
-        _build(backend, corpus, index, model, overwrite=False)
+        _build(backend, corpus, index, model, overwrite=False, torch_threads=torch_threads)
     try:
         options = {"torch_threads": torch_threads} if backend == "dense" and torch_threads else {}
         retriever = open_retriever(backend, index=str(index), corpus=str(corpus) if corpus else None, **options)

@@ -119,9 +119,17 @@ def build_dense_index(
     passage_prefix: str | None = None,
     show_progress: bool = True,
     overwrite: bool = False,
+    torch_threads: int | None = None,
 ) -> Path:
-    """Embed every passage (title + text) and save a flat inner-product faiss index."""
+    """Embed every passage (title + text) and save a flat inner-product faiss index.
+
+    ``torch_threads`` sets torch's process-wide thread count (see :class:`DenseRetriever`)."""
     import faiss
+
+    if torch_threads is not None:
+        import torch
+
+        torch.set_num_threads(int(torch_threads))
 
     corpus_path = Path(corpus_path).resolve()
     index_dir = Path(index_dir)
