@@ -99,6 +99,7 @@ class RayRollouts:
                     placement_group_bundle_index=config.learner_workers + index)
             actors.append(actor_cls.options(**options).remote(config, index))
         self.manager = FaultTolerantActorManager(actors)
+        self.placement_group = placement_group
         self._weights_ref: Any = None
         self._version = -1
         self.restarts = 0
@@ -171,6 +172,10 @@ class RayRollouts:
 
         for actor in self.manager.actors().values():
             ray.kill(actor)
+        if self.placement_group is not None:  # frees the learners' bundles too
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(self.placement_group)
 
 
 class LocalLearner:
@@ -266,6 +271,12 @@ class RayLearner:
 
     def save_pretrained(self, directory: str) -> Any:
         return self._rank0("save_pretrained", directory)
+
+    def close(self) -> None:
+        import ray
+
+        for actor in self.actors:
+            ray.kill(actor)
 
 
 def build_groups(config: RLConfig) -> tuple[Any, Any]:

@@ -219,6 +219,8 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
             future.result()
         executor.shutdown(wait=True)
         logger.close()
+        if getattr(learner, "close", None) is not None:  # Ray: free the learner actors
+            learner.close()
         rollouts.close()
     if config.plot:
         plot_reward_curve(out / "metrics.jsonl", out / "reward_curve.png",

@@ -131,5 +131,4 @@ def test_two_ddp_learner_ranks_update_like_one_process(local_ray, tmp_path, algo
     assert moved > 1e-3  # the update did something
     for key in expected:
         assert torch.allclose(expected[key], got[key], atol=2e-5), key
-    for actor in ranks.actors:
-        ray.kill(actor)
+    ranks.close()
