@@ -54,5 +54,5 @@ def build_tool(name: str, config: Mapping[str, Any]) -> Tool:
     if cache and cache.get("mode", "off") != "off":
         from coa_envs.tools.cache import CachedTool
 
-        tool = CachedTool(tool, backend=backend, **cache)
+        tool = CachedTool(tool, backend=backend, options=options, **cache)
     return tool

@@ -1,8 +1,14 @@
 """Record/replay cache for any tool, so that web RL is reproducible and tests run offline.
 
 A :class:`CachedTool` wraps a Tool. Its key is content-addressed: SHA-256 of the tool name,
-the backend, the normalised query and (for tools whose answer depends on the episode, such
-as ``visual_inspector`` reading a task's attachments) the tool's ``cache_context(ctx)``.
+the backend, the normalised query, the tool options that shape an answer (``top_k``,
+``max_chars``, a summary model...: a replay must not serve a 3-result page to a config that
+asks for 10) and (for tools whose answer depends on the episode, such as
+``visual_inspector`` reading a task's attachments) the tool's ``cache_context(ctx)``.
+Options that only change how a call is made (timeouts, keys, concurrency, retries) or where
+a resource lives (``path``, ``index``, ``url``: a cache recorded on one machine must replay on
+another) are left out of the key, so use one cache file per corpus. With no answer-shaping
+options the key is the same as a key without options.
 
 Query normalisation: Unicode NFC, leading/trailing whitespace stripped and internal runs
 of whitespace collapsed to one space. Case is *kept*: URLs, file names and code are
@@ -30,13 +36,13 @@ import sqlite3
 import threading
 import time
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from coa_envs.types import ErrorKind, Tool, ToolContext, ToolResult
 
-__all__ = ["MODES", "CachedTool", "ToolCache", "cache_key", "normalise_query"]
+__all__ = ["MODES", "CachedTool", "ToolCache", "cache_key", "normalise_query", "options_fingerprint"]
 
 MODES = ("off", "record", "replay", "replay-or-record")
 _NEVER_STORED = frozenset({ErrorKind.TOOL_TIMEOUT, ErrorKind.CACHE_MISS, ErrorKind.NOT_CONFIGURED})
@@ -64,8 +70,27 @@ def normalise_query(query: str) -> str:
     return " ".join(unicodedata.normalize("NFC", query).split())
 
 
-def cache_key(tool: str, backend: str, query: str, context: str = "") -> str:
-    payload = json.dumps([tool, backend, normalise_query(query), context], ensure_ascii=False)
+#: Option names (or name endings) that change how or where a call is made, not what it returns.
+_TRANSPORT_OPTIONS = ("timeout", "timeout_s", "api_key", "api_key_env", "concurrency", "max_workers",
+                      "pool_size", "retries", "max_retries", "backoff_s", "user_agent", "headless",
+                      "path", "index", "index_path", "corpus", "url", "base_url", "torch_threads")
+
+
+def _is_transport_option(name: str) -> bool:
+    return name in _TRANSPORT_OPTIONS or name.endswith(("_timeout_s", "_api_key", "_retries"))
+
+
+def options_fingerprint(options: Mapping[str, Any] | None) -> str:
+    """Canonical JSON of the answer-shaping options ('' when there are none)."""
+    kept = {k: v for k, v in (options or {}).items() if not _is_transport_option(k)}
+    return json.dumps(kept, sort_keys=True, ensure_ascii=False, default=str) if kept else ""
+
+
+def cache_key(tool: str, backend: str, query: str, context: str = "", options: str = "") -> str:
+    parts = [tool, backend, normalise_query(query), context]
+    if options:  # appended only when present, so option-free keys stay what they always were
+        parts.append(options)
+    payload = json.dumps(parts, ensure_ascii=False)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
@@ -200,6 +225,7 @@ class CachedTool:
         mode: str = "replay-or-record",
         path: str | os.PathLike[str] = "tool_cache.sqlite",
         strict: bool = True,
+        options: Mapping[str, Any] | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"cache mode {mode!r} is not valid; use one of {MODES}")
@@ -208,6 +234,7 @@ class CachedTool:
         self.backend = backend
         self.mode = mode
         self.strict = strict
+        self.options = options_fingerprint(options)
         self.store = ToolCache(path) if mode != "off" else None
 
     def _context(self, ctx: ToolContext) -> str:
@@ -233,7 +260,7 @@ class CachedTool:
         if self.store is None:
             return self.tool.run(query, ctx)
         context = self._context(ctx)
-        key = cache_key(self.name, self.backend, query, context)
+        key = cache_key(self.name, self.backend, query, context, self.options)
         if self.mode == "record":
             return self._call_and_store(query, ctx, key, context)
         hit = self.store.get(key)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from coa_envs.tools import build_tool
-from coa_envs.tools.cache import CachedTool, ToolCache, cache_key, normalise_query
+from coa_envs.tools.cache import CachedTool, ToolCache, cache_key, normalise_query, options_fingerprint
 from coa_envs.types import ErrorKind, Task, ToolContext, ToolResult
 
 CTX = ToolContext()
@@ -196,6 +196,31 @@ def test_build_tool_wraps_a_configured_tool(tmp_path) -> None:
     assert isinstance(replayed, CachedTool)
     assert replayed.run("xenon  gas", CTX).text == recorded.text
     assert replayed.run("argon", CTX).error_kind == ErrorKind.CACHE_MISS
+
+
+def test_answer_shaping_options_are_part_of_the_key_and_transport_options_are_not(tmp_path) -> None:
+    db = tmp_path / "c.sqlite"
+    assert options_fingerprint({"timeout_s": 5, "api_key": "k", "path": "/x"}) == ""
+    assert cache_key("t", "b", "q", "", options_fingerprint({})) == cache_key("t", "b", "q")  # old keys still hit
+    recorder = CachedTool(CountingTool(), backend="serper", mode="record", path=db, options={"top_k": 3})
+    recorder.run("capital of peru", CTX)
+    same = CachedTool(CountingTool(), backend="serper", mode="replay", path=db,
+                      options={"top_k": 3, "timeout_s": 30, "api_key": "other", "path": "/elsewhere"})
+    assert same.run("capital of peru", CTX).ok and same.tool.calls == 0
+    wider = CachedTool(CountingTool(), backend="serper", mode="replay", path=db, options={"top_k": 10})
+    assert wider.run("capital of peru", CTX).error_kind == ErrorKind.CACHE_MISS
+
+
+def test_build_tool_keys_replays_by_the_tool_options(tmp_path) -> None:
+    pages = tmp_path / "pages.jsonl"
+    pages.write_text(json.dumps({"url": "http://127.0.0.1/x", "title": "Xenon", "text": "Xenon is a gas."}) + "\n")
+    db = tmp_path / "c.sqlite"
+    base = {"backend": "local", "path": str(pages)}
+    build_tool("web_search", {**base, "top_k": 1, "cache": {"mode": "record", "path": str(db)}}).run("xenon", CTX)
+    replay = {"mode": "replay", "path": str(db)}
+    assert build_tool("web_search", {**base, "top_k": 1, "cache": replay}).run("xenon", CTX).ok
+    assert build_tool("web_search", {**base, "top_k": 5, "cache": replay}).run("xenon", CTX).error_kind == (
+        ErrorKind.CACHE_MISS)
 
 
 def test_closing_closes_the_wrapped_tool(tmp_path) -> None:
