@@ -154,6 +154,17 @@ def hide_plan(keep: Iterable[str], hidden: Iterable[str] = HIDDEN_DIRS) -> list[
     return plan
 
 
+def tmp_keeps(keep: Iterable[str], tmp: str = "/tmp") -> tuple[str, ...]:
+    """Top-level entries of ``tmp`` that a ``keep`` path (an interpreter, a venv) lives in.
+
+    Wrapper backends mount a fresh tmpfs on ``/tmp``; an interpreter started from a venv
+    there (``/tmp/venv/bin/python``) must be bound back read-only or the jail cannot exec it.
+    """
+    prefix = tmp.rstrip("/") + "/"
+    tops = {path[len(prefix) :].split("/")[0] for path in keep if path.startswith(prefix)}
+    return tuple(f"{prefix}{top}" for top in sorted(tops) if top)
+
+
 _DEVICES = ("null", "zero", "full", "random", "urandom")
 
 

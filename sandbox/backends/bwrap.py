@@ -16,7 +16,7 @@ import shutil
 import sys
 import tempfile
 
-from sandbox._jail import build_seccomp, hide_plan
+from sandbox._jail import build_seccomp, hide_plan, tmp_keeps
 from sandbox._limits import clean_environment
 from sandbox.backends.base import BackendUnavailable
 from sandbox.backends.subprocess_backend import HARNESS, SubprocessBackend
@@ -71,6 +71,10 @@ class BwrapBackend(SubprocessBackend):
             "--perms", "01777", "--dir", "/tmp/work",
             "--ro-bind", code_path, "/tmp/code.py",
             "--ro-bind", HARNESS, "/tmp/harness.py",
+        ]  # fmt: skip
+        for kept in tmp_keeps((self.python, sys.prefix)):
+            argv += ["--ro-bind", kept, kept]  # a venv below /tmp stays usable
+        argv += [
             "--proc", "/proc",
             "--dev", "/dev",
             "--chdir", "/tmp/work",

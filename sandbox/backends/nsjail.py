@@ -22,7 +22,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from sandbox._jail import _CLONE_NEW_FLAGS, _DENIED_SYSCALLS, hide_plan
+from sandbox._jail import _CLONE_NEW_FLAGS, _DENIED_SYSCALLS, hide_plan, tmp_keeps
 from sandbox._limits import clean_environment
 from sandbox.backends.base import BackendUnavailable
 from sandbox.backends.subprocess_backend import HARNESS, SubprocessBackend
@@ -57,12 +57,14 @@ def nsjail_argv(
     *,
     as_root: bool = True,
     hidden: tuple[tuple[str, tuple[str, ...]], ...] = (),
+    tmp_kept: tuple[str, ...] = (),
 ) -> list[str]:
     """The nsjail command line for one run (pure function, unit-tested without nsjail).
 
     ``as_root``: nsjail runs as root, so it can switch to ``uid`` for real instead of
     mapping it in a user namespace. ``hidden``: directories covered by an empty tmpfs, each
     with the top-level entries below it (e.g. ``/root`` keeps ``.pyenv``) bound back read-only.
+    ``tmp_kept``: entries of ``/tmp`` (a venv there) bound back read-only over the fresh ``/tmp``.
     """
     argv = [
         nsjail, "--mode", "o", "--really_quiet",
@@ -81,6 +83,8 @@ def nsjail_argv(
         "--seccomp_string", kafel_policy(limits.network),
         "--pass_fd", "3",
     ]  # fmt: skip
+    for kept in tmp_kept:
+        argv += ["--bindmount_ro", f"{kept}:{kept}"]
     if as_root:
         argv += ["--disable_clone_newuser", "--user", str(uid), "--group", str(uid)]
     for directory, tops in hidden:
@@ -128,6 +132,7 @@ class NsjailBackend(SubprocessBackend):
             _log.warning("nsjail backend: using /usr/bin/python3 (the interpreter under /root is unreadable)")
         keep = (self.python, sys.prefix, sys.base_prefix) if self.python == sys.executable else (self.python,)
         self.hidden = tuple(hide_plan(keep))
+        self.tmp_kept = tmp_keeps(keep)
         self.isolation = (
             "nsjail pid/net/mount/ipc/uts namespaces",
             "read-only chroot",
@@ -156,6 +161,7 @@ class NsjailBackend(SubprocessBackend):
             uid,
             as_root=self.as_root,
             hidden=self.hidden,
+            tmp_kept=self.tmp_kept,
         )
 
     def _returncode(self, returncode: int) -> int:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 import sandbox
 from sandbox.backends import BackendUnavailable
+
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
@@ -59,3 +63,17 @@ def _run_leftovers(uids: list[int]) -> list[int]:
         if uid in uids and innermost_pid != "1":
             found.append(int(entry))
     return found
+
+
+@pytest.fixture(scope="session")
+def write_refused() -> Callable[[sandbox.ExecResult], None]:
+    """Check a run's attempt to write into the checkout: a violation (read-only view), or, for a
+    checkout below ``/tmp`` (a fresh clone there), a missing path: the jail's ``/tmp`` is its own."""
+
+    def check(result: sandbox.ExecResult) -> None:
+        if CHECKOUT.is_relative_to("/tmp"):
+            assert result.status is sandbox.Status.ERROR and "FileNotFoundError" in result.stderr, result
+        else:
+            assert result.status is sandbox.Status.VIOLATION, result
+
+    return check

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import NSJAIL_SEED_PRESET, Limits, Status
+from sandbox._jail import tmp_keeps
 from sandbox.backends import BackendUnavailable, get_backend
 from sandbox.backends.nsjail import nsjail_argv
 
@@ -30,10 +31,10 @@ def test_bwrap_runs_code_with_the_project_interpreter(bwrap):
     assert (result.status, result.stdout) == (Status.OK, "True /tmp/work hi\n")
 
 
-def test_bwrap_refuses_writes_network_and_hides_root(bwrap):
+def test_bwrap_refuses_writes_network_and_hides_root(bwrap, write_refused):
     target = CHECKOUT / f"bwrap-escape-{uuid.uuid4().hex}"
-    write = bwrap.run(f"open({str(target)!r}, 'w')")
-    assert write.status is Status.VIOLATION and not target.exists()
+    write_refused(bwrap.run(f"open({str(target)!r}, 'w')"))
+    assert not target.exists()
     net = bwrap.run("import socket\nsocket.create_connection(('127.0.0.1', 22))")
     assert net.status is Status.VIOLATION
     home = bwrap.run("import os\nprint(sorted(os.listdir('/root')))")
@@ -68,6 +69,13 @@ def test_nsjail_command_line_hides_root_but_keeps_the_interpreter():
     assert "--user" not in user_ns and "--disable_clone_newuser" not in user_ns
 
 
+def test_a_venv_below_tmp_is_bound_back_over_the_fresh_tmp():
+    assert tmp_keeps(("/tmp/venv/bin/python", "/tmp/venv", "/usr/bin/python3", "/tmpfoo/x")) == ("/tmp/venv",)
+    argv = nsjail_argv("nsjail", "/tmp/venv/bin/python", "/tmp/c.py", Limits(), tmp_kept=("/tmp/venv",))
+    joined = " ".join(argv)
+    assert joined.index("--tmpfsmount /tmp ") < joined.index("--bindmount_ro /tmp/venv:/tmp/venv")
+
+
 @pytest.fixture(scope="module")
 def nsjail():
     try:
@@ -85,11 +93,11 @@ def test_nsjail_backend_applies_the_seed_preset_by_default(nsjail):
     assert result.truncated and "truncated at 1536 characters" in result.stdout  # the seed's cut
 
 
-def test_nsjail_refuses_writes_network_and_escapes(nsjail):
+def test_nsjail_refuses_writes_network_and_escapes(nsjail, write_refused):
     quick = Limits(cpu_s=2, wall_s=4)
     target = CHECKOUT / f"nsjail-escape-{uuid.uuid4().hex}"
-    write = nsjail.run(f"open({str(target)!r}, 'w')", limits=quick)
-    assert write.status is Status.VIOLATION and not target.exists()
+    write_refused(nsjail.run(f"open({str(target)!r}, 'w')", limits=quick))
+    assert not target.exists()
     for code in (
         "import socket\nsocket.create_connection(('127.0.0.1', 22))",
         "import socket\nsocket.getaddrinfo('example.com', 80)",

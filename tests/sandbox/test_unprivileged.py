@@ -132,6 +132,8 @@ def test_unprivileged_pool_jails_runs_in_a_user_namespace(report):
     ],
 )
 def test_unprivileged_pool_refuses_attacks(report, attack, expected):
+    if attack == "checkout" and CHECKOUT.is_relative_to("/tmp"):
+        expected = "error"  # a checkout below /tmp is not in the jail at all: a missing path
     assert report[attack][0] == expected, report[attack]
 
 
