@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 
-from sandbox._harness import execute, execute_cell, install_process_limit_markers, new_main_module
+from sandbox._harness import execute, execute_cell, install_process_limit_markers, new_main_module, report_end
 from sandbox._limits import apply_rlimits, clean_environment
 from sandbox._wire import FrameError, read_frame, write_frame
 from sandbox.types import Limits
@@ -113,7 +113,8 @@ def run_once(req_r: int, status_w: int, address_space_base: int, process_base: i
 
     Called after :func:`prepare_run`. The pipe is closed before any of the request's code
     runs, and the worker learns the request's id and limits from the ``S`` line written
-    here, before the code can write.
+    here, before the code can write. The end record written after the code lets the worker
+    answer without waiting for this process's exit.
     """
     try:
         request = read_frame(req_r)
@@ -129,7 +130,23 @@ def run_once(req_r: int, status_w: int, address_space_base: int, process_base: i
     except BaseException as exc:  # a sandbox bug, not the code's: say so on stderr
         os.write(2, f"sandbox setup failed: {exc!r}\n".encode())
         os._exit(70)
-    os._exit(execute(request["code"], status_w))
+    rc = execute(request["code"], status_w)
+    if os.getpid() == 1 and _no_process_left():
+        report_end(status_w, rc)  # the worker answers now; the exit's teardown is off the clock
+    os._exit(rc)
+
+
+def _no_process_left() -> bool:
+    """As PID 1 of the run's namespace every process the code left behind is our child: is
+    there none (zombies reaped)? Only then may the worker answer before we are gone; a
+    forked copy of the code (pid != 1) never answers for the run."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if pid == 0:
+            return False
 
 
 def _cpu_used() -> float:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sandbox._harness import STATUS_DENIED, STATUS_MEMORY
+from sandbox._harness import END_RECORD, STATUS_DENIED, STATUS_END, STATUS_MEMORY
 from sandbox.types import Limits, Status
 
 __all__ = ["TRUNCATION_MARKER", "Collected", "classify", "collect", "hard_output_cap", "to_text"]
@@ -38,6 +38,16 @@ class Collected:
     wall_killed: bool = False
     output_killed: bool = False
     output_bytes: int = 0
+    end: tuple[int, float] | None = None  # (exit code, CPU s) from the run's end record
+
+
+def split_end_record(tags: bytes) -> tuple[bytes, tuple[int, float] | None]:
+    """Take the first end record out of a status stream: (tags before it, (rc, cpu_s)))."""
+    at = tags.find(STATUS_END)
+    if at < 0 or len(tags) - at < END_RECORD.size:
+        return tags, None
+    _, rc, cpu_s = END_RECORD.unpack_from(tags, at)
+    return tags[:at], (rc, cpu_s)
 
 
 def collect(
@@ -48,16 +58,21 @@ def collect(
     deadline: float,
     byte_cap: int,
     kill: Callable[[], None],
+    stop_at_end_record: bool = False,
+    status_seen: bytes = b"",
 ) -> Collected:
     """Read stdout/stderr/status until ``done_fd`` (a pidfd) is readable, then drain.
 
-    ``kill`` is called once, at the wall deadline or when output passes ``byte_cap``.
-    The caller owns the descriptors and closes them.
+    With ``stop_at_end_record``, an end record on the status pipe ends the wait as well: the
+    run's output is complete in the pipes by then, and ``Collected.end`` carries its exit
+    code and CPU time. ``status_seen``: status bytes the caller already read from
+    ``status_fd``. ``kill`` is called once, at the wall deadline or when output passes
+    ``byte_cap``. The caller owns the descriptors and closes them.
     """
     result = Collected()
     keep = {out_fd: bytearray(), err_fd: bytearray()}
     if status_fd is not None:
-        keep[status_fd] = bytearray()
+        keep[status_fd] = bytearray(status_seen)
     poller = select.poll()
     for fd in keep:
         os.set_blocking(fd, False)
@@ -65,7 +80,7 @@ def collect(
     poller.register(done_fd, select.POLLIN)
     open_fds = set(keep)
     killed = False
-    done = False
+    done = stop_at_end_record and split_end_record(status_seen)[1] is not None
 
     def read_ready(fd: int) -> None:
         try:
@@ -95,6 +110,8 @@ def collect(
                 done = True
             elif fd in open_fds:
                 read_ready(fd)
+                if stop_at_end_record and fd == status_fd and STATUS_END in keep[fd] and not killed:
+                    done = done or split_end_record(bytes(keep[fd]))[1] is not None
         if result.output_bytes > byte_cap and not killed:
             result.output_killed = killed = True
             kill()
@@ -118,6 +135,8 @@ def collect(
     result.stdout, result.stderr = bytes(keep[out_fd]), bytes(keep[err_fd])
     if status_fd is not None:
         result.tags = bytes(keep[status_fd])
+        if stop_at_end_record:
+            result.tags, result.end = split_end_record(result.tags)
     return result
 
 

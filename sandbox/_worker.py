@@ -35,6 +35,7 @@ __all__ = ["main"]
 
 _READY, _FAILED, _STARTED = b"R", b"F", b"S"
 _PREPARE_TIMEOUT_S = 10.0
+_EXIT_GRACE_S = 1.0  # a child past its end record must be gone by then
 
 
 @dataclass(slots=True)
@@ -95,6 +96,7 @@ class Worker:
         self.worker_pid = os.getpid()
         self.prepared: _Prepared | None = None
         self.current: _Prepared | None = None  # the live session child, between cells
+        self.exiting: _Prepared | None = None  # answered for, not yet reaped
         self.lost_state = False  # the last session child died: the next cell starts afresh
         if self.jail:
             _jail.become_subreaper()
@@ -243,19 +245,49 @@ class Worker:
         return json.loads(line), rest
 
     def run(self, child: _Prepared, start: dict[str, Any], early_tags: bytes = b"") -> dict[str, Any]:
-        """Watch a run the child has started: output, wall clock, then reap it."""
+        """Watch a run the child has started: output, wall clock, then reap it.
+
+        A child that wrote its end record has finished its work: the answer goes out at once
+        and :meth:`finish_exiting` reaps it after the answer, off the caller's clock.
+        """
         limits = Limits(**start["limits"])
         started = time.monotonic()
         try:
-            collected = self._collect(child, child.pidfd, started, limits)
-            collected.tags = early_tags + collected.tags
+            collected = self._collect(child, child.pidfd, started, limits, True, early_tags)
+            if collected.end is not None:
+                self.exiting = child
+                returncode, cpu_s = collected.end
+                return _result(collected, returncode, cpu_s, limits, started)
             _, wait_status, usage = os.wait4(child.pid, 0)
-        finally:
-            child.close()
+        except BaseException:
+            self.exiting = None
+            self._discard(child)
+            raise
+        child.close()
         returncode = os.waitstatus_to_exitcode(wait_status)
         return _result(collected, returncode, usage.ru_utime + usage.ru_stime, limits, started)
 
-    def _collect(self, child: _Prepared, done_fd: int, started: float, limits: Limits) -> Collected:
+    def finish_exiting(self) -> None:
+        """Reap the child answered for by its end record; kill it if it lingers (its namespace
+        and every process left in it die with it)."""
+        child, self.exiting = self.exiting, None
+        if child is None:
+            return
+        if not select.select([child.pidfd], [], [], _EXIT_GRACE_S)[0]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGKILL)
+        os.waitpid(child.pid, 0)
+        child.close()
+
+    def _collect(
+        self,
+        child: _Prepared,
+        done_fd: int,
+        started: float,
+        limits: Limits,
+        stop_at_end_record: bool = False,
+        status_seen: bytes = b"",
+    ) -> Collected:
         return collect(
             child.out_r,
             child.err_r,
@@ -264,6 +296,8 @@ class Worker:
             started + limits.wall_s,
             hard_output_cap(limits),
             lambda: os.kill(child.pid, signal.SIGKILL),  # PID 1: its whole namespace dies
+            stop_at_end_record,
+            status_seen,
         )
 
     def cell(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -317,7 +351,8 @@ class Worker:
             except Exception as exc:
                 response["internal_error"] = f"{type(exc).__name__}: {exc}"
             write_frame(control_out, response)
-            self.prepared = self.prepare()  # the next child, off the caller's clock
+            self.finish_exiting()  # off the caller's clock, like the next child's set-up
+            self.prepared = self.prepare()
 
     def _serve_session(self, control_out: int) -> None:
         while True:

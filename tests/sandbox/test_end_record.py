@@ -1,0 +1,62 @@
+"""A pool run answers on its end record, before its exit, without giving up any guarantee."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from sandbox import Limits, Status
+from sandbox._collect import collect, split_end_record
+from sandbox._harness import END_RECORD, STATUS_DENIED, STATUS_END
+
+
+def _pipes(count: int) -> list[tuple[int, int]]:
+    return [os.pipe() for _ in range(count)]
+
+
+def test_collect_stops_at_the_end_record_with_the_output_already_written():
+    (out_r, out_w), (err_r, err_w), (status_r, status_w), (never_r, never_w) = _pipes(4)
+    try:
+        os.write(out_w, b"answer\n")
+        os.write(status_w, STATUS_DENIED + END_RECORD.pack(STATUS_END, 3, 0.25))
+        # ``never_r`` stands in for a pidfd that is not readable yet: the process has not exited.
+        collected = collect(out_r, err_r, status_r, never_r, time.monotonic() + 5, 1 << 20, lambda: None,
+                            stop_at_end_record=True)
+        assert not collected.wall_killed
+        assert (collected.stdout, collected.tags, collected.end) == (b"answer\n", STATUS_DENIED, (3, 0.25))
+    finally:
+        for fd in (out_r, out_w, err_r, err_w, status_r, status_w, never_r, never_w):
+            os.close(fd)
+
+
+def test_an_end_record_read_with_the_start_line_counts_too():
+    (out_r, out_w), (err_r, err_w), (status_r, status_w), (never_r, never_w) = _pipes(4)
+    try:
+        seen = END_RECORD.pack(STATUS_END, 0, 0.01)
+        collected = collect(out_r, err_r, status_r, never_r, time.monotonic() + 5, 1 << 20, lambda: None,
+                            stop_at_end_record=True, status_seen=seen)
+        assert collected.end == (0, 0.01) and not collected.wall_killed
+    finally:
+        for fd in (out_r, out_w, err_r, err_w, status_r, status_w, never_r, never_w):
+            os.close(fd)
+
+
+def test_a_partial_end_record_is_not_an_end():
+    record = END_RECORD.pack(STATUS_END, 1, 0.5)
+    assert split_end_record(record[:-1]) == (record[:-1], None)
+    assert split_end_record(b"M" + record) == (b"M", (1, 0.5))
+
+
+def test_a_forked_copy_finishing_first_does_not_answer_for_the_run(pool):
+    code = "import os, time\nif os.fork() == 0:\n    print('copy')\nelse:\n    time.sleep(0.3)\n    print('main')"
+    result = pool.run(code, limits=Limits(wall_s=5))
+    assert result.status is Status.OK, result
+    assert sorted(result.stdout.split()) == ["copy", "main"]
+
+
+def test_exit_codes_and_errors_come_through_the_end_record(pool):
+    assert pool.run("raise SystemExit(7)").exit_code == 7
+    crashed = pool.run("1 / 0")
+    assert (crashed.status, crashed.exit_code) == (Status.ERROR, 1) and "ZeroDivisionError" in crashed.stderr
+    busy = pool.run("x = 0\nfor i in range(3_000_000):\n    x += i\nprint(x)", limits=Limits(cpu_s=5, wall_s=10))
+    assert busy.status is Status.OK and busy.cpu_s > 0.05  # CPU time is the run's own, from the record
