@@ -8,7 +8,12 @@ swap them by name.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -77,6 +82,24 @@ def build_hint(backend: str, index_dir: str | Path, corpus: str | Path | None = 
     """The command that (re)builds an index, quoted in every index error."""
     corpus_arg = str(corpus) if corpus else "CORPUS.jsonl"
     return f"coa retriever build-index --backend {backend} --corpus {corpus_arg} --index {index_dir}"
+
+
+@contextlib.contextmanager
+def staged_index(index_dir: Path, meta: dict[str, Any]) -> Iterator[Path]:
+    """Yield a staging directory beside ``index_dir``; on success write ``meta`` there and
+    swap it in with one rename, so a reader never sees a half-written index and a crashed
+    build leaves the previous index (if any) untouched."""
+    index_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.", dir=index_dir.parent))
+    try:
+        yield staging
+        write_index_meta(staging, meta)
+        if index_dir.exists():
+            shutil.rmtree(index_dir)
+        os.replace(staging, index_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def write_index_meta(index_dir: Path, meta: dict[str, Any]) -> None:

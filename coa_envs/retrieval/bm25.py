@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,7 @@ from coa_envs.retrieval.base import (
     SearchHit,
     build_hint,
     read_index_meta,
-    write_index_meta,
+    staged_index,
 )
 from coa_envs.retrieval.bm25_pruned import PrunedScorer, QueryTokenizer, column_max
 from coa_envs.retrieval.corpus import CorpusReader, iter_corpus
@@ -111,32 +109,20 @@ def build_bm25_index(
     model = bm25s.BM25(k1=k1, b=b)
     model.index(tokens, show_progress=show_progress)
 
-    index_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.", dir=index_dir.parent))
-    try:
+    meta = {
+        "backend": "bm25",
+        "corpus_path": str(corpus_path),
+        "corpus_bytes": corpus_path.stat().st_size,
+        "num_docs": len(offsets),
+        "stemmer": stemmer,
+        "stopwords": stopwords,
+        "k1": k1,
+        "b": b,
+    }
+    with staged_index(index_dir, meta) as staging:
         model.save(str(staging), show_progress=False)
         np.save(staging / _OFFSETS_FILE, np.asarray(offsets, dtype=np.int64))
         np.save(staging / _TERM_MAX_FILE, column_max(model.scores["data"], model.scores["indptr"]))
-        stat = corpus_path.stat()
-        write_index_meta(
-            staging,
-            {
-                "backend": "bm25",
-                "corpus_path": str(corpus_path),
-                "corpus_bytes": stat.st_size,
-                "num_docs": len(offsets),
-                "stemmer": stemmer,
-                "stopwords": stopwords,
-                "k1": k1,
-                "b": b,
-            },
-        )
-        if index_dir.exists():
-            shutil.rmtree(index_dir)
-        os.replace(staging, index_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     log.info("built bm25 index of %d passages at %s", len(offsets), index_dir)
     return index_dir
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import shutil
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,7 @@ from coa_envs.retrieval.base import (
     SearchHit,
     build_hint,
     read_index_meta,
-    write_index_meta,
+    staged_index,
 )
 from coa_envs.retrieval.corpus import CorpusReader, iter_corpus
 
@@ -165,30 +163,19 @@ def build_dense_index(
     if not offsets:
         raise RetrievalIndexError(f"corpus {corpus_path} has no passages")
 
-    index_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.", dir=index_dir.parent))
-    try:
+    meta = {
+        "backend": "dense",
+        "corpus_path": str(corpus_path),
+        "corpus_bytes": corpus_path.stat().st_size,
+        "num_docs": len(offsets),
+        "model": model_name,
+        "dim": index.d,
+        "query_prefix": query_prefix,
+        "passage_prefix": passage_prefix,
+    }
+    with staged_index(index_dir, meta) as staging:
         faiss.write_index(index, str(staging / _INDEX_FILE))
         np.save(staging / _OFFSETS_FILE, np.asarray(offsets, dtype=np.int64))
-        write_index_meta(
-            staging,
-            {
-                "backend": "dense",
-                "corpus_path": str(corpus_path),
-                "corpus_bytes": corpus_path.stat().st_size,
-                "num_docs": len(offsets),
-                "model": model_name,
-                "dim": index.d,
-                "query_prefix": query_prefix,
-                "passage_prefix": passage_prefix,
-            },
-        )
-        if index_dir.exists():
-            shutil.rmtree(index_dir)
-        os.replace(staging, index_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return index_dir
 
 
