@@ -11,7 +11,10 @@ as a smolagents tool whose ``forward(query)`` sends the CoA action ``<tag>query<
 through ``env.step`` (so turn limits, caching, error kinds and statistics are the env's),
 and the framework's final answer is submitted as ``<answer>…</answer>``. The episode is
 recorded as an ordinary :class:`~agents.trajectory.Trajectory` in CoA format, so runs of a
-framework agent can be scored, compared and even used as SFT data.
+framework agent can be scored, compared and distilled into SFT data (``coa distill``). What
+the framework's model wrote around its calls becomes CoA role spans: a planning step's text
+a ``<plan>``, the text before a tool call a ``<think>``, placed before the call they led to
+(text that would not parse as a clean role span is left out and counted).
 
 Pointing it at a model::
 
@@ -48,8 +51,24 @@ class _EnvBridge:
         self.errors: Counter[str] = Counter()
         self.done = False
         self.reward = 0.0
+        self.pending: list[str] = []  # role spans written since the last call
+        self.dropped_notes = 0
+
+    def note(self, role: str, text: str) -> None:
+        """Keep the model's ``text`` as a ``<role>`` span of the next action, if it parses clean."""
+        from coa_envs.protocol import parse_turn
+
+        span = f"<{role}>{text.strip()}</{role}>"
+        parsed = parse_turn(f"{span}\n<answer>-</answer>")  # a role span alone is no action
+        if text.strip() and parsed.ok and len(parsed.roles) == 1 and parsed.answer == "-":
+            self.pending.append(span)
+        elif text.strip():
+            self.dropped_notes += 1
 
     def step(self, action: str) -> tuple[str, dict[str, Any]]:
+        if self.pending:
+            action = "\n".join([*self.pending, action])
+            self.pending.clear()
         observation, reward, terminated, truncated, info = self.env.step(action)
         self.trajectory.add_generated(action)
         if observation:
@@ -113,6 +132,35 @@ def env_tools(env: Any, bridge: _EnvBridge) -> list[Any]:
     return tools
 
 
+def _noting_model(model: Any, bridge: _EnvBridge) -> Any:
+    """Wrap a smolagents ``Model`` so the text of each reply reaches ``bridge.note``: a reply
+    offered no tools is a planning step, one offered tools is the thought before a call."""
+    from smolagents.models import Model
+
+    class NotingModel(Model):
+        def __init__(self) -> None:
+            super().__init__(model_id=getattr(model, "model_id", None))
+
+        def __getattr__(self, name: str) -> Any:  # everything else is the wrapped model's
+            return getattr(model, name)
+
+        def generate(self, messages: list[Any], stop_sequences: Any = None, response_format: Any = None,
+                     tools_to_call_from: Any = None, **kwargs: Any) -> Any:
+            reply = model.generate(messages, stop_sequences=stop_sequences, response_format=response_format,
+                                   tools_to_call_from=tools_to_call_from, **kwargs)
+            text = reply.content if isinstance(reply.content, str) else ""
+            if tools_to_call_from is None:
+                bridge.note("plan", text)
+            else:  # a call written as text ("Action: {...}") follows the thought
+                bridge.note("think", text if reply.tool_calls else text.split("Action:")[0])
+            return reply
+
+        def parse_tool_calls(self, message: Any) -> Any:
+            return model.parse_tool_calls(message)
+
+    return NotingModel()
+
+
 def run_smolagents_episode(
     env: Any,
     model: Any,
@@ -135,7 +183,7 @@ def run_smolagents_episode(
                             prompt_messages=messages, prompt_text=question, seed=seed)
     trajectory.info["framework"] = "smolagents"
     bridge = _EnvBridge(env, trajectory)
-    agent = ToolCallingAgent(tools=env_tools(env, bridge), model=model,
+    agent = ToolCallingAgent(tools=env_tools(env, bridge), model=_noting_model(model, bridge),
                              max_steps=max_steps or int(info.get("max_turns") or 8),
                              verbosity_level=LogLevel.OFF, **(agent_kwargs or {}))
     try:
@@ -146,6 +194,7 @@ def run_smolagents_episode(
         trajectory.info["error"] = f"{type(exc).__name__}: {exc}"
     trajectory.tool_calls, trajectory.tool_errors = dict(bridge.calls), dict(bridge.errors)
     trajectory.info["framework_steps"] = len(getattr(agent.memory, "steps", []))
+    trajectory.info["dropped_notes"] = bridge.dropped_notes
     trajectory.info["wall_s"] = time.perf_counter() - started
     return trajectory
 

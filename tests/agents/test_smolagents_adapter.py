@@ -129,3 +129,59 @@ def test_smolagents_solves_synthhop_through_coa_serve(tiny_tokenizer):
             assert trajectory.tool_calls["wiki_search"] == len(plans[env.unwrapped.task.question]) - 1
     env.close()
     assert sum(app.state.engine.batch_sizes) == sum(len(p) for p in plans.values())
+
+
+def _thinking_model(task, bad_thought: str | None = None):
+    """A scripted smolagents model that plans, says why before each call, then calls."""
+    from smolagents.models import (
+        ChatMessage,
+        ChatMessageToolCall,
+        ChatMessageToolCallFunction,
+        MessageRole,
+        Model,
+    )
+
+    script = []
+    for action in task.metadata["oracle_actions"]:
+        turn = parse_turn(action)
+        script += [(c.tool, {"query": c.query}) for c in turn.tool_calls]
+        if turn.answer is not None:
+            script.append(("final_answer", {"answer": turn.answer}))
+
+    class Thinker(Model):
+        def __init__(self) -> None:
+            super().__init__(model_id="thinker")
+            self.step = 0
+
+        def generate(self, messages, stop_sequences=None, response_format=None, tools_to_call_from=None, **kw):
+            if tools_to_call_from is None:
+                return ChatMessage(role=MessageRole.ASSISTANT, content="1. find the page\n2. read the answer")
+            name, arguments = script[min(self.step, len(script) - 1)]
+            self.step += 1
+            thought = bad_thought if bad_thought and self.step == 1 else f"Next I use {name} on {arguments}."
+            call = ChatMessageToolCall(id=f"c{self.step}", type="function",
+                                       function=ChatMessageToolCallFunction(name=name, arguments=arguments))
+            return ChatMessage(role=MessageRole.ASSISTANT, content=thought, tool_calls=[call])
+
+    return Thinker()
+
+
+def test_framework_plans_and_thoughts_become_coa_role_spans():
+    env = gym.make("coa/SynthHop-v0")
+    env.reset(options={"task_index": 0})
+    model = _thinking_model(env.unwrapped.task)
+    trajectory = run_smolagents_episode(env, model, options={"task_index": 0},
+                                        agent_kwargs={"planning_interval": 1})
+    assert trajectory.status == "ok" and trajectory.reward == 1.0
+    generated = [parse_turn(s.text) for s in trajectory.segments if s.kind == "generated"]
+    assert all(turn.ok for turn in generated)
+    roles = [[role.tag for role in turn.roles] for turn in generated]
+    assert roles[0][:1] == ["plan"] and all("think" in r for r in roles)  # a plan first, a thought per call
+    assert generated[-1].answer is not None and trajectory.info["dropped_notes"] == 0
+    # A thought that would break the turn's grammar is left out (and counted), not sent.
+    env.reset(options={"task_index": 0})
+    broken = run_smolagents_episode(env, _thinking_model(env.unwrapped.task, "maybe <answer>x</answer>"),
+                                    options={"task_index": 0})
+    env.close()
+    assert broken.reward == 1.0 and broken.info["dropped_notes"] == 1
+    assert "maybe" not in broken.response_text
