@@ -11,14 +11,8 @@ from __future__ import annotations
 import gymnasium as gym
 
 import coa_envs  # noqa: F401
-from coa_envs.types import ToolContext, ToolResult
-
-
-class NoOpTool:
-    name = "code"
-
-    def run(self, query: str, ctx: ToolContext) -> ToolResult:
-        return ToolResult(text="ok")
+from coa_envs.bench import NoOpTool
+from coa_envs.types import ToolContext
 
 
 def _env():

@@ -8,26 +8,11 @@ from __future__ import annotations
 
 import re
 
+from coa_envs.bench import realistic_turn
 from coa_envs.protocol import parse_turn
 
-_THINK = (
-    "We need the population of the capital. First recall what we know about the country, "
-    "its history and geography; then decide what to verify. Numbers like 3 < 4 and x > y appear. "
-)
-
-
-def realistic_turn(size: int = 8192) -> str:
-    body = (_THINK * (size // len(_THINK) + 1))[: size - 400]
-    turn = (
-        f"<plan>\n1. find the capital\n2. find its population\n</plan>\n<think>\n{body}\n</think>\n"
-        "<reflection>the earlier search was too broad</reflection>\n"
-        "<web_search>population of the capital city of Freedonia 2024 census</web_search>"
-    )
-    assert parse_turn(turn).ok
-    return turn
-
-
 TURN = realistic_turn()
+assert parse_turn(TURN).ok
 MB = len(TURN.encode()) / 1e6
 
 

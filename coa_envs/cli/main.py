@@ -6,6 +6,7 @@ import json
 
 import typer
 
+from coa_envs.cli.bench import bench_command
 from coa_envs.cli.cache import app as cache_app
 from coa_envs.cli.distill import distill_command
 from coa_envs.cli.eval import eval_command, report_command
@@ -44,6 +45,7 @@ app.add_typer(train_app, name="train")
 app.add_typer(cache_app, name="cache")
 app.command("serve")(serve_command)
 app.command("distill")(distill_command)
+app.command("bench")(bench_command)
 
 
 if __name__ == "__main__":
