@@ -18,6 +18,10 @@ What is dropped, and why:
 * the same generated text for the same task twice (K samples of a greedy teacher);
 * more than ``max_per_task`` accepted episodes of one task, so easy tasks do not dominate; the
   kept ones are the shortest (fewest turns, then fewest generated characters) or the first.
+
+The teacher's token ids are dropped unless ``keep_token_ids``: they are ids of the teacher's
+vocabulary, and a student with another tokenizer must re-tokenise the text (the SFT loader
+trusts ids when a record has them). Keep them only when student and teacher share a tokenizer.
 """
 
 from __future__ import annotations
@@ -83,6 +87,12 @@ def _generated_texts(trajectory: Any) -> tuple[str, ...]:
     return tuple(segment.text for segment in trajectory.segments if segment.trainable)
 
 
+def _drop_token_ids(trajectory: Any) -> None:
+    trajectory.prompt_ids = []
+    for segment in trajectory.segments:
+        segment.token_ids, segment.logprobs = [], []
+
+
 def distill(
     runs: Iterable[str | os.PathLike[str]],
     out: str | os.PathLike[str],
@@ -91,6 +101,7 @@ def distill(
     max_per_task: int = 1,
     prefer: str = "shortest",
     allow_bad_actions: bool = False,
+    keep_token_ids: bool = False,
 ) -> DistillReport:
     """Filter the trajectories of ``runs`` (``coa eval`` output dirs or JSONL files) into ``out``.
 
@@ -137,6 +148,8 @@ def distill(
             keep = ranked if max_per_task == 0 else ranked[:max_per_task]
             dropped["over_task_cap"] += len(ranked) - len(keep)
             for _, trajectory in keep:
+                if not keep_token_ids:
+                    _drop_token_ids(trajectory)
                 write_trajectory(handle, trajectory)
                 report.kept += 1
     partial.replace(out_path)

@@ -23,13 +23,15 @@ def distill_command(
     max_per_task: int = typer.Option(1, help="Accepted episodes kept per task (0 = all distinct ones)."),
     prefer: str = typer.Option("shortest", help="Which to keep when capped: shortest | first."),
     allow_bad_actions: bool = typer.Option(False, help="Keep episodes with a malformed action the env corrected."),
+    keep_token_ids: bool = typer.Option(False, help="Keep the teacher's token ids (only if the student shares its "
+                                        "tokenizer; otherwise the text is re-tokenised)."),
 ) -> None:
     """Keep the teacher episodes the reward accepts; write them as SFT data plus a report."""
     from trainers.distill import distill
 
     try:
         report = distill(runs, out, min_reward=min_reward, max_per_task=max_per_task, prefer=prefer,
-                         allow_bad_actions=allow_bad_actions)
+                         allow_bad_actions=allow_bad_actions, keep_token_ids=keep_token_ids)
     except (FileNotFoundError, ValueError) as error:
         raise typer.BadParameter(str(error)) from error
     typer.echo(json.dumps(report.to_dict(), indent=2))

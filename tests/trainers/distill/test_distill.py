@@ -98,3 +98,21 @@ def test_teacher_runs_through_coa_eval_become_sft_samples(tmp_path):
         assert "<observation>" not in generated
     missing = runner.invoke(app, ["distill", str(tmp_path / "nothing"), "--out", str(out)])
     assert missing.exit_code != 0 and "not found" in missing.output
+
+
+def test_teacher_token_ids_are_dropped_unless_the_student_shares_the_tokenizer(tmp_path):
+    episode = _episode("t1", [SEARCH, ANSWER])
+    episode.prompt_ids = [1, 2, 3]
+    for number, segment in enumerate(episode.segments):
+        segment.token_ids = [10 + number]
+        if segment.kind == "generated":
+            segment.logprobs = [-0.5]
+    run = tmp_path / "teacher.jsonl"
+    _write(run, [episode])
+    distill([run], tmp_path / "text.jsonl")
+    (text_only,) = read_trajectories(tmp_path / "text.jsonl")
+    assert not text_only.prompt_ids and not any(s.token_ids or s.logprobs for s in text_only.segments)
+    assert not load_samples(tmp_path / "text.jsonl")[0].has_token_ids  # the student re-tokenises
+    distill([run], tmp_path / "ids.jsonl", keep_token_ids=True)
+    (with_ids,) = read_trajectories(tmp_path / "ids.jsonl")
+    assert with_ids.prompt_ids == [1, 2, 3] and with_ids.response_ids() == [10, 11, 12]
