@@ -80,9 +80,15 @@ def _is_transport_option(name: str) -> bool:
     return name in _TRANSPORT_OPTIONS or name.endswith(("_timeout_s", "_api_key", "_retries"))
 
 
+def _answer_shaping(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options minus transport/location ones, at every level (``summary: {api_key: ...}``)."""
+    return {k: _answer_shaping(v) if isinstance(v, Mapping) else v
+            for k, v in options.items() if not _is_transport_option(k)}
+
+
 def options_fingerprint(options: Mapping[str, Any] | None) -> str:
     """Canonical JSON of the answer-shaping options ('' when there are none)."""
-    kept = {k: v for k, v in (options or {}).items() if not _is_transport_option(k)}
+    kept = _answer_shaping(options or {})
     return json.dumps(kept, sort_keys=True, ensure_ascii=False, default=str) if kept else ""
 
 

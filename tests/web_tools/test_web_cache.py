@@ -201,6 +201,8 @@ def test_build_tool_wraps_a_configured_tool(tmp_path) -> None:
 def test_answer_shaping_options_are_part_of_the_key_and_transport_options_are_not(tmp_path) -> None:
     db = tmp_path / "c.sqlite"
     assert options_fingerprint({"timeout_s": 5, "api_key": "k", "path": "/x"}) == ""
+    nested = {"summary": {"model": "m", "api_key": "secret", "base_url": "http://a"}}
+    assert options_fingerprint(nested) == options_fingerprint({"summary": {"model": "m"}}) != ""
     assert cache_key("t", "b", "q", "", options_fingerprint({})) == cache_key("t", "b", "q")  # old keys still hit
     recorder = CachedTool(CountingTool(), backend="serper", mode="record", path=db, options={"top_k": 3})
     recorder.run("capital of peru", CTX)
