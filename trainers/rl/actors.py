@@ -16,6 +16,7 @@ current weights before it serves again. Weights travel through the object store 
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -125,11 +126,21 @@ class RayRollouts:
                                    timeout_seconds=self.config.rollout_timeout_s)
 
     def _revive(self) -> None:
-        """Bring restarted actors back into service with the current weights."""
-        restored = self.manager.probe_unhealthy_actors(timeout_seconds=30, mark_healthy=True)
-        if restored:
-            self.restarts += len(restored)
-            self._push_weights(restored)
+        """Bring restarted actors back into service with the current weights.
+
+        Ray restarts a dead actor in a new process, which takes seconds (env and model load);
+        a probe sent meanwhile fails fast, so probing repeats until every actor answers or
+        ``worker_restart_timeout_s`` passes.
+        """
+        deadline = time.monotonic() + self.config.worker_restart_timeout_s
+        while True:
+            restored = self.manager.probe_unhealthy_actors(timeout_seconds=30, mark_healthy=True)
+            if restored:
+                self.restarts += len(restored)
+                self._push_weights(restored)
+            if self.manager.num_healthy_actors() == self.manager.num_actors() or time.monotonic() > deadline:
+                return
+            time.sleep(0.5)
 
     def run(self, jobs: list[EpisodeJob]) -> tuple[list[Trajectory], dict[str, float]]:
         results: list[RolloutResult] = []

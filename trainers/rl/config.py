@@ -170,6 +170,9 @@ class RLConfig:
     max_episode_retries: int = 1
     """Times an episode lost to a crashed worker is re-run before it is dropped (counted)."""
     rollout_timeout_s: float = 600.0
+    worker_restart_timeout_s: float = 120.0
+    """How long a crashed rollout worker may take to come back (Ray restarts it: a new process
+    that loads the env and the model) before its episodes are dropped."""
     pipeline: bool = False
     """Generate the next batch while the learner updates (one step off-policy; the ratio
     against the rollout logprobs corrects for it)."""

@@ -69,24 +69,27 @@ def test_killed_rollout_worker_is_restarted_and_its_episodes_retried_or_counted(
     rollouts.set_weights(Learner(cfg).policy_state(), 0)
     (actor,) = rollouts.manager.actors().values()
     pid = ray.get(actor.apply.remote(lambda w: os.getpid()))
-    jobs = [EpisodeJob(i % 16, i, 0, i) for i in range(64)]
+    # Enough episodes that the shard is still running when the kill lands, on a fast idle
+    # machine too (64 episodes took under 3 s there): the kill must hit a busy worker.
+    episodes = 320
+    jobs = [EpisodeJob(i % 16, i, 0, i) for i in range(episodes)]
     out: dict = {}
     runner = threading.Thread(target=lambda: out.update(result=rollouts.run(jobs)))
     runner.start()
-    time.sleep(3.0)
+    time.sleep(1.0)
     assert runner.is_alive(), "the shard finished before the kill; make it longer"
     os.kill(pid, signal.SIGKILL)
     runner.join(timeout=600)
     trajectories, stats = out["result"]
     assert stats["rollout/worker_restarts"] >= 1
     if retries:
-        assert len(trajectories) == 64 and stats["rollout/dropped_episodes"] == 0
+        assert len(trajectories) == episodes and stats["rollout/dropped_episodes"] == 0
         new_pid = ray.get(actor.apply.remote(lambda w: os.getpid()))
         assert new_pid != pid
         # the restarted worker got the current weights before serving again
         assert ray.get(actor.apply.remote(lambda w: w.weights_version)) == 0
     else:
-        assert trajectories == [] and stats["rollout/dropped_episodes"] == 64
+        assert trajectories == [] and stats["rollout/dropped_episodes"] == episodes
     rollouts.close()
 
 
