@@ -136,13 +136,16 @@ def run_once(req_r: int, status_w: int, address_space_base: int, process_base: i
     os._exit(rc)
 
 
+_WAIT_ALL = 0x40000000  # __WALL (linux/wait.h); the os module does not export it
+
+
 def _no_process_left() -> bool:
     """As PID 1 of the run's namespace every process the code left behind is our child: is
     there none (zombies reaped)? Only then may the worker answer before we are gone; a
     forked copy of the code (pid != 1) never answers for the run."""
     while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+        try:  # __WALL: children made by a raw clone() without an exit signal count too
+            pid, _ = os.waitpid(-1, os.WNOHANG | _WAIT_ALL)
         except ChildProcessError:
             return True
         if pid == 0:

@@ -136,7 +136,9 @@ def collect(
     if status_fd is not None:
         result.tags = bytes(keep[status_fd])
         if stop_at_end_record:
-            result.tags, result.end = split_end_record(result.tags)
+            result.tags, end = split_end_record(result.tags)
+            # A run we killed is reported by how it was killed, never by a record it wrote.
+            result.end = None if result.wall_killed or result.output_killed else end
     return result
 
 

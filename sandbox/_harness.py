@@ -7,8 +7,11 @@ project, because it runs inside a jail that may not see the project.
 Why a harness instead of ``python -c``: it can tell a *denied* operation (the sandbox said
 no: ``PermissionError``, read-only file system, unreachable network) and a ``MemoryError``
 from an ordinary crash, and report that on a private status descriptor. The code under test
-can write to that descriptor too, but it can only make its own result look worse, or end
-its run early with an exit code of its choosing, which ``os._exit`` allows anyway.
+can write to that descriptor too. A denial or memory tag only makes its own result look worse.
+A forged end record (see :data:`STATUS_END`) makes the pool answer at once with an exit code
+and CPU time of the code's choosing, as ``os._exit`` could, and stop reading its output; the
+worker then kills the run's whole namespace within 50 ms, before it prepares the next run, so
+nothing carries over. The CPU time of a pool run is therefore self-reported.
 """
 
 from __future__ import annotations

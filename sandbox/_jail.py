@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import errno
 import os
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -154,15 +155,41 @@ def hide_plan(keep: Iterable[str], hidden: Iterable[str] = HIDDEN_DIRS) -> list[
     return plan
 
 
+#: Entries the wrapper backends create in the jail's own ``/tmp``; nothing may be bound over them.
+JAIL_TMP_ENTRIES = ("work", "code.py", "harness.py")
+
+
 def tmp_keeps(keep: Iterable[str], tmp: str = "/tmp") -> tuple[str, ...]:
-    """Top-level entries of ``tmp`` that a ``keep`` path (an interpreter, a venv) lives in.
+    """The ``keep`` directories (a venv's prefix) below ``tmp``, to bind back read-only.
 
     Wrapper backends mount a fresh tmpfs on ``/tmp``; an interpreter started from a venv
-    there (``/tmp/venv/bin/python``) must be bound back read-only or the jail cannot exec it.
+    there (``/tmp/venv/bin/python``) must be bound back or the jail cannot exec it. Exactly
+    those directories are bound, never their siblings (a venv inside a checkout must not expose
+    the checkout); a path nested in another kept one, or one over the jail's own entries, is
+    left out.
     """
     prefix = tmp.rstrip("/") + "/"
-    tops = {path[len(prefix) :].split("/")[0] for path in keep if path.startswith(prefix)}
-    return tuple(f"{prefix}{top}" for top in sorted(tops) if top)
+    kept = sorted({path.rstrip("/") for path in keep if path.startswith(prefix) and len(path) > len(prefix)})
+    chosen: list[str] = []
+    for path in kept:
+        if path[len(prefix) :].split("/")[0] in JAIL_TMP_ENTRIES:
+            continue
+        if not any(path.startswith(parent + "/") for parent in chosen):
+            chosen.append(path)
+    return tuple(chosen)
+
+
+def interpreter_dirs(python: str) -> tuple[str, ...]:
+    """Directories an interpreter needs (its prefix: a venv's site-packages, the stdlib)."""
+    if python == sys.executable:
+        return (sys.prefix, sys.base_prefix)
+    return (os.path.dirname(os.path.dirname(python)),)  # .../bin/python -> ...
+
+
+def parents_below(path: str, tmp: str = "/tmp") -> list[str]:
+    """The directories between ``tmp`` and ``path``, outermost first (``/tmp/a/b/c`` -> a, a/b)."""
+    parts = path[len(tmp.rstrip("/")) + 1 :].split("/")[:-1]
+    return [f"{tmp.rstrip('/')}/{'/'.join(parts[: i + 1])}" for i in range(len(parts))]
 
 
 _DEVICES = ("null", "zero", "full", "random", "urandom")

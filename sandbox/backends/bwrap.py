@@ -13,10 +13,9 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-import sys
 import tempfile
 
-from sandbox._jail import build_seccomp, hide_plan, tmp_keeps
+from sandbox._jail import build_seccomp, hide_plan, interpreter_dirs, parents_below, tmp_keeps
 from sandbox._limits import clean_environment
 from sandbox.backends.base import BackendUnavailable
 from sandbox.backends.subprocess_backend import HARNESS, SubprocessBackend
@@ -40,6 +39,8 @@ class BwrapBackend(SubprocessBackend):
         if self.bwrap is None:
             raise BackendUnavailable("bubblewrap is not installed (apt-get install bubblewrap)")
         self.setpriv = shutil.which("setpriv") if os.geteuid() == 0 else None
+        self.hidden = hide_plan((self.python, *interpreter_dirs(self.python)))
+        self.tmp_kept = tmp_keeps(interpreter_dirs(self.python))
         self._seccomp_path: str | None = None
         filt = build_seccomp(allow_network=False) if seccomp else None
         if filt is not None:
@@ -62,7 +63,7 @@ class BwrapBackend(SubprocessBackend):
 
     def _argv(self, code_path: str, rlimits: list[str], limits: Limits) -> list[str]:
         argv = [self.bwrap, "--ro-bind", "/", "/"]
-        for directory, tops in hide_plan((self.python, sys.prefix, sys.base_prefix)):
+        for directory, tops in self.hidden:
             argv += ["--tmpfs", directory]  # homes and /run hidden, the interpreter kept
             for top in tops:
                 argv += ["--ro-bind", f"{directory}/{top}", f"{directory}/{top}"]
@@ -72,8 +73,10 @@ class BwrapBackend(SubprocessBackend):
             "--ro-bind", code_path, "/tmp/code.py",
             "--ro-bind", HARNESS, "/tmp/harness.py",
         ]  # fmt: skip
-        for kept in tmp_keeps((self.python, sys.prefix)):
-            argv += ["--ro-bind", kept, kept]  # a venv below /tmp stays usable
+        for kept in self.tmp_kept:  # a venv below /tmp stays usable, and only the venv
+            for parent in parents_below(kept):
+                argv += ["--perms", "0755", "--dir", parent]
+            argv += ["--ro-bind", kept, kept]
         argv += [
             "--proc", "/proc",
             "--dev", "/dev",

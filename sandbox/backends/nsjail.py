@@ -19,10 +19,9 @@ import logging
 import math
 import os
 import shutil
-import sys
 from pathlib import Path
 
-from sandbox._jail import _CLONE_NEW_FLAGS, _DENIED_SYSCALLS, hide_plan, tmp_keeps
+from sandbox._jail import _CLONE_NEW_FLAGS, _DENIED_SYSCALLS, hide_plan, interpreter_dirs, tmp_keeps
 from sandbox._limits import clean_environment
 from sandbox.backends.base import BackendUnavailable
 from sandbox.backends.subprocess_backend import HARNESS, SubprocessBackend
@@ -130,9 +129,8 @@ class NsjailBackend(SubprocessBackend):
         if not self.as_root and self.python.startswith("/root/"):
             self.python = "/usr/bin/python3"  # a user namespace cannot see through /root (mode 0700)
             _log.warning("nsjail backend: using /usr/bin/python3 (the interpreter under /root is unreadable)")
-        keep = (self.python, sys.prefix, sys.base_prefix) if self.python == sys.executable else (self.python,)
-        self.hidden = tuple(hide_plan(keep))
-        self.tmp_kept = tmp_keeps(keep)
+        self.hidden = tuple(hide_plan((self.python, *interpreter_dirs(self.python))))
+        self.tmp_kept = tmp_keeps(interpreter_dirs(self.python))
         self.isolation = (
             "nsjail pid/net/mount/ipc/uts namespaces",
             "read-only chroot",

@@ -43,6 +43,12 @@ def leftovers(pool):
     return lambda: _run_leftovers(pool.uids())
 
 
+@pytest.fixture()
+def leftovers_of():
+    """Like ``leftovers`` for any pool: ``leftovers_of(backend)``."""
+    return lambda backend: _run_leftovers(backend.uids())
+
+
 def _run_leftovers(uids: list[int]) -> list[int]:
     """Processes owned by a run uid that are not PID 1 of their namespace.
 
@@ -68,11 +74,12 @@ def _run_leftovers(uids: list[int]) -> list[int]:
 @pytest.fixture(scope="session")
 def write_refused() -> Callable[[sandbox.ExecResult], None]:
     """Check a run's attempt to write into the checkout: a violation (read-only view), or, for a
-    checkout below ``/tmp`` (a fresh clone there), a missing path: the jail's ``/tmp`` is its own."""
+    checkout below ``/tmp`` (a fresh clone there), possibly a missing path: the jail's ``/tmp``
+    is its own (only a venv inside the checkout is bound back, as a read-only directory)."""
 
     def check(result: sandbox.ExecResult) -> None:
-        if CHECKOUT.is_relative_to("/tmp"):
-            assert result.status is sandbox.Status.ERROR and "FileNotFoundError" in result.stderr, result
+        if result.status is sandbox.Status.ERROR and CHECKOUT.is_relative_to("/tmp"):
+            assert "FileNotFoundError" in result.stderr, result
         else:
             assert result.status is sandbox.Status.VIOLATION, result
 

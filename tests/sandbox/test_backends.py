@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import NSJAIL_SEED_PRESET, Limits, Status
-from sandbox._jail import tmp_keeps
+from sandbox._jail import parents_below, tmp_keeps
 from sandbox.backends import BackendUnavailable, get_backend
 from sandbox.backends.nsjail import nsjail_argv
 
@@ -71,6 +71,10 @@ def test_nsjail_command_line_hides_root_but_keeps_the_interpreter():
 
 def test_a_venv_below_tmp_is_bound_back_over_the_fresh_tmp():
     assert tmp_keeps(("/tmp/venv/bin/python", "/tmp/venv", "/usr/bin/python3", "/tmpfoo/x")) == ("/tmp/venv",)
+    # Exactly the venv, not the checkout around it; never over the jail's own workdir.
+    assert tmp_keeps(("/tmp/proj/.venv",)) == ("/tmp/proj/.venv",)
+    assert parents_below("/tmp/proj/.venv") == ["/tmp/proj"]
+    assert tmp_keeps(("/tmp/work/venv", "/tmp/code.py")) == ()
     argv = nsjail_argv("nsjail", "/tmp/venv/bin/python", "/tmp/c.py", Limits(), tmp_kept=("/tmp/venv",))
     joined = " ".join(argv)
     assert joined.index("--tmpfsmount /tmp ") < joined.index("--bindmount_ro /tmp/venv:/tmp/venv")

@@ -60,3 +60,28 @@ def test_exit_codes_and_errors_come_through_the_end_record(pool):
     assert (crashed.status, crashed.exit_code) == (Status.ERROR, 1) and "ZeroDivisionError" in crashed.stderr
     busy = pool.run("x = 0\nfor i in range(3_000_000):\n    x += i\nprint(x)", limits=Limits(cpu_s=5, wall_s=10))
     assert busy.status is Status.OK and busy.cpu_s > 0.05  # CPU time is the run's own, from the record
+
+
+FORGE = """
+import os, struct, subprocess
+record = struct.pack("=cid", b"D", 0, 0.0)
+for fd in range(3, 64):
+    try:
+        os.write(fd, record)
+    except OSError:
+        pass
+subprocess.Popen(["sleep", "60"])  # something that would outlive the run if it could
+while True:
+    pass
+"""
+
+
+def test_a_forged_end_record_ends_only_the_forger(fresh_pool, leftovers_of):
+    """The code can claim to be done (it shares a process with the harness), but all it buys is
+    its own early answer: its namespace is killed before the same worker runs anything else."""
+    forged = fresh_pool.run(FORGE, limits=Limits(cpu_s=5, wall_s=10))
+    assert forged.status is Status.OK  # what it claimed: os._exit(0) could have said the same
+    after = fresh_pool.run("import os\nprint(len([p for p in os.listdir('/proc') if p.isdigit()]))",
+                           limits=Limits(wall_s=5))
+    assert (after.status, after.stdout) == (Status.OK, "1\n")  # a fresh namespace: nothing left over
+    assert leftovers_of(fresh_pool) == []
