@@ -136,28 +136,34 @@ def distill(
                     dropped[reason] += 1
                     continue
                 seen_texts.add((*task, texts))
-                rank = (trajectory.num_turns, len(trajectory.response_text)) if prefer == "shortest" else (0, 0)
+                generated_chars = sum(map(len, texts))
+                rank = (trajectory.num_turns, generated_chars) if prefer == "shortest" else (0, 0)
                 accepted[task].append(((*rank, order), trajectory))
                 order += 1
     out_path = Path(out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     partial = out_path.with_name(f".{out_path.name}.part{os.getpid()}")
-    with open(partial, "w", encoding="utf-8") as handle:
-        for task in sorted(accepted):
-            ranked = sorted(accepted[task], key=lambda item: item[0])
-            keep = ranked if max_per_task == 0 else ranked[:max_per_task]
-            dropped["over_task_cap"] += len(ranked) - len(keep)
-            for _, trajectory in keep:
-                if not keep_token_ids:
-                    _drop_token_ids(trajectory)
-                write_trajectory(handle, trajectory)
-                report.kept += 1
-    partial.replace(out_path)
-    report.tasks_seen = len(tasks)
-    report.tasks_kept = len(accepted)
-    report.dropped = {reason: count for reason, count in sorted(dropped.items()) if count}
     report_path = out_path.with_name(out_path.name + ".report.json")
     report_partial = report_path.with_name(f".{report_path.name}.part{os.getpid()}")
-    report_partial.write_text(json.dumps(report.to_dict(), indent=2), encoding="utf-8")
-    report_partial.replace(report_path)
+    try:
+        with open(partial, "w", encoding="utf-8") as handle:
+            for task in sorted(accepted):
+                ranked = sorted(accepted[task], key=lambda item: item[0])
+                keep = ranked if max_per_task == 0 else ranked[:max_per_task]
+                dropped["over_task_cap"] += len(ranked) - len(keep)
+                for _, trajectory in keep:
+                    if not keep_token_ids:
+                        _drop_token_ids(trajectory)
+                    write_trajectory(handle, trajectory)
+                    report.kept += 1
+        report.tasks_seen = len(tasks)
+        report.tasks_kept = len(accepted)
+        report.dropped = {reason: count for reason, count in sorted(dropped.items()) if count}
+        report_partial.write_text(json.dumps(report.to_dict(), indent=2), encoding="utf-8")
+        report_path.unlink(missing_ok=True)  # never an old report beside new data
+        partial.replace(out_path)
+        report_partial.replace(report_path)
+    finally:
+        partial.unlink(missing_ok=True)
+        report_partial.unlink(missing_ok=True)
     return report

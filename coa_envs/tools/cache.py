@@ -8,7 +8,8 @@ asks for 10) and (for tools whose answer depends on the episode, such as
 Options that only change how a call is made (timeouts, keys, concurrency, retries) or where
 a resource lives (``path``, ``index``, ``url``: a cache recorded on one machine must replay on
 another) are left out of the key, so use one cache file per corpus. With no answer-shaping
-options the key is the same as a key without options.
+options the key is the same as a key without options. Options are keyed as configured: an
+explicit default (``top_k: 5`` where 5 is the default) keys differently from leaving it out.
 
 Query normalisation: Unicode NFC, leading/trailing whitespace stripped and internal runs
 of whitespace collapsed to one space. Case is *kept*: URLs, file names and code are
@@ -72,12 +73,14 @@ def normalise_query(query: str) -> str:
 
 #: Option names (or name endings) that change how or where a call is made, not what it returns.
 _TRANSPORT_OPTIONS = ("timeout", "timeout_s", "api_key", "api_key_env", "concurrency", "max_workers",
-                      "pool_size", "retries", "max_retries", "backoff_s", "user_agent", "headless",
-                      "path", "index", "index_path", "corpus", "url", "base_url", "torch_threads")
+                      "pool_size", "retries", "max_retries", "backoff_s", "max_backoff_s", "user_agent",
+                      "headless", "headers", "verify_tls", "device", "mmap", "path", "index", "corpus", "url",
+                      "base_url", "torch_threads", "browser_workers")
+_TRANSPORT_SUFFIXES = ("_timeout_s", "_api_key", "_retries", "_path", "_workers", "_threads", "_backoff_s")
 
 
 def _is_transport_option(name: str) -> bool:
-    return name in _TRANSPORT_OPTIONS or name.endswith(("_timeout_s", "_api_key", "_retries"))
+    return name in _TRANSPORT_OPTIONS or name.endswith(_TRANSPORT_SUFFIXES)
 
 
 def _answer_shaping(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -201,6 +201,9 @@ def test_build_tool_wraps_a_configured_tool(tmp_path) -> None:
 def test_answer_shaping_options_are_part_of_the_key_and_transport_options_are_not(tmp_path) -> None:
     db = tmp_path / "c.sqlite"
     assert options_fingerprint({"timeout_s": 5, "api_key": "k", "path": "/x"}) == ""
+    machine_specific = {"executable_path": "/usr/bin/chromium", "chromedriver_path": "/x", "verify_tls": "/ca.pem",
+                        "headers": {"Authorization": "Bearer t"}, "device": "cuda", "browser_workers": 4}
+    assert options_fingerprint(machine_specific) == ""
     nested = {"summary": {"model": "m", "api_key": "secret", "base_url": "http://a"}}
     assert options_fingerprint(nested) == options_fingerprint({"summary": {"model": "m"}}) != ""
     assert cache_key("t", "b", "q", "", options_fingerprint({})) == cache_key("t", "b", "q")  # old keys still hit

@@ -125,12 +125,13 @@ class RayRollouts:
                                    remote_actor_ids=actor_ids,
                                    timeout_seconds=self.config.rollout_timeout_s)
 
-    def _revive(self) -> None:
+    def _revive(self, wait: bool) -> None:
         """Bring restarted actors back into service with the current weights.
 
-        Ray restarts a dead actor in a new process, which takes seconds (env and model load);
-        a probe sent meanwhile fails fast, so probing repeats until every actor answers or
-        ``worker_restart_timeout_s`` passes.
+        Ray restarts a dead actor in a new process, which takes seconds (env and model load),
+        and a probe sent meanwhile fails fast. With ``wait`` (episodes are waiting for a
+        retry) probing repeats until every actor answers or ``worker_restart_timeout_s``
+        passes; otherwise one probe, so an actor that never comes back costs no step a wait.
         """
         deadline = time.monotonic() + self.config.worker_restart_timeout_s
         while True:
@@ -138,7 +139,8 @@ class RayRollouts:
             if restored:
                 self.restarts += len(restored)
                 self._push_weights(restored)
-            if self.manager.num_healthy_actors() == self.manager.num_actors() or time.monotonic() > deadline:
+            everyone = self.manager.num_healthy_actors() == self.manager.num_actors()
+            if not wait or everyone or time.monotonic() > deadline:
                 return
             time.sleep(0.5)
 
@@ -149,7 +151,7 @@ class RayRollouts:
         for attempt in range(self.config.max_episode_retries + 1):
             healthy = self.manager.healthy_actor_ids()
             if not healthy:
-                self._revive()
+                self._revive(wait=True)
                 healthy = self.manager.healthy_actor_ids()
             if not healthy:
                 break
@@ -167,10 +169,9 @@ class RayRollouts:
                     results.append(answered[actor_id])
                 else:
                     pending.append(shard)
-            self._revive()
-            if not pending:
-                break
-            if attempt == self.config.max_episode_retries:
+            retry_left = attempt < self.config.max_episode_retries
+            self._revive(wait=bool(pending) and retry_left)
+            if not pending or not retry_left:
                 break
         dropped = sum(len(s) for s in pending)
         stats = _merge(results)

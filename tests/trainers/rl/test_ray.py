@@ -81,8 +81,8 @@ def test_killed_rollout_worker_is_restarted_and_its_episodes_retried_or_counted(
     os.kill(pid, signal.SIGKILL)
     runner.join(timeout=600)
     trajectories, stats = out["result"]
-    assert stats["rollout/worker_restarts"] >= 1
     if retries:
+        assert stats["rollout/worker_restarts"] >= 1
         assert len(trajectories) == episodes and stats["rollout/dropped_episodes"] == 0
         new_pid = ray.get(actor.apply.remote(lambda w: os.getpid()))
         assert new_pid != pid
@@ -90,6 +90,9 @@ def test_killed_rollout_worker_is_restarted_and_its_episodes_retried_or_counted(
         assert ray.get(actor.apply.remote(lambda w: w.weights_version)) == 0
     else:
         assert trajectories == [] and stats["rollout/dropped_episodes"] == episodes
+        # Not waited for within the step that lost its episodes; back for the next one.
+        more, later = rollouts.run(jobs[:4])
+        assert len(more) == 4 and later["rollout/worker_restarts"] >= 1
     rollouts.close()
 
 
