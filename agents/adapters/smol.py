@@ -30,6 +30,7 @@ able to solve the task.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from typing import Any
@@ -51,8 +52,9 @@ class _EnvBridge:
         self.errors: Counter[str] = Counter()
         self.done = False
         self.reward = 0.0
-        self.pending: list[str] = []  # role spans written since the last call
+        self.pending: list[tuple[str, str]] = []  # (role, span) written since the last call
         self.dropped_notes = 0
+        self._lock = threading.Lock()  # parallel tool calls run in threads
 
     def note(self, role: str, text: str) -> None:
         """Keep the model's ``text`` as a ``<role>`` span of the next action, if it parses clean."""
@@ -60,15 +62,33 @@ class _EnvBridge:
 
         span = f"<{role}>{text.strip()}</{role}>"
         parsed = parse_turn(f"{span}\n<answer>-</answer>")  # a role span alone is no action
-        if text.strip() and parsed.ok and len(parsed.roles) == 1 and parsed.answer == "-":
-            self.pending.append(span)
-        elif text.strip():
-            self.dropped_notes += 1
+        with self._lock:
+            if text.strip() and parsed.ok and len(parsed.roles) == 1 and parsed.answer == "-":
+                self.pending.append((role, span))
+            elif text.strip():
+                self.dropped_notes += 1
+
+    def new_reply(self) -> None:
+        """A reply that offers tools starts: a thought whose call never reached the env (it did
+        not parse) belongs to no action; a plan stays for the action it plans."""
+        with self._lock:
+            stale = [note for note in self.pending if note[0] == "think"]
+            self.pending = [note for note in self.pending if note[0] != "think"]
+            self.dropped_notes += len(stale)
+
+    def _with_notes(self, action: str) -> str:
+        from coa_envs.protocol import MAX_TURN_CHARS
+
+        with self._lock:
+            notes, self.pending = [span for _, span in self.pending], []
+        joined = "\n".join([*notes, action])
+        if notes and len(joined) > MAX_TURN_CHARS:  # the notes must never cost the action
+            self.dropped_notes += len(notes)
+            return action
+        return joined
 
     def step(self, action: str) -> tuple[str, dict[str, Any]]:
-        if self.pending:
-            action = "\n".join([*self.pending, action])
-            self.pending.clear()
+        action = self._with_notes(action)
         observation, reward, terminated, truncated, info = self.env.step(action)
         self.trajectory.add_generated(action)
         if observation:
@@ -78,6 +98,8 @@ class _EnvBridge:
             self.calls[str(tool)] += 1
             if info.get("error_kind"):
                 self.errors[str(tool)] += 1
+        elif info.get("error_kind"):  # the env corrected the action itself (format, length)
+            self.errors["action"] += 1
         if terminated or truncated:
             self.done = True
             self.reward = float(reward)
@@ -132,9 +154,10 @@ def env_tools(env: Any, bridge: _EnvBridge) -> list[Any]:
     return tools
 
 
-def _noting_model(model: Any, bridge: _EnvBridge) -> Any:
+def _noting_model(model: Any, bridge: _EnvBridge, planning: bool) -> Any:
     """Wrap a smolagents ``Model`` so the text of each reply reaches ``bridge.note``: a reply
-    offered no tools is a planning step, one offered tools is the thought before a call."""
+    offered tools is the thought before a call; one offered none is a planning step when the
+    agent plans, else the framework's last-resort answer after ``max_steps`` (not a plan)."""
     from smolagents.models import Model
 
     class NotingModel(Model):
@@ -146,11 +169,14 @@ def _noting_model(model: Any, bridge: _EnvBridge) -> Any:
 
         def generate(self, messages: list[Any], stop_sequences: Any = None, response_format: Any = None,
                      tools_to_call_from: Any = None, **kwargs: Any) -> Any:
+            if tools_to_call_from is not None:
+                bridge.new_reply()
             reply = model.generate(messages, stop_sequences=stop_sequences, response_format=response_format,
                                    tools_to_call_from=tools_to_call_from, **kwargs)
             text = reply.content if isinstance(reply.content, str) else ""
             if tools_to_call_from is None:
-                bridge.note("plan", text)
+                if planning:
+                    bridge.note("plan", text)
             else:  # a call written as text ("Action: {...}") follows the thought
                 bridge.note("think", text if reply.tool_calls else text.split("Action:")[0])
             return reply
@@ -183,7 +209,8 @@ def run_smolagents_episode(
                             prompt_messages=messages, prompt_text=question, seed=seed)
     trajectory.info["framework"] = "smolagents"
     bridge = _EnvBridge(env, trajectory)
-    agent = ToolCallingAgent(tools=env_tools(env, bridge), model=_noting_model(model, bridge),
+    planning = bool((agent_kwargs or {}).get("planning_interval"))
+    agent = ToolCallingAgent(tools=env_tools(env, bridge), model=_noting_model(model, bridge, planning),
                              max_steps=max_steps or int(info.get("max_turns") or 8),
                              verbosity_level=LogLevel.OFF, **(agent_kwargs or {}))
     try:

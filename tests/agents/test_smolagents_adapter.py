@@ -131,7 +131,7 @@ def test_smolagents_solves_synthhop_through_coa_serve(tiny_tokenizer):
     assert sum(app.state.engine.batch_sizes) == sum(len(p) for p in plans.values())
 
 
-def _thinking_model(task, bad_thought: str | None = None):
+def _thinking_model(task, bad_thought: str | None = None, plan: str = "1. find the page\n2. read the answer"):
     """A scripted smolagents model that plans, says why before each call, then calls."""
     from smolagents.models import (
         ChatMessage,
@@ -155,7 +155,7 @@ def _thinking_model(task, bad_thought: str | None = None):
 
         def generate(self, messages, stop_sequences=None, response_format=None, tools_to_call_from=None, **kw):
             if tools_to_call_from is None:
-                return ChatMessage(role=MessageRole.ASSISTANT, content="1. find the page\n2. read the answer")
+                return ChatMessage(role=MessageRole.ASSISTANT, content=plan)
             name, arguments = script[min(self.step, len(script) - 1)]
             self.step += 1
             thought = bad_thought if bad_thought and self.step == 1 else f"Next I use {name} on {arguments}."
@@ -185,3 +185,15 @@ def test_framework_plans_and_thoughts_become_coa_role_spans():
     env.close()
     assert broken.reward == 1.0 and broken.info["dropped_notes"] == 1
     assert "maybe" not in broken.response_text
+
+
+def test_notes_never_cost_the_action_and_errors_without_a_tool_are_counted():
+    env = gym.make("coa/SynthHop-v0")
+    env.reset(options={"task_index": 0})
+    # plan + thought together pass the turn length limit: the notes go, the calls stay.
+    model = _thinking_model(env.unwrapped.task, bad_thought="why " * 10_000, plan="step " * 8_000)
+    trajectory = run_smolagents_episode(env, model, options={"task_index": 0}, agent_kwargs={"planning_interval": 1})
+    env.close()
+    assert trajectory.reward == 1.0 and trajectory.info["dropped_notes"] >= 2
+    assert "action" not in trajectory.tool_errors  # no turn had to be corrected
+    assert all(parse_turn(s.text).ok for s in trajectory.segments if s.kind == "generated")
