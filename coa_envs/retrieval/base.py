@@ -85,10 +85,13 @@ def build_hint(backend: str, index_dir: str | Path, corpus: str | Path | None = 
 
 
 @contextlib.contextmanager
-def staged_index(index_dir: Path, meta: dict[str, Any]) -> Iterator[Path]:
-    """Yield a staging directory beside ``index_dir``; on success write ``meta`` there and
-    swap it in with one rename, so a reader never sees a half-written index and a crashed
-    build leaves the previous index (if any) untouched."""
+def staged_index(index_dir: Path, backend: str, corpus_path: Path, num_docs: int, **meta: Any) -> Iterator[Path]:
+    """Yield a staging directory beside ``index_dir``; on success write the metadata there
+    (which corpus, its size, the backend's own ``meta``) and swap it in with one rename, so
+    a reader never sees a half-written index and a crashed build leaves the previous index
+    (if any) untouched."""
+    meta = {"backend": backend, "corpus_path": str(corpus_path), "corpus_bytes": corpus_path.stat().st_size,
+            "num_docs": num_docs, **meta}
     index_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.", dir=index_dir.parent))
     try:

@@ -109,17 +109,8 @@ def build_bm25_index(
     model = bm25s.BM25(k1=k1, b=b)
     model.index(tokens, show_progress=show_progress)
 
-    meta = {
-        "backend": "bm25",
-        "corpus_path": str(corpus_path),
-        "corpus_bytes": corpus_path.stat().st_size,
-        "num_docs": len(offsets),
-        "stemmer": stemmer,
-        "stopwords": stopwords,
-        "k1": k1,
-        "b": b,
-    }
-    with staged_index(index_dir, meta) as staging:
+    with staged_index(index_dir, "bm25", corpus_path, len(offsets), stemmer=stemmer, stopwords=stopwords,
+                      k1=k1, b=b) as staging:
         model.save(str(staging), show_progress=False)
         np.save(staging / _OFFSETS_FILE, np.asarray(offsets, dtype=np.int64))
         np.save(staging / _TERM_MAX_FILE, column_max(model.scores["data"], model.scores["indptr"]))

@@ -163,17 +163,8 @@ def build_dense_index(
     if not offsets:
         raise RetrievalIndexError(f"corpus {corpus_path} has no passages")
 
-    meta = {
-        "backend": "dense",
-        "corpus_path": str(corpus_path),
-        "corpus_bytes": corpus_path.stat().st_size,
-        "num_docs": len(offsets),
-        "model": model_name,
-        "dim": index.d,
-        "query_prefix": query_prefix,
-        "passage_prefix": passage_prefix,
-    }
-    with staged_index(index_dir, meta) as staging:
+    with staged_index(index_dir, "dense", corpus_path, len(offsets), model=model_name, dim=index.d,
+                      query_prefix=query_prefix, passage_prefix=passage_prefix) as staging:
         faiss.write_index(index, str(staging / _INDEX_FILE))
         np.save(staging / _OFFSETS_FILE, np.asarray(offsets, dtype=np.int64))
     return index_dir
