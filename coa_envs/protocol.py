@@ -154,21 +154,32 @@ def _parse_plain_spans(text: str, allow_parallel: bool) -> ParsedTurn | None:
     for tag, body in found:
         if answer is not None:
             return _fail(ProtocolErrorKind.TEXT_AFTER_ANSWER, "nothing may follow </answer>", spans)
-        spans.append(tag)
-        if tag in _ROLE_SET:
-            roles.append(RoleSpan(tag, body.strip()))
-        elif tag in _TOOL_SET:
-            query = strip_code_fence(body) if tag == "code" else body.strip()
-            if not query.strip():
-                return _fail(ProtocolErrorKind.EMPTY_QUERY, f"<{tag}> is empty; put the query inside", spans)
-            tools.append(ToolCall(tag, query))
-        else:
-            answer = body.strip()
-            if not answer:
-                return _fail(ProtocolErrorKind.EMPTY_ANSWER, "<answer> is empty", spans)
+        taken = _take_span(tag, body, roles, tools, spans)
+        if isinstance(taken, ParsedTurn):
+            return taken
+        answer = taken if taken is not None else answer
     if answer is not None and position < end and not text[position:].isspace():
         return _fail(ProtocolErrorKind.TEXT_AFTER_ANSWER, "nothing may follow </answer>", spans)
     return _finish(roles, tools, answer, spans, allow_parallel)
+
+
+def _take_span(
+    tag: str, body: str, roles: list[RoleSpan], tools: list[ToolCall], spans: list[str]
+) -> ParsedTurn | str | None:
+    """Record one closed span (both parsers share this): the failed turn for an empty query or
+    answer, the answer text for ``<answer>``, else None."""
+    spans.append(tag)
+    if tag in _ROLE_SET:
+        roles.append(RoleSpan(tag, body.strip()))
+        return None
+    if tag in _TOOL_SET:
+        query = strip_code_fence(body) if tag == "code" else body.strip()
+        if not query.strip():
+            return _fail(ProtocolErrorKind.EMPTY_QUERY, f"<{tag}> is empty; put the query inside", spans)
+        tools.append(ToolCall(tag, query))
+        return None
+    answer = body.strip()
+    return answer or _fail(ProtocolErrorKind.EMPTY_ANSWER, "<answer> is empty", spans)
 
 
 def _finish(
@@ -246,20 +257,12 @@ def _parse_general(text: str, *, allow_parallel: bool = False) -> ParsedTurn:
         if closer == count:
             return _fail(ProtocolErrorKind.UNCLOSED_TAG, f"<{tag}> is never closed with </{tag}>", spans)
         body = text[match.end() : tags[closer].start()]
-        spans.append(tag)
         index = closer + 1
-        if tag in _ROLE_SET:
-            roles.append(RoleSpan(tag, body.strip()))
-        elif tag in _TOOL_SET:
-            query = strip_code_fence(body) if tag == "code" else body.strip()
-            if not query.strip():
-                return _fail(ProtocolErrorKind.EMPTY_QUERY, f"<{tag}> is empty; put the query inside", spans)
-            tools.append(ToolCall(tag, query))
-        else:  # answer
-            answer = body.strip()
-            answer_end = tags[closer].end()
-            if not answer:
-                return _fail(ProtocolErrorKind.EMPTY_ANSWER, "<answer> is empty", spans)
+        taken = _take_span(tag, body, roles, tools, spans)
+        if isinstance(taken, ParsedTurn):
+            return taken
+        if taken is not None:
+            answer, answer_end = taken, tags[closer].end()
 
     if answer is not None and not text[answer_end:].isspace() and text[answer_end:]:
         return _fail(ProtocolErrorKind.TEXT_AFTER_ANSWER, "nothing may follow </answer>", spans)
