@@ -115,6 +115,15 @@ def _pyplot() -> Any:
     return plt
 
 
+def _save(figure: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt  # already set up by _pyplot
+
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
 def write_plots(runs: Sequence[Run], out: str | Path) -> list[Path]:
     """Draw :data:`PLOT_NAMES` for ``runs`` into ``out``; returns the written paths."""
     plt = _pyplot()
@@ -136,11 +145,7 @@ def write_plots(runs: Sequence[Run], out: str | Path) -> list[Path]:
     axes.grid(alpha=0.3)
     if any(r.trajectories for r in runs):
         axes.legend(fontsize="small")
-    path = directory / PLOT_NAMES[0]
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    written.append(path)
+    written.append(_save(figure, directory / PLOT_NAMES[0]))
 
     figure, axes = plt.subplots(figsize=(6.4, 4.2))
     tools = sorted({name for r in runs for name in (r.summary.get("tool_calls") or {})})
@@ -157,11 +162,7 @@ def write_plots(runs: Sequence[Run], out: str | Path) -> list[Path]:
     axes.set_title("Tool usage" if tools else "Tool usage (no tool calls)")
     axes.grid(axis="y", alpha=0.3)
     axes.legend(fontsize="small")
-    path = directory / PLOT_NAMES[1]
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    written.append(path)
+    written.append(_save(figure, directory / PLOT_NAMES[1]))
     return written
 
 
