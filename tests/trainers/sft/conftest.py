@@ -1,7 +1,10 @@
-"""Shared fixtures for the SFT tests: a tiny tokenizer, a tiny model, SynthHop oracle data."""
+"""Shared fixtures for the SFT tests: a tiny tokenizer, a tiny model, SynthHop oracle data,
+synthetic CoA chat data."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,3 +45,18 @@ def synthhop_heldout(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("synthhop") / "oracle_test.jsonl"
     return generate_trajectories("coa/SynthHop-v0", path, 40,
                                  task_options={"num_tasks": 375, "split": "test"})
+
+
+@pytest.fixture(scope="session")
+def write_messages_data() -> Callable[[Path, int, int], Path]:
+    """``write(path, count, seed)``: ``count`` synthetic CoA answers as chat-messages JSONL."""
+    from agents.tiny import synthetic_coa_texts
+
+    def write(path: Path, count: int, seed: int) -> Path:
+        rows = [{"messages": [{"role": "user", "content": f"question {i}"},
+                              {"role": "assistant", "content": text}]}
+                for i, text in enumerate(synthetic_coa_texts(count, seed=seed))]
+        path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+        return path
+
+    return write

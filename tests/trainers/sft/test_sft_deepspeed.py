@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from agents.tiny import synthetic_coa_texts
-
 REPO = Path(__file__).resolve().parents[3]
 pytestmark = [
     pytest.mark.slow,
@@ -27,12 +25,9 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory) -> Path:
+def work(tmp_path_factory, write_messages_data) -> Path:
     work = tmp_path_factory.mktemp("sft_ds")
-    rows = [{"messages": [{"role": "user", "content": f"question {i}"},
-                          {"role": "assistant", "content": text}]}
-            for i, text in enumerate(synthetic_coa_texts(24, seed=9))]
-    (work / "sft.jsonl").write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    write_messages_data(work / "sft.jsonl", 24, 9)
     (work / "sft.yaml").write_text(
         f"model: tiny\ntrain_path: {work / 'sft.jsonl'}\n"
         "tiny: {vocab_size: 384, hidden_size: 32, layers: 2, heads: 4, kv_heads: 2}\n"

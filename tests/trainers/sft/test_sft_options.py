@@ -8,18 +8,12 @@ from itertools import pairwise
 
 import pytest
 
-from agents.tiny import synthetic_coa_texts
 from trainers.sft import load_config, train
 
 
 @pytest.fixture(scope="module")
-def messages_file(tmp_path_factory):
-    rows = [{"messages": [{"role": "user", "content": f"question {i}"},
-                          {"role": "assistant", "content": text}]}
-            for i, text in enumerate(synthetic_coa_texts(12, seed=7))]
-    path = tmp_path_factory.mktemp("sft_opts") / "sft.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
-    return path
+def messages_file(tmp_path_factory, write_messages_data):
+    return write_messages_data(tmp_path_factory.mktemp("sft_opts") / "sft.jsonl", 12, 7)
 
 
 def _config(data, out, **overrides):

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from agents.tiny import synthetic_coa_texts
 from trainers.sft import load_config, train
 
 REPO = Path(__file__).resolve().parents[3]
@@ -25,13 +24,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def config_file(tmp_path_factory) -> Path:
+def config_file(tmp_path_factory, write_messages_data) -> Path:
     work = tmp_path_factory.mktemp("sft_procs")
-    rows = [{"messages": [{"role": "user", "content": f"question {i}"},
-                          {"role": "assistant", "content": text}]}
-            for i, text in enumerate(synthetic_coa_texts(40, seed=9))]
-    data = work / "sft.jsonl"
-    data.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    data = write_messages_data(work / "sft.jsonl", 40, 9)
     config = work / "sft.yaml"
     config.write_text(
         f"model: tiny\ntrain_path: {data}\n"
