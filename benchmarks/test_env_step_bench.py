@@ -8,29 +8,12 @@ PythonCodeTool with execution stubbed (what a GEM step costs before code runs).
 
 from __future__ import annotations
 
-import gymnasium as gym
-
-import coa_envs  # noqa: F401
-from coa_envs.bench import NoOpTool
+from coa_envs.bench import NoOpTool, noop_tool_step
 from coa_envs.types import ToolContext
 
 
-def _env():
-    env = gym.make("coa/AIME24-v0").unwrapped
-    env._tools = {"code": NoOpTool()}
-    env.reset(seed=0)
-    return env
-
-
 def test_env_step_noop_tool(benchmark):
-    env = _env()
-    counter = iter(range(10**9))
-
-    def step():
-        # distinct queries so the repeated-query guard is not what we measure
-        env.turn, env.done, env.history_chars = 0, False, 0
-        return env.step(f"<think>compute</think>\n<code>print({next(counter)})</code>")
-
+    _, step = noop_tool_step()
     benchmark(step)
     micros = benchmark.stats.stats.median * 1e6
     benchmark.extra_info["step_us"] = round(micros, 2)

@@ -20,7 +20,8 @@ from typing import Any
 
 from coa_envs.types import ToolContext, ToolResult
 
-__all__ = ["CHECKS", "NoOpTool", "bench_env_step", "bench_protocol", "bench_sandbox", "realistic_turn"]
+__all__ = ["CHECKS", "NoOpTool", "bench_env_step", "bench_protocol", "bench_sandbox", "noop_tool_step",
+           "realistic_turn"]
 
 _THINK = (
     "We need the population of the capital. First recall what we know about the country, "
@@ -71,7 +72,9 @@ def bench_protocol(seconds: float = 1.0) -> dict[str, float]:
     return {"parse_MB_per_s": ours, "regex_scan_MB_per_s": scan, "target_MB_per_s": 50.0}
 
 
-def bench_env_step(seconds: float = 1.0) -> dict[str, float]:
+def noop_tool_step() -> tuple[Any, Callable[[], Any]]:
+    """``(env, step)``: an AIME env whose ``code`` tool is a no-op, and one mid-episode step of
+    it with a fresh query each call (the repeated-query guard is not what is measured)."""
     import gymnasium as gym
 
     import coa_envs  # noqa: F401  (registers the ids)
@@ -81,10 +84,15 @@ def bench_env_step(seconds: float = 1.0) -> dict[str, float]:
     env.reset(seed=0)
     counter = iter(range(10**12))
 
-    def step() -> None:
+    def step() -> Any:
         env.turn, env.done, env.history_chars = 0, False, 0  # stay mid-episode
-        env.step(f"<think>compute</think>\n<code>print({next(counter)})</code>")  # distinct queries
+        return env.step(f"<think>compute</think>\n<code>print({next(counter)})</code>")
 
+    return env, step
+
+
+def bench_env_step(seconds: float = 1.0) -> dict[str, float]:
+    env, step = noop_tool_step()
     tool, ctx = NoOpTool(), ToolContext()
     step_s = _median_call_s(step, seconds / 2)
     tool_s = _median_call_s(lambda: tool.run("print(1)", ctx), seconds / 2)
