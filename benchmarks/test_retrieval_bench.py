@@ -203,7 +203,7 @@ def test_server_round_trip_overhead(benchmark, bm25_index):
         [
             sys.executable,
             "-m",
-            "coa_envs.cli.main",
+            "coa_cli.main",
             "retriever",
             "serve",
             "--index",

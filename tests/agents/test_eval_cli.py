@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 pytest.importorskip("matplotlib", reason="needs the [llm] extra")
 
-from coa_envs.cli.main import app
+from coa_cli.main import app
 
 runner = CliRunner()
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -149,7 +149,7 @@ def test_coa_serve_cli_starts_and_answers(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "coa_envs.cli.main", "serve", "--tiny", str(tmp_path / "m"),
+    command = [sys.executable, "-m", "coa_cli.main", "serve", "--tiny", str(tmp_path / "m"),
                "--port", str(port), "--served-model-name", "tiny-cli"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:

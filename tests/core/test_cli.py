@@ -6,7 +6,7 @@ import json
 
 from typer.testing import CliRunner
 
-from coa_envs.cli.main import app
+from coa_cli.main import app
 
 runner = CliRunner()
 

@@ -127,7 +127,7 @@ def test_cli_serve_builds_an_index_from_the_corpus_and_answers_until_stopped(sma
     import subprocess
     import sys
 
-    from coa_envs.cli.retriever import default_index_dir
+    from coa_cli.retriever import default_index_dir
 
     port = _free_port()
     env = {**os.environ, "COA_CACHE_DIR": str(tmp_path)}
@@ -135,7 +135,7 @@ def test_cli_serve_builds_an_index_from_the_corpus_and_answers_until_stopped(sma
         [
             sys.executable,
             "-m",
-            "coa_envs.cli.main",
+            "coa_cli.main",
             "retriever",
             "serve",
             "--corpus",

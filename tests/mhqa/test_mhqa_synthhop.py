@@ -171,7 +171,7 @@ def test_acceptance_coa_eval_oracle_is_one_and_retrieval_baseline_far_below(tmp_
     """The issue's acceptance commands, run through the real CLI on 200 tasks each."""
     from typer.testing import CliRunner
 
-    from coa_envs.cli.main import app
+    from coa_cli.main import app
 
     monkeypatch.setenv("COA_CACHE_DIR", str(tmp_path / "cache"))
     means = {}

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 import coa_envs  # noqa: F401
-from coa_envs.cli.main import app
+from coa_cli.main import app
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

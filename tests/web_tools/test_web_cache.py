@@ -243,7 +243,7 @@ def test_closing_closes_the_wrapped_tool(tmp_path) -> None:
 def test_coa_cache_cli_exports_imports_and_counts(tmp_path) -> None:
     from typer.testing import CliRunner
 
-    from coa_envs.cli.main import app
+    from coa_cli.main import app
 
     tool = CachedTool(CountingTool(), backend="local", mode="record", path=tmp_path / "a.sqlite")
     for query in ("alpha", "blocked x"):

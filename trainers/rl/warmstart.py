@@ -90,7 +90,7 @@ def oracle_trajectories(config: RLConfig, path: str | Path, episodes: int,
 
 
 def _sft_config(config: RLConfig, train_path: Path, out: Path) -> Any:
-    from trainers.sft_config import SFTConfig
+    from trainers.sft.config import SFTConfig
 
     settings = {k: v for k, v in config.warm_start.items() if k not in _OWN_KEYS}
     if config.model == "tiny" and "tiny" not in settings:

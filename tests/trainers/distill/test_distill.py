@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agents.trajectory import Trajectory, read_trajectories, write_trajectory
-from coa_envs.cli.main import app
+from coa_cli.main import app
 from trainers.data import load_samples
 from trainers.distill import distill, rejection_reason
 

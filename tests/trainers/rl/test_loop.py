@@ -87,7 +87,7 @@ def test_cli_resumes_after_kill_9(tmp_path):
     import yaml
 
     config.write_text(yaml.safe_dump(cfg))
-    command = [sys.executable, "-m", "coa_envs.cli.main", "train", "rl", "--config", str(config)]
+    command = [sys.executable, "-m", "coa_cli.main", "train", "rl", "--config", str(config)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     marker = tmp_path / "run" / "checkpoints" / "step_000002" / "COMPLETE"

@@ -43,7 +43,7 @@ def work(tmp_path_factory, write_messages_data) -> Path:
 
 def _run(work: Path, name: str, *overrides: str) -> dict[int, float]:
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    done = subprocess.run([sys.executable, "-m", "coa_envs.cli.main", "train", "sft", "--config",
+    done = subprocess.run([sys.executable, "-m", "coa_cli.main", "train", "sft", "--config",
                            str(work / "sft.yaml"), f"output_dir={work / name}", *overrides],
                           env=env, cwd=work, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]

@@ -8,8 +8,8 @@ import torch
 
 from agents.tiny import synthetic_coa_texts
 from trainers.data import Message, SftSample, pack_samples, pack_to_batch, split_observations, tokenize_sample
-from trainers.sft_attention import set_attention
-from trainers.sft_model import loss_sum
+from trainers.sft.attention import set_attention
+from trainers.sft.model import loss_sum
 
 pytestmark = [
     pytest.mark.gpu,

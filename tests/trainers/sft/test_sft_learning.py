@@ -20,7 +20,7 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "sft_tiny.yaml"
 def trained_run(synthhop_trajectories, synthhop_heldout, tmp_path_factory) -> Path:
     from typer.testing import CliRunner
 
-    from coa_envs.cli.main import app
+    from coa_cli.main import app
 
     out = tmp_path_factory.mktemp("sft_tiny")
     result = CliRunner().invoke(app, [
@@ -79,7 +79,7 @@ def test_checkpoint_loads_in_the_hf_engine_and_greedy_turns_use_the_coa_format(t
 def test_coa_eval_runs_the_checkpoint_with_the_hf_engine(trained_run, tmp_path):
     from typer.testing import CliRunner
 
-    from coa_envs.cli.main import app
+    from coa_cli.main import app
 
     out = tmp_path / "eval"
     result = CliRunner().invoke(app, [

@@ -17,8 +17,8 @@ from trainers.data import (
     split_observations,
     tokenize_sample,
 )
-from trainers.sft_attention import set_attention
-from trainers.sft_model import loss_sum
+from trainers.sft.attention import set_attention
+from trainers.sft.model import loss_sum
 
 GENERATED_1 = "<think>\nsearch the city first\n</think>\n<wiki_search>capital river</wiki_search>"
 OBSERVATION_1 = "\n<observation>\nthe capital of the river city is number one\n</observation>\n\n"

@@ -49,7 +49,7 @@ def test_cosine_schedule_warms_up_then_decays(messages_file, tmp_path):
 def test_cli_overrides_and_bad_keys(messages_file, tmp_path):
     from typer.testing import CliRunner
 
-    from coa_envs.cli.main import app
+    from coa_cli.main import app
 
     config = tmp_path / "sft.yaml"
     config.write_text(f"model: tiny\ntrain_path: {messages_file}\nmax_seq_len: 160\n"

@@ -19,8 +19,8 @@ from trainers.data import (
     truncate_samples,
 )
 from trainers.data.packing import SampleTooLongError
-from trainers.sft_attention import set_attention
-from trainers.sft_model import loss_sum
+from trainers.sft.attention import set_attention
+from trainers.sft.model import loss_sum
 
 
 def _tokenized(tokenizer, n: int = 6) -> list[TokenizedSample]:

@@ -38,7 +38,7 @@ def config_file(tmp_path_factory, write_messages_data) -> Path:
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "coa_envs.cli.main", "train", "sft", *args]
+    return [sys.executable, "-m", "coa_cli.main", "train", "sft", *args]
 
 
 def _env() -> dict[str, str]:
@@ -61,7 +61,7 @@ def test_torchrun_two_processes_match_one_process_with_twice_the_accumulation(co
     scaled to a token-level mean, so 2 ranks x 1 row equals 1 process x 2 rows per step."""
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
                 "--master_addr=127.0.0.1", f"--master_port={_free_port()}", "-m",
-                "coa_envs.cli.main", "train", "sft"]
+                "coa_cli.main", "train", "sft"]
     # no dropout here: each rank draws its own masks, so only a dropout-free run can match
     common = ["max_steps=4", "tiny.attention_dropout=0.0"]
     ddp = subprocess.run([*launcher, "--config", str(config_file), *common, "grad_accum=1",

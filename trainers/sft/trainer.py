@@ -1,7 +1,7 @@
 """Masked SFT on CoA trajectories: loss only on model-generated tokens, packed rows, resumable.
 
-Read top to bottom: config (``trainers.sft_config.SFTConfig``) -> data (tokenised span by span,
-packed, :mod:`trainers.data`) -> model (:mod:`trainers.sft_model`) -> the loop -> checkpoints.
+Read top to bottom: config (``trainers.sft.config.SFTConfig``) -> data (tokenised span by span,
+packed, :mod:`trainers.data`) -> model (:mod:`trainers.sft.model`) -> the loop -> checkpoints.
 
 The loss of an optimiser step is the *token-level mean* cross-entropy over every trained token
 of every packed row in that step (across gradient-accumulation micro-steps and across
@@ -33,7 +33,7 @@ from trainers.data import (
     prepare_packs,
     split_eval,
 )
-from trainers.sft_checkpoint import (
+from trainers.sft.checkpoint import (
     TrainerPosition,
     find_checkpoint,
     load_state,
@@ -41,9 +41,9 @@ from trainers.sft_checkpoint import (
     rotate_checkpoints,
     save_state,
 )
-from trainers.sft_config import SFTConfig, load_config
-from trainers.sft_metrics import MetricsLogger
-from trainers.sft_model import load_model, load_tokenizer, loss_sum, save_for_inference
+from trainers.sft.config import SFTConfig, load_config
+from trainers.sft.metrics import MetricsLogger
+from trainers.sft.model import load_model, load_tokenizer, loss_sum, save_for_inference
 
 __all__ = ["SFTConfig", "SFTResult", "load_config", "train"]
 

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from trainers.sft_attention import set_attention
-from trainers.sft_config import SFTConfig
+from trainers.sft.attention import set_attention
+from trainers.sft.config import SFTConfig
 
 __all__ = ["load_model", "load_tokenizer", "loss_sum", "save_for_inference", "unwrap"]
 

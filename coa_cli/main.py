@@ -6,13 +6,13 @@ import json
 
 import typer
 
-from coa_envs.cli.bench import bench_command
-from coa_envs.cli.cache import app as cache_app
-from coa_envs.cli.distill import distill_command
-from coa_envs.cli.eval import eval_command, report_command
-from coa_envs.cli.retriever import app as retriever_app
-from coa_envs.cli.serve import serve_command
-from coa_envs.cli.train import train_app
+from coa_cli.bench import bench_command
+from coa_cli.cache import app as cache_app
+from coa_cli.distill import distill_command
+from coa_cli.eval import eval_command, report_command
+from coa_cli.retriever import app as retriever_app
+from coa_cli.serve import serve_command
+from coa_cli.train import train_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Chain-of-Agents environments.")
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import typer
 
+from coa_cli.train_rl import rl_command
+
 __all__ = ["train_app"]
 
 train_app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -41,11 +43,4 @@ def sft_command(
     typer.echo(f"model: {result.final_dir or 'halted; resume with resume=latest'}")
 
 
-def _register_rl() -> None:
-    """``coa train rl``: the command lives with the RL trainer (trainers/rl/cli.py)."""
-    from trainers.rl.cli import rl_command
-
-    train_app.command("rl")(rl_command)
-
-
-_register_rl()
+train_app.command("rl")(rl_command)

@@ -1,7 +1,6 @@
 """``coa train rl --config FILE [key=value ...]``: the RL trainer's command.
 
-Registered on the ``coa train`` sub-app (``coa_envs/cli/train.py``); kept here so the CLI
-module stays a list of one-line registrations and the trainer owns its options.
+Registered on the ``coa train`` sub-app (``coa_cli/train.py``).
 """
 
 from __future__ import annotations
