@@ -6,8 +6,8 @@ import json
 
 from typer.testing import CliRunner
 
-from coa_envs.bench import realistic_turn
 from coa_cli.main import app
+from coa_envs.bench import realistic_turn
 from coa_envs.protocol import parse_turn
 
 
