@@ -12,6 +12,11 @@ Agents: ``oracle`` (gold answers; validates data and rewards), ``replay:FILE`` (
 recorded run's actions again, e.g. to re-score it), ``llm`` (an :class:`LLMPolicy` over
 ``--engine``; the default when ``--model`` is given), or ``MODULE:NAME`` (your own Agent
 class, instantiated per episode, or a ``(observation, info) -> action`` callable).
+
+Tasks come from the held-out side of the env's train/test partition (``--split test``, see
+:mod:`coa_envs.tasks.split`): a benchmark test set whole, a pool's fixed 20%. ``--split all``
+scores every task of a file given with ``--data``; ``--split train`` plays training tasks
+(a teacher producing SFT data).
 """
 
 from __future__ import annotations
@@ -186,6 +191,8 @@ def eval_command(
     out: Path = typer.Option(Path("runs/eval"), help="Output directory."),
     resume: bool = typer.Option(False, help="Keep finished episodes in OUT and run the rest."),
     data: str | None = typer.Option(None, help="Task file/dir (sets data_path)."),
+    split: str = typer.Option("test", help="test (held-out tasks) | train | all: which side of the "
+                                           "env's train/test partition to run (see `coa list`)."),
     max_turns: int | None = typer.Option(None, help="Override the env's turn limit."),
     max_tool_calls: int = typer.Option(50, help="End an episode after this many tool calls."),
     episode_timeout: float = typer.Option(600.0, help="Seconds per episode before error:timeout."),
@@ -209,7 +216,7 @@ def eval_command(
         raise typer.BadParameter("--n, --samples and --concurrency must be >= 1")
     agent = agent or ("llm" if model else "oracle")
     choose = load_selector(selector, judge_url, judge_model)
-    make_kwargs: dict[str, Any] = {}
+    make_kwargs: dict[str, Any] = {"task_options": {"split": split}}
     if data:
         make_kwargs["data_path"] = data
     if max_turns is not None:
@@ -218,6 +225,8 @@ def eval_command(
         probe = gym.make(env_id, **make_kwargs)
     except gym.error.Error as exc:
         raise typer.BadParameter(str(exc), param_hint="ENV_ID") from None
+    except ValueError as exc:  # a bad option, or split=train on a benchmark test set
+        raise typer.BadParameter(str(exc), param_hint="--split/--data") from None
     task_ids = [t.task_id for t in probe.unwrapped.tasks]
     probe.close()
     indices = list(range(min(n, len(task_ids))))
@@ -247,7 +256,9 @@ def eval_command(
     order = {(task_ids[i], k): i for i in indices for k in range(samples)}
     _sort_file(trajectories_path, order)
     extra = {"agent": agent, "model": model, "engine": engine if agent == "llm" else None,
-             "selector": selector, "seed": seed, "resumed_episodes": result.skipped,
+             "selector": selector, "seed": seed, "split": split,
+             "distinct_tasks": len({t.task_id for t in result.trajectories}),
+             "resumed_episodes": result.skipped,
              "failed_episodes": sum(1 for t in result.trajectories if t.status != "ok")}
     summary = summarize(env_id, result.trajectories, samples=samples, wall_s=result.wall_s,
                         selector=choose, extra=extra)
@@ -262,7 +273,7 @@ def eval_command(
             write_plots([run], out / "plots")
         except ImportError:
             typer.echo("plots skipped: matplotlib is not installed (pip install coa-envs[llm])", err=True)
-    _print_table(f"{env_id} · agent={agent}" + (f" · {engine}:{model}" if agent == "llm" else ""),
+    _print_table(f"{env_id} [{split}] · agent={agent}" + (f" · {engine}:{model}" if agent == "llm" else ""),
                  comparison_rows([run]), [run.label])
 
 

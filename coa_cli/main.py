@@ -19,8 +19,9 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="Chain-of-Age
 
 @app.command("list")
 def list_envs(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
-    """List every registered env id with its family, tools and reward."""
+    """List every registered env id with its family, tools, reward and train/test split."""
     from coa_envs.registry import describe, ids
+    from coa_envs.tasks.split import SPLIT_LEGEND
 
     rows = [describe(env_id) for env_id in ids()]
     if as_json:
@@ -29,12 +30,12 @@ def list_envs(as_json: bool = typer.Option(False, "--json", help="Print JSON ins
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{len(rows)} coa-envs environments")
-    for column in ("id", "family", "tools", "reward", "max turns"):
+    table = Table(title=f"{len(rows)} coa-envs environments", caption=SPLIT_LEGEND)
+    for column in ("id", "family", "tools", "reward", "max turns", "split"):
         table.add_column(column)
     for row in rows:
         tools = ", ".join(f"{k}:{v}" for k, v in row["tools"].items())
-        table.add_row(row["id"], row["family"], tools, str(row["reward"]), str(row["max_turns"]))
+        table.add_row(row["id"], row["family"], tools, str(row["reward"]), str(row["max_turns"]), row["split"])
     Console().print(table)
 
 

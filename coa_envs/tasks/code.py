@@ -26,9 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from coa_envs.tasks import TaskDataError, iter_jsonl, require, resolve_path
+from coa_envs.tasks.split import TEST_SET_NOTE, partition, select_test_set
 from coa_envs.types import Task
 
-__all__ = ["DATASETS", "load_tasks", "parse_ground_truth"]
+__all__ = ["DATASETS", "SPLIT_NOTE", "load_tasks", "parse_ground_truth"]
+
+SPLIT_NOTE = TEST_SET_NOTE
+"""What ``coa list`` says about this family's ``split`` option (:mod:`coa_envs.tasks.split`)."""
 
 DATASETS = {
     "v4": "pkg:data/code/livecodebench_v4.parquet",
@@ -43,6 +47,7 @@ def load_tasks(
     format: str = "auto",
     limit: int | None = None,
     platform: str | None = None,
+    split: str = "all",
 ) -> list[Task]:
     """Load LiveCodeBench tasks.
 
@@ -50,7 +55,10 @@ def load_tasks(
     ``auto`` (by suffix), ``parquet`` (verl) or ``jsonl`` (official LiveCodeBench release
     files, e.g. ``test5.jsonl``; a record may add ``oracle_actions``, a list of CoA actions
     that solve it, for the oracle agent). ``platform`` keeps only ``atcoder``/``leetcode``/... tasks.
+    ``split``: the shipped files are test sets (``train`` is refused); a ``path`` of your own is
+    a pool that ``split`` partitions (:mod:`coa_envs.tasks.split`).
     """
+    shipped = path is None
     if path is None:
         if dataset not in DATASETS:
             raise ValueError(f"unknown LiveCodeBench dataset {dataset!r}; allowed: {sorted(DATASETS)}")
@@ -72,6 +80,11 @@ def load_tasks(
         raise ValueError(f"unknown code format {format!r}; allowed: auto, parquet, jsonl")
     if platform is not None:
         tasks = [t for t in tasks if t.metadata.get("platform") == platform]
+    if shipped:
+        hint = "A code training file is an official LiveCodeBench-style jsonl or a verl parquet."
+        tasks = select_test_set(tasks, split, f"LiveCodeBench {dataset}", hint)
+    else:
+        tasks = partition(tasks, split, f"code file {resolved}")
     return tasks[:limit] if limit else tasks
 
 

@@ -12,9 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from coa_envs.tasks import TaskDataError, iter_jsonl, require, resolve_path
+from coa_envs.tasks.split import TEST_SET_NOTE, partition, select_test_set
 from coa_envs.types import Task
 
-__all__ = ["DATASETS", "load_tasks"]
+__all__ = ["DATASETS", "SPLIT_NOTE", "load_tasks"]
+
+SPLIT_NOTE = TEST_SET_NOTE
+"""What ``coa list`` says about this family's ``split`` option (:mod:`coa_envs.tasks.split`)."""
 
 DATASETS = {
     "aime24": "pkg:data/math/aime24.parquet",
@@ -25,11 +29,19 @@ DATASETS = {
 }
 
 _TASK_MARKER = "\nTask:\n"
+_TRAIN_FILE_HINT = "A math training file is JSONL rows {\"question\": ..., \"answer\": ...} or a verl parquet."
 
 
 def load_tasks(
-    path: str | None = None, dataset: str = "math500", format: str = "auto", limit: int | None = None
+    path: str | None = None,
+    dataset: str = "math500",
+    format: str = "auto",
+    limit: int | None = None,
+    split: str = "all",
 ) -> list[Task]:
+    """Load math tasks. The shipped benchmarks are test sets (``split="train"`` is refused);
+    a ``path`` of your own is a pool that ``split`` partitions (:mod:`coa_envs.tasks.split`)."""
+    shipped = path is None
     if path is None:
         if dataset not in DATASETS:
             raise ValueError(f"unknown math dataset {dataset!r}; allowed: {sorted(DATASETS)}")
@@ -46,6 +58,10 @@ def load_tasks(
         tasks = _load_jsonl(resolved, dataset)
     else:
         raise ValueError(f"unknown math format {format!r}; allowed: auto, parquet, jsonl")
+    if shipped:
+        tasks = select_test_set(tasks, split, f"the math benchmark {dataset!r}", _TRAIN_FILE_HINT)
+    else:
+        tasks = partition(tasks, split, f"math file {resolved}")
     return tasks[:limit] if limit else tasks
 
 

@@ -12,6 +12,11 @@ Where the questions come from, first match wins:
    instead loads a handful of hand-written questions in FlashRAG format (a smoke test of the
    plumbing, not the benchmark; logged as such).
 
+``source_split`` names the file's split in FlashRAG's layout (``train``/``dev``/``test``; each
+dataset has a default). ``split`` (``train``/``test``/``all``) is the training/held-out
+partition of whatever was loaded: every QA source, the shipped NQ file included, is a pool
+split by :func:`coa_envs.tasks.split.is_heldout` (a fixed, hashed 80/20 by question).
+
 Row formats (``format="auto"`` detects per row): FlashRAG/Search-R1 (``question``,
 ``golden_answers``), the seed's (``question``, ``answer`` as a list), HotpotQA/2Wiki
 (``answer`` string), MuSiQue (``answer`` + ``answer_aliases``), PopQA (``possible_answers``,
@@ -28,13 +33,17 @@ from pathlib import Path
 from typing import Any
 
 from coa_envs.tasks import DataNotFoundError, TaskDataError, iter_jsonl, require, resolve_path
+from coa_envs.tasks.split import POOL_NOTE, check_split, in_split
 from coa_envs.types import Task
 
-__all__ = ["DATASETS", "FORMATS", "load_tasks", "row_to_task"]
+__all__ = ["DATASETS", "FORMATS", "SPLIT_NOTE", "load_tasks", "row_to_task"]
+
+SPLIT_NOTE = POOL_NOTE
+"""What ``coa list`` says about this family's ``split`` option (:mod:`coa_envs.tasks.split`)."""
 
 log = logging.getLogger(__name__)
 
-# dataset -> (FlashRAG directory name, default split)
+# dataset -> (FlashRAG directory name, default source split)
 DATASETS: dict[str, tuple[str, str]] = {
     "nq": ("nq", "test"),
     "hotpotqa": ("hotpotqa", "dev"),
@@ -92,7 +101,8 @@ def _golds(row: dict[str, Any], fmt: str, file: str | Path, number: int) -> list
     return golds
 
 
-def row_to_task(row: dict[str, Any], *, fmt: str, dataset: str, split: str, file: str | Path, number: int) -> Task:
+def row_to_task(row: dict[str, Any], *, fmt: str, dataset: str, source_split: str, file: str | Path,
+                number: int) -> Task:
     """One source row -> Task; a missing field raises :class:`TaskDataError` naming file/row/field."""
     if fmt not in FORMATS:
         raise ValueError(f"mhqa: format must be one of {FORMATS}, not {fmt!r}")
@@ -100,11 +110,11 @@ def row_to_task(row: dict[str, Any], *, fmt: str, dataset: str, split: str, file
     question = str(require(row, "question", file, number)).strip()
     golds = _golds(row, row_format, file, number)
     raw_id = next((row[key] for key in ("id", "_id", "qid", "question_id") if row.get(key) is not None), None)
-    task_id = f"{dataset}-{raw_id}" if raw_id is not None else f"{dataset}-{split}-{number:05d}"
+    task_id = f"{dataset}-{raw_id}" if raw_id is not None else f"{dataset}-{source_split}-{number:05d}"
     keep = {k: v for k, v in row.items() if k not in ("question", "golden_answers", "answer")}
     metadata = {
         "dataset": dataset,
-        "split": split,
+        "source_split": source_split,
         "source": str(file),
         "row": number,
         "format": row_format,
@@ -173,7 +183,8 @@ def _from_directory(root: Path, dataset: str, split: str) -> tuple[Path, Iterato
         loaded = datasets.load_from_disk(str(root))
         if isinstance(loaded, datasets.DatasetDict):
             if split not in loaded:
-                raise DataNotFoundError(f"{root} has splits {sorted(loaded)}, not {split!r} (task_options split=...)")
+                raise DataNotFoundError(f"{root} has splits {sorted(loaded)}, not {split!r} "
+                                        "(task_options source_split=...)")
             loaded = loaded[split]
         return root, iter(enumerate(loaded, start=1))
     for candidate in (root / DATASETS[dataset][0] / f"{split}.jsonl", root / f"{split}.jsonl"):
@@ -200,43 +211,48 @@ def load_tasks(
     *,
     format: str = "auto",
     dataset: str = "nq",
-    split: str | None = None,
+    source_split: str | None = None,
     source: str = "auto",
     allow_sample: bool = False,
     limit: int | None = None,
     hf_repo: str = _HF_REPO,
+    split: str = "all",
 ) -> list[Task]:
     """Load one QA benchmark as Tasks (see the module docstring for the search order)."""
+    check_split(split, f"mhqa {dataset}")
     if dataset not in DATASETS:
         raise ValueError(f"mhqa: dataset must be one of {sorted(DATASETS)}, not {dataset!r}")
     if source not in ("auto", "hf"):
         raise ValueError(f"mhqa: source must be 'auto' or 'hf', not {source!r}")
-    split = split or DATASETS[dataset][1]
+    if source_split == "all":
+        raise ValueError("mhqa: source_split names a file split (train/dev/test); the training/"
+                         "held-out partition is split=train|test|all")
+    split_name = source_split or DATASETS[dataset][1]
     rows: Iterator[tuple[int, dict[str, Any]]] | list[tuple[int, dict[str, Any]]]
     file: Path | str | None
     if path is not None:
         file = resolve_path(path)
         if file is not None and file.is_dir():
-            file, rows = _from_directory(file, dataset, split)
+            file, rows = _from_directory(file, dataset, split_name)
         elif file is None or not file.is_file():
             raise DataNotFoundError(f"mhqa data file not found: {path}")
         else:
             rows = _rows(file)
     elif source == "hf":
-        file = f"hf://{hf_repo}/{DATASETS[dataset][0]}/{split}"
-        rows = list(enumerate(_from_hf(dataset, split, hf_repo), start=1))
+        file = f"hf://{hf_repo}/{DATASETS[dataset][0]}/{split_name}"
+        rows = list(enumerate(_from_hf(dataset, split_name, hf_repo), start=1))
     else:
-        found = _from_data_dir(dataset, split)
+        found = _from_data_dir(dataset, split_name)
         if found is None and dataset in _SHIPPED:
             found = resolve_path(_SHIPPED[dataset])
         if found is None:
             if not allow_sample:
-                raise DataNotFoundError(_where_to_get(dataset, split))
+                raise DataNotFoundError(_where_to_get(dataset, split_name))
             found = resolve_path(_SAMPLE.format(dataset=dataset))
             log.warning(
                 "mhqa: using the small built-in %s SAMPLE (hand-written questions, not the benchmark): %s",
                 dataset,
-                _where_to_get(dataset, split),
+                _where_to_get(dataset, split_name),
             )
         file = found
         rows = _rows(found)
@@ -244,7 +260,10 @@ def load_tasks(
     for number, row in rows:
         if not isinstance(row, dict):
             raise TaskDataError(file, number, "<row>", "is not an object")
-        tasks.append(row_to_task(row, fmt=format, dataset=dataset, split=split, file=file, number=number))
+        task = row_to_task(row, fmt=format, dataset=dataset, source_split=split_name, file=file, number=number)
+        if not in_split(task.question, split):
+            continue
+        tasks.append(task)
         if limit is not None and len(tasks) >= limit:
             break
     return tasks

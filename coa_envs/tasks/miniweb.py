@@ -23,10 +23,14 @@ from urllib.parse import urlsplit
 from coa_envs.miniweb.server import MiniWebServer, acquire_shared, release_shared
 from coa_envs.miniweb.tasks import KINDS, build_tasks
 from coa_envs.miniweb.world import make_world
+from coa_envs.tasks.split import POOL_NOTE, partition
 from coa_envs.tasks.web_common import select_tasks
 from coa_envs.types import Task
 
-__all__ = ["MiniWebRuntime", "load_tasks", "make_kwargs", "open_runtime"]
+__all__ = ["SPLIT_NOTE", "MiniWebRuntime", "load_tasks", "make_kwargs", "open_runtime"]
+
+SPLIT_NOTE = POOL_NOTE
+"""What ``coa list`` says about this family's ``split`` option (:mod:`coa_envs.tasks.split`)."""
 
 _SERVER_OPTIONS = ("slow_delay_s", "huge_page_bytes", "port")
 
@@ -42,6 +46,7 @@ def load_tasks(
     slow_delay_s: float = 1.0,
     huge_page_bytes: int = 1_200_000,
     port: int = 0,
+    split: str = "all",
 ) -> list[Task]:
     """Tasks for the world of ``seed`` served at ``base_url``.
 
@@ -49,7 +54,8 @@ def load_tasks(
     ``seed`` is started and stays up until the process ends. ``include_js`` adds tasks that
     only a browser backend can solve; ``kinds`` keeps only some task kinds. ``port`` fixes
     the server's port (default: the OS picks one), so that task URLs — and the keys of a
-    record/replay tool cache — are the same in every process.
+    record/replay tool cache — are the same in every process. ``split`` (train/test/all)
+    is the fixed hashed 80/20 partition of :mod:`coa_envs.tasks.split`.
     """
     if path is not None:
         raise ValueError("coa/MiniWeb-v0 generates its tasks from `seed`; it reads no data_path")
@@ -64,7 +70,7 @@ def load_tasks(
     tasks = build_tasks(make_world(seed), base_url, include_js=include_js)
     if kinds is not None:
         tasks = [t for t in tasks if t.metadata["kind"] in kinds]
-    return select_tasks(tasks, limit)
+    return select_tasks(partition(tasks, split, "coa/MiniWeb-v0"), limit)
 
 
 def _check_port(port: Any) -> None:

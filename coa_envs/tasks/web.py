@@ -28,13 +28,17 @@ import json
 from pathlib import Path
 
 from coa_envs.tasks import resolve_path
+from coa_envs.tasks.split import TEST_SET_NOTE, partition, select_test_set
 from coa_envs.tasks.web_browsecomp import load_browsecomp_csv
 from coa_envs.tasks.web_common import read_records, record_to_task, select_tasks
 from coa_envs.tasks.web_gaia import load_gaia
 from coa_envs.tasks.web_hle import load_hle
 from coa_envs.types import Task
 
-__all__ = ["DATASETS", "FORMATS", "WEBWALKER_DEFAULT", "load_tasks"]
+__all__ = ["DATASETS", "FORMATS", "SPLIT_NOTE", "WEBWALKER_DEFAULT", "load_tasks"]
+
+SPLIT_NOTE = TEST_SET_NOTE
+"""What ``coa list`` says about this family's ``split`` option (:mod:`coa_envs.tasks.split`)."""
 
 DATASETS = ("gaia", "browsecomp", "hle", "webwalker")
 FORMATS = ("auto", "official", "json")
@@ -87,17 +91,20 @@ def load_tasks(
     dataset: str | None = None,
     *,
     level: int | list[int] | None = None,
-    split: str = "validation",
+    source_split: str = "validation",
     text_only: bool = False,
     category: str | list[str] | None = None,
     include_root_url: bool = True,
     limit: int | None = None,
+    split: str = "all",
 ) -> list[Task]:
     """Load web-family tasks.
 
-    Options: ``level`` (GAIA 1-3 or a list), ``split`` (GAIA ``validation``/``test``),
+    Options: ``level`` (GAIA 1-3 or a list), ``source_split`` (GAIA ``validation``/``test``),
     ``text_only``/``category`` (HLE), ``include_root_url`` (WebWalkerQA: append the site
-    to start from to the question, as the benchmark gives it), ``limit`` (first N tasks).
+    to start from to the question, as the benchmark gives it), ``limit`` (first N tasks),
+    ``split`` (:mod:`coa_envs.tasks.split`: without ``path`` the benchmark is a test set and
+    ``train`` is refused; a ``path`` of your own is partitioned).
     """
     if format not in FORMATS:
         raise ValueError(f"format={format!r} is not valid; allowed: {list(FORMATS)}")
@@ -113,7 +120,7 @@ def load_tasks(
         assert file is not None
         tasks = _webwalker(file, include_root_url)
     elif dataset == "gaia":  # the GAIA reader handles the HF layout and simple lists alike
-        tasks = load_gaia(resolved, split=split, level=level)
+        tasks = load_gaia(resolved, split=source_split, level=level)
     elif dataset == "browsecomp":
         use_simple = simple and resolved is not None
         tasks = _simple(resolved, "browsecomp") if use_simple else load_browsecomp_csv(resolved)
@@ -128,4 +135,9 @@ def load_tasks(
         if resolved is None or not resolved.is_file():
             raise ValueError("dataset=None reads a simple JSON list and needs path=<file>")
         tasks = _simple(resolved, "web")
+    if resolved is None:
+        hint = "A web training file is a JSON list or JSONL of {\"question\": ..., \"answer\": ...}."
+        tasks = select_test_set(tasks, split, f"the {dataset} benchmark", hint)
+    else:
+        tasks = partition(tasks, split, f"web file {resolved}")
     return select_tasks(tasks, limit)

@@ -123,7 +123,7 @@ def test_a_datasets_save_to_disk_folder_can_be_the_path(tmp_path):
     tasks = load_tasks(str(tmp_path / "hotpot"), dataset="hotpotqa")
     assert [t.gold for t in tasks] == [t.gold for t in load_tasks(str(FIXTURES / "flashrag.jsonl"))]
     with pytest.raises(DataNotFoundError, match="splits"):
-        load_tasks(str(tmp_path / "hotpot"), dataset="hotpotqa", split="train")
+        load_tasks(str(tmp_path / "hotpot"), dataset="hotpotqa", source_split="train")
 
 
 _HF_SCRIPT = """

@@ -26,7 +26,8 @@ def generate_trajectories(
 ) -> Path:
     """Run ``n`` episodes (one per task, cycling) and write the trajectories as JSONL.
 
-    ``make_kwargs`` go to ``gymnasium.make`` (e.g. ``task_options={"num_tasks": 300}``).
+    ``make_kwargs`` go to ``gymnasium.make`` (e.g. ``task_options={"num_tasks": 300}``); the
+    tasks are the env's training tasks (``split: train``) unless ``task_options`` names a split.
     Trajectories below ``min_reward`` are left out. The file is written to a temporary name
     and renamed, so an interrupted run never leaves a half file that looks complete.
     """
@@ -43,7 +44,8 @@ def generate_trajectories(
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     partial = out_path.with_suffix(out_path.suffix + f".part{os.getpid()}")
-    env = gymnasium.make(env_id, **make_kwargs)
+    task_options = {"split": "train", **dict(make_kwargs.pop("task_options", None) or {})}
+    env = gymnasium.make(env_id, task_options=task_options, **make_kwargs)
     try:
         tasks = env.unwrapped.tasks
         policy = OracleAgent(env)

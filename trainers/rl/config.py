@@ -179,9 +179,10 @@ class RLConfig:
 
     # -- bookkeeping -------------------------------------------------------------------
     eval_every: int = 0
-    """Every N steps (and before the first) score the policy on ``eval_episodes`` episodes
-    with fixed seeds never used for training, logged as ``eval/reward_mean``: a low-noise
-    view of learning next to the per-batch reward. 0 = off."""
+    """Every N steps (and before the first) score the policy on ``eval_episodes`` episodes of
+    the env's held-out tasks (``split: test``; training uses ``split: train``) with fixed
+    seeds, logged as ``eval/heldout_reward_mean`` (and ``eval/heldout_tasks``, the number of
+    distinct tasks): a low-noise view of generalisation next to the per-batch reward. 0 = off."""
     eval_episodes: int = 64
     output_dir: str = "runs/rl"
     save_every: int = 5

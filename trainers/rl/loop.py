@@ -29,7 +29,7 @@ from trainers.rl.algorithms import keep_informative_groups
 from trainers.rl.batch import collate, shaped_rewards
 from trainers.rl.checkpoint import TaskSampler, latest_checkpoint, load_checkpoint, save_checkpoint
 from trainers.rl.metrics import MetricsLogger, episode_stats, plot_reward_curve
-from trainers.rl.rollout import EpisodeJob
+from trainers.rl.rollout import EpisodeJob, training_split
 from trainers.rl.warmstart import warm_start
 
 if TYPE_CHECKING:
@@ -105,13 +105,17 @@ _EVAL_SEED = 2**31  # training seeds come from _episode_seed (< 2**31); eval see
 
 
 def evaluate(config: RLConfig, rollouts: Any, num_tasks: int) -> dict[str, float]:
-    """Score the current policy on the same ``eval_episodes`` episodes every time."""
-    jobs = [EpisodeJob(i % num_tasks, i, i // num_tasks, _EVAL_SEED + i)
+    """Score the current policy on the same ``eval_episodes`` episodes of the env's held-out
+    tasks (``split: test``, never trained on) every time, cycling over ``num_tasks`` of them."""
+    jobs = [EpisodeJob(i % num_tasks, i, i // num_tasks, _EVAL_SEED + i, heldout=True)
             for i in range(config.eval_episodes)]
     trajectories, _ = rollouts.run(jobs)
-    stats = episode_stats([t for t in trajectories if t.prompt_ids], prefix="eval")
-    return {k: v for k, v in stats.items()
-            if k in ("eval/episodes", "eval/reward_mean", "eval/accuracy", "eval/tool_calls")}
+    played = [t for t in trajectories if t.prompt_ids]
+    stats = episode_stats(played, prefix="eval")
+    metrics = {k.replace("eval/", "eval/heldout_"): v for k, v in stats.items()
+               if k in ("eval/episodes", "eval/reward_mean", "eval/accuracy", "eval/tool_calls")}
+    metrics["eval/heldout_tasks"] = float(len({t.task_id for t in played}))
+    return metrics
 
 
 def _train_on(config: RLConfig, learner: Any, groups: list[list[Trajectory]], pad_id: int
@@ -154,8 +158,10 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
         config = dataclasses.replace(config, model=str(start_model))
     random.seed(config.seed)
     torch.manual_seed(config.seed)
+    training_split(config)  # refuses an eval that would score trained-on tasks, before any work
     rollouts, learner = build_groups(config)
     sampler = TaskSampler(rollouts.num_tasks(), config.seed)
+    heldout_tasks = rollouts.num_tasks(heldout=True) if config.eval_every else 0
     start = 0
     ckpt_root = out / "checkpoints"
     resume_from = latest_checkpoint(ckpt_root) if config.resume else None
@@ -168,7 +174,7 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
     logger = MetricsLogger(out, config.tensorboard, resume_step=start if config.resume else None)
     rollouts.set_weights(learner.policy_state(), start)
     if config.eval_every and start == 0:
-        logger.log(0, evaluate(config, rollouts, sampler.num_tasks))
+        logger.log(0, evaluate(config, rollouts, heldout_tasks))
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rl-collect")
     last: dict[str, float] = {}
     future: Future | None = None
@@ -205,7 +211,7 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
                     metrics.get("rollout/generated_tokens_total", 0.0) / max(gen_s, 1e-9),
             })
             if config.eval_every and (step % config.eval_every == 0 or step == config.total_steps):
-                metrics.update(evaluate(config, rollouts, sampler.num_tasks))
+                metrics.update(evaluate(config, rollouts, heldout_tasks))
             logger.log(step, metrics)
             last = metrics
             print(_summary(step, metrics), flush=True)

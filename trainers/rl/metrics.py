@@ -123,10 +123,11 @@ def plot_reward_curve(metrics_path: str | Path, png_path: str | Path, title: str
     ax.plot(steps, mean, label="batch reward mean", color="tab:blue", alpha=0.35)
     ax.plot(steps, smooth, label=f"batch reward, {window}-step mean", color="tab:blue")
     ax.plot(steps, acc, label="batch accuracy", color="tab:green", linestyle="--", alpha=0.5)
-    evals = [r for r in everything if "eval/reward_mean" in r]
+    evals = [r for r in everything if "eval/heldout_reward_mean" in r]
     if evals:
-        ax.plot([r["step"] for r in evals], [r["eval/reward_mean"] for r in evals], marker="o",
-                color="tab:red", label="eval reward (fixed held-out seeds)")
+        tasks = int(evals[-1].get("eval/heldout_tasks", 0))
+        ax.plot([r["step"] for r in evals], [r["eval/heldout_reward_mean"] for r in evals],
+                marker="o", color="tab:red", label=f"held-out reward ({tasks} tasks, fixed seeds)")
     ax.set_xlabel("RL step")
     ax.set_ylabel("reward")
     ax.set_title(title or "RL reward curve")

@@ -22,17 +22,22 @@ from agents.trajectory import Trajectory
 if TYPE_CHECKING:
     from trainers.rl.config import RLConfig
 
-__all__ = ["EpisodeJob", "RolloutResult", "RolloutWorker", "make_env"]
+__all__ = ["EpisodeJob", "RolloutResult", "RolloutWorker", "make_env", "training_split"]
 
 
 @dataclass(frozen=True, slots=True)
 class EpisodeJob:
-    """One episode to run: which task, which sample of its group, and its sampling seed."""
+    """One episode to run: which task, which sample of its group, and its sampling seed.
+
+    ``heldout`` jobs index the env's held-out tasks (``split: test``, the periodic eval);
+    the others index the training tasks.
+    """
 
     task_index: int
     group_id: int
     sample_index: int
     seed: int
+    heldout: bool = False
 
 
 @dataclass
@@ -48,13 +53,30 @@ class RolloutResult:
     errors: dict[str, int] = field(default_factory=dict)
 
 
-def make_env(config: RLConfig) -> Any:
-    """``gymnasium.make`` of the configured env id (registers the coa ids on import)."""
+def training_split(config: RLConfig) -> str:
+    """The ``split`` RL trains on: ``env_kwargs.task_options.split``, default ``train``.
+
+    The periodic eval plays ``split: test``; training on ``test`` or ``all`` would make that
+    eval score trained-on tasks, so with ``eval_every`` set only ``train`` is accepted.
+    """
+    split = str(dict(config.env_kwargs.get("task_options") or {}).get("split", "train"))
+    if config.eval_every and split != "train":
+        raise ValueError(f"env_kwargs.task_options.split={split!r}: the periodic eval scores the "
+                         "held-out tasks (split=test), which must not be trained on; train on "
+                         "split=train or set eval_every=0")
+    return split
+
+
+def make_env(config: RLConfig, heldout: bool = False) -> Any:
+    """``gymnasium.make`` of the configured env id on its training tasks, or on its held-out
+    tasks with ``heldout`` (registers the coa ids on import)."""
     import gymnasium as gym
 
     import coa_envs  # noqa: F401 - registers the ids
 
     kwargs = {"max_turns": config.max_turns, **config.env_kwargs}
+    split = "test" if heldout else training_split(config)
+    kwargs["task_options"] = {**dict(kwargs.get("task_options") or {}), "split": split}
     return gym.make(config.env_id, **kwargs)
 
 
@@ -87,7 +109,7 @@ class RolloutWorker:
         self.engine = engine
         self.tokenizer = tokenizer if tokenizer is not None else engine.tokenizer
         self.weights_version = -1
-        self._envs: list[Any] = []
+        self._envs: dict[bool, list[Any]] = {False: [], True: []}  # heldout -> envs
         self._pool = ThreadPoolExecutor(max_workers=config.tool_threads,
                                         thread_name_prefix=f"rollout{worker_index}-env")
 
@@ -107,27 +129,34 @@ class RolloutWorker:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-        for env in self._envs:
-            env.close()
-        self._envs.clear()
+        for envs in self._envs.values():
+            for env in envs:
+                env.close()
+            envs.clear()
 
     # -- episodes ------------------------------------------------------------------------
-    def num_tasks(self) -> int:
-        return len(self._env_pool(1)[0].unwrapped.tasks)
+    def num_tasks(self, heldout: bool = False) -> int:
+        return len(self._env_pool(1, heldout)[0].unwrapped.tasks)
 
-    def _env_pool(self, size: int) -> list[Any]:
-        while len(self._envs) < size:
-            self._envs.append(make_env(self.config))
-        return self._envs
+    def _env_pool(self, size: int, heldout: bool = False) -> list[Any]:
+        envs = self._envs[heldout]
+        while len(envs) < size:
+            envs.append(make_env(self.config, heldout))
+        return envs
 
     def run(self, jobs: list[EpisodeJob]) -> RolloutResult:
-        """Run every job to the end of its episode; the result keeps the jobs' order."""
+        """Run every job to the end of its episode; the result keeps the jobs' order.
+
+        The jobs of one call are all training jobs or all held-out jobs."""
         from agents.engines import GenerationRequest, SamplingParams
 
         cfg = self.config
         started = time.perf_counter()
+        heldout = bool(jobs) and jobs[0].heldout
+        if any(job.heldout != heldout for job in jobs):
+            raise ValueError("one run() call takes training jobs or held-out jobs, not both")
         slots = min(cfg.episodes_in_flight, max(len(jobs), 1))
-        free_envs = deque(self._env_pool(slots)[:slots])
+        free_envs = deque(self._env_pool(slots, heldout)[:slots])
         queue = deque(enumerate(jobs))
         active: dict[int, _Episode] = {}
         done: dict[int, Trajectory] = {}

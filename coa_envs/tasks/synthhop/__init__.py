@@ -11,8 +11,10 @@ setting.
 
 Task options: ``seed`` (world), ``hops`` (int or list, 1-4) or ``difficulty``
 (easy/medium/hard/mixed), ``num_tasks``, ``split`` (all/train/test: a fixed 80/20 split of
-one question pool), ``cache_dir`` (where the index goes; default ``$COA_CACHE_DIR/synthhop``
-or ``~/.cache/coa_envs/synthhop``).
+one question pool: every fifth generated question is held out; questions come in a fixed
+order, so task ``i`` and its side do not depend on ``num_tasks``; the partition holds within
+one ``seed`` and hop setting, so train and evaluate with the same ones), ``cache_dir``
+(where the index goes; default ``$COA_CACHE_DIR/synthhop`` or ``~/.cache/coa_envs/synthhop``).
 """
 
 from __future__ import annotations
@@ -24,13 +26,15 @@ import os
 import tempfile
 from pathlib import Path
 
+from coa_envs.tasks.split import check_split
 from coa_envs.tasks.synthhop.questions import DIFFICULTY_HOPS, generate_questions, parse_hops
 from coa_envs.tasks.synthhop.world import World, generate_world
 from coa_envs.types import Task
 
-__all__ = ["DIFFICULTY_HOPS", "build_world_index", "generate_world", "load_tasks"]
+__all__ = ["DIFFICULTY_HOPS", "SPLIT_NOTE", "build_world_index", "generate_world", "load_tasks"]
 
-_SPLITS = ("all", "train", "test")
+SPLIT_NOTE = "train/test 80/20"
+"""What ``coa list`` says about this family's ``split`` option (:mod:`coa_envs.tasks.split`)."""
 
 
 def _cache_root(cache_dir: str | Path | None) -> Path:
@@ -82,8 +86,7 @@ def load_tasks(
     """Generate the tasks of one SynthHop world (and make sure its search index exists)."""
     if path is not None:
         raise ValueError("synthhop generates its own data; use task_options seed/hops/difficulty, not a path")
-    if split not in _SPLITS:
-        raise ValueError(f"synthhop: split must be one of {_SPLITS}, not {split!r}")
+    check_split(split, "synthhop")
     if num_tasks < 1:
         raise ValueError("synthhop: num_tasks must be >= 1")
     allowed = parse_hops(hops, difficulty)

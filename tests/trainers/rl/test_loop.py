@@ -63,8 +63,10 @@ def test_train_writes_metrics_checkpoints_and_curve_and_resume_is_exact(tmp_path
     assert last["mismatch/logprob_abs_diff"] < 1e-3  # engine and learner agree
     assert _steps(straight) == [0, 1, 2, 3, 4]  # step 0: the eval before any update
     evals = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()
-             if "eval/reward_mean" in line]
-    assert [e["step"] for e in evals] == [0, 2, 4] and all(e["eval/episodes"] == 4 for e in evals)
+             if "eval/heldout_reward_mean" in line]
+    # 16 tasks: 13 to train on, 3 held out (SynthHop holds out every fifth)
+    assert [e["step"] for e in evals] == [0, 2, 4]
+    assert all(e["eval/heldout_episodes"] == 4 and e["eval/heldout_tasks"] == 3 for e in evals)
     assert (straight / "reward_curve.png").stat().st_size > 1000
     assert sorted(p.name for p in (straight / "checkpoints").iterdir()) == [
         "step_000002", "step_000004"]
@@ -140,7 +142,7 @@ def test_an_env_that_crashes_drops_its_whole_group_and_counts_it(tmp_path, monke
                 raise RuntimeError("tool backend died")
             return self.env.step(action)
 
-    monkeypatch.setattr(rollout_mod, "make_env", lambda config: Crashing(make(config)))
+    monkeypatch.setattr(rollout_mod, "make_env", lambda config, heldout=False: Crashing(make(config, heldout)))
 
     class TwoTasks:  # the sampler's surface collect_groups uses
         def __init__(self):
@@ -177,3 +179,20 @@ def test_rollout_worker_runs_more_jobs_than_envs_in_order(tmp_path, overlap):
         worker.close()
     assert [t.info["group_id"] for t in result.trajectories] == [0, 1, 2, 3, 4]
     assert all(t.prompt_ids and t.segments for t in result.trajectories)
+
+
+def test_rl_trains_on_training_tasks_and_evaluates_on_held_out_ones(tmp_path):
+    from trainers.rl.rollout import make_env, training_split
+
+    train_env, eval_env = make_env(_config(tmp_path)), make_env(_config(tmp_path), heldout=True)
+    try:
+        train_ids = {t.task_id for t in train_env.unwrapped.tasks}
+        eval_ids = {t.task_id for t in eval_env.unwrapped.tasks}
+        assert train_ids and eval_ids and not train_ids & eval_ids
+    finally:
+        train_env.close()
+        eval_env.close()
+    everything = {"task_options": {**ENV_KWARGS["task_options"], "split": "all"}}
+    with pytest.raises(ValueError, match="must not be trained on"):
+        training_split(_config(tmp_path, env_kwargs={**ENV_KWARGS, **everything}))
+    assert training_split(_config(tmp_path, env_kwargs={**ENV_KWARGS, **everything}, eval_every=0)) == "all"

@@ -1,0 +1,105 @@
+"""Training and held-out tasks never overlap, for every registered id (the ``split`` option)."""
+
+from __future__ import annotations
+
+import importlib
+import re
+
+import gymnasium as gym
+import pytest
+
+import coa_envs
+from coa_envs.config import build_config
+from coa_envs.registry import entry
+from coa_envs.tasks.split import TEST_SET_NOTE, is_heldout, partition
+from coa_envs.types import Task
+from tests.env_fixtures import MAKE_KWARGS
+
+ALL_IDS = coa_envs.ids()
+# The first held-out ids of a fixed toy pool: a change of the hash seed or the fraction moves
+# tasks between the sides, so this pin fails and the affected ids must be bumped.
+PINNED_FIRST_HELD_OUT = ["5", "10", "11", "12", "16"]
+
+
+def _load(env_id: str, split: str) -> list[Task]:
+    """The id's tasks for ``split``, through its family loader with the registry's options."""
+    config = build_config(entry(env_id), MAKE_KWARGS.get(env_id, {}))
+    family = importlib.import_module(f"coa_envs.tasks.{config.family}")
+    options = {**config.tasks, "split": split}
+    # A family with a live resource (the mini-web's server) is opened and closed as the env would.
+    runtime = family.open_runtime(options) if hasattr(family, "open_runtime") else None
+    try:
+        return list(family.load_tasks(**options, **(runtime.task_options if runtime else {})))
+    finally:
+        if runtime is not None:
+            runtime.close()
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"\s+", " ", text.strip().lower())
+
+
+def _is_test_set(env_id: str) -> bool:
+    family = importlib.import_module(f"coa_envs.tasks.{entry(env_id)['family']}")
+    return family.SPLIT_NOTE == TEST_SET_NOTE and "data_path" not in MAKE_KWARGS.get(env_id, {})
+
+
+@pytest.mark.parametrize("env_id", ALL_IDS)
+def test_train_and_test_tasks_never_overlap(env_id):
+    everything = _load(env_id, "all")
+    test = _load(env_id, "test")
+    if _is_test_set(env_id):
+        with pytest.raises(ValueError, match=r"test set.*data_path"):
+            _load(env_id, "train")
+        assert [t.task_id for t in test] == [t.task_id for t in everything]
+        return
+    train = _load(env_id, "train")
+    train_ids, test_ids = {t.task_id for t in train}, {t.task_id for t in test}
+    assert not train_ids & test_ids
+    # Not only ids: no held-out question is also a training question (duplicates cannot leak).
+    assert not {_norm(t.question) for t in train} & {_norm(t.question) for t in test}
+    assert train_ids | test_ids == {t.task_id for t in everything}
+    if len(everything) >= 50:  # a real partition, not everything on one side
+        assert 0.1 < len(test) / len(everything) < 0.3, (len(test), len(everything))
+
+
+@pytest.mark.parametrize("env_id", [i for i in ALL_IDS if _is_test_set(i)])
+def test_benchmark_test_sets_refuse_training_and_say_how_to_train(env_id):
+    with pytest.raises(ValueError, match=r"test set.*data_path.*split='all'"):
+        gym.make(env_id, task_options={"split": "train"})
+
+
+def test_a_data_path_file_of_a_test_set_family_is_split(tmp_path):
+    rows = "\n".join(f'{{"question": "What is {i} + {i}?", "answer": "{2 * i}"}}' for i in range(200))
+    (tmp_path / "train.jsonl").write_text(rows + "\n", encoding="utf-8")
+    sizes = {}
+    for split in ("train", "test", "all"):
+        env = gym.make("coa/MATH500-v0", data_path=str(tmp_path / "train.jsonl"), task_options={"split": split})
+        sizes[split] = len(env.unwrapped.tasks)
+        env.close()
+    assert sizes["train"] + sizes["test"] == sizes["all"] == 200 and 20 < sizes["test"] < 60
+
+
+def test_the_partition_is_fixed_and_ignores_order_case_and_spacing():
+    tasks = [Task(task_id=str(i), question=f"Question number {i}?") for i in range(300)]
+    test = partition(tasks, "test", "here")
+    assert [t.task_id for t in partition(list(reversed(tasks)), "test", "here")] == [t.task_id for t in reversed(test)]
+    assert all(is_heldout(f"  QUESTION   number {t.task_id}? ") for t in test)
+    assert [t.task_id for t in test][:5] == PINNED_FIRST_HELD_OUT
+
+
+def test_unknown_split_is_refused_with_the_allowed_values():
+    with pytest.raises(ValueError, match=r"split='dev'.*\['train', 'test', 'all'\]"):
+        gym.make("coa/NQ-v0", task_options={"split": "dev"})
+
+
+def test_mhqa_source_split_still_picks_the_file(tmp_path):
+    (tmp_path / "nq").mkdir()
+    (tmp_path / "nq" / "train.jsonl").write_text('{"question": "q1?", "golden_answers": ["a"]}\n')
+    from coa_envs.tasks.mhqa import load_tasks
+
+    tasks = load_tasks(str(tmp_path), dataset="nq", source_split="train")
+    assert tasks[0].metadata["source_split"] == "train"
+    with pytest.raises(ValueError, match="source_split names a file split"):
+        load_tasks(str(tmp_path), dataset="nq", source_split="all")
+
