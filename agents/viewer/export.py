@@ -72,26 +72,36 @@ def _ordered_tasks(data: ViewerData, query: EpisodeQuery) -> tuple[list[tuple[st
 
 def _select(data: ViewerData, query: EpisodeQuery, max_episodes: int, max_bytes: int,
             with_tokens: bool) -> tuple[list[dict], dict[str, Any], int, str | None]:
+    """Whole tasks while they fit; the first task is cut to fit so an export is never empty."""
     tasks, matched = _ordered_tasks(data, query)
     rows: list[dict] = []
     episodes: dict[str, Any] = {}
-    used, capped_by = 0, None
+    used = 0
     for env_id, task_id in tasks:
         members = data.episodes(replace(query, env=env_id, task="", task_id=task_id, sort="task", order="asc",
                                         offset=0, limit=_PAGE))["rows"]
+        payloads, sizes = [], []
         for row in members:
-            if len(rows) >= max_episodes:
-                return rows, episodes, matched, "max_episodes"
             payload = data.episode(row["run"], row["file"], row["row"])
             if with_tokens and row["has_ids"]:
                 payload["tokens"] = data.tokens(row["run"], row["file"], row["row"])
-            size = len(json.dumps(payload, ensure_ascii=False)) + 300
-            if used + size > max_bytes:
-                return rows, episodes, matched, "max_bytes"
-            used += size
-            rows.append(row)
-            episodes[row["key"]] = payload
-    return rows, episodes, matched, capped_by
+            payloads.append(payload)
+            sizes.append(len(json.dumps(payload, ensure_ascii=False)) + 300)
+        over = ("max_episodes" if len(rows) + len(members) > max_episodes
+                else "max_bytes" if used + sum(sizes) > max_bytes else None)
+        if over is not None:
+            first_task = not rows
+            for row, payload, size in zip(members, payloads, sizes, strict=True):
+                if not first_task or len(rows) >= max_episodes or used + size > max_bytes:
+                    break
+                rows.append(row)
+                episodes[row["key"]] = payload
+                used += size
+            return rows, episodes, matched, over
+        rows.extend(members)
+        episodes.update((row["key"], payload) for row, payload in zip(members, payloads, strict=True))
+        used += sum(sizes)
+    return rows, episodes, matched, None
 
 
 def export_html(data: ViewerData, out: str | os.PathLike[str], query: EpisodeQuery | None = None, *,
