@@ -11,6 +11,8 @@ out of memory.
 from __future__ import annotations
 
 import ipaddress
+import socket
+import sys
 from pathlib import Path
 
 import typer
@@ -86,6 +88,11 @@ def view_command(
         typer.echo(f"warning: binding {host} serves these trajectories to every machine that can reach it", err=True)
         allowed = ["*"] if host in ("0.0.0.0", "::") else [*allowed, host]
     app = create_app(data, allowed_hosts=allowed)
+    if port == 0:  # pick the port here, so the printed address is the real one
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.bind((host.strip("[]"), 0))
+            port = probe.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     typer.echo(f"coa view: http://{shown}:{port}/  (Ctrl+C stops)")
+    sys.stdout.flush()
     uvicorn.run(app, host=host, port=port, log_level="warning")

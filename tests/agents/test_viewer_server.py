@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import tracemalloc
 import zipfile
 from pathlib import Path
@@ -392,3 +393,27 @@ def test_wheel_ships_the_page_and_its_assets(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True, capture_output=True,
                          text=True).stdout.split()
     assert out[0].startswith(str(site)) and out[1] == "5"
+
+
+def test_cli_serves_the_page_on_loopback(oracle_run):
+    import httpx
+
+    process = subprocess.Popen([sys.executable, "-m", "coa_cli.main", "view", str(oracle_run), "--port", "0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        lines = [process.stdout.readline() for _ in range(2)]
+        url = re.search(r"http://127\.0\.0\.1:\d+/", lines[1]).group(0)
+        for _ in range(200):
+            try:
+                runs = httpx.get(url + "api/runs", timeout=5).json()["runs"]
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        else:
+            pytest.fail(f"coa view never answered at {url}")
+        assert runs[0]["episodes"] == 6 and "6 episodes" in lines[0]
+        assert "CoaApi" in httpx.get(url + "assets/api.js").text
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

@@ -7,7 +7,7 @@
   const api = CoaApi.detect();
   const PAGE = 50;
   const $ = (selector) => document.querySelector(selector);
-  const state = { runs: [], offset: 0, compareOffset: 0, selected: null };
+  const state = { runs: [], offset: 0, compareOffset: 0, selected: null, listTicket: 0, pairsTicket: 0 };
 
   function notice(message) {
     const box = $("#notice");
@@ -44,7 +44,8 @@
       for (const f of run.files) {
         if (f.torn_tail) warnings.push(`${f.path}: last line incomplete (${f.torn_tail.bytes} bytes; still being written, or cut off)`);
       }
-      const detail = Object.entries(run.meta || {}).map(([k, v]) => `${k}=${v}`).join(" · ");
+      const shown = (v) => (typeof v === "number" && !Number.isInteger(v) ? +v.toFixed(3) : v);
+      const detail = Object.entries(run.meta || {}).map(([k, v]) => `${k}=${shown(v)}`).join(" · ");
       return el("div", { class: "run-chip", title: `${run.path}\n${run.files.map((f) => f.path).join("\n")}` },
         el("strong", null, `${run.run}: ${run.label}`), ` ${run.kind} · ${plural(run.episodes, "episode")}`,
         run.files.length > 1 ? ` in ${plural(run.files.length, "file")}` : "",
@@ -65,13 +66,15 @@
   // -- episode list -------------------------------------------------------------------------
   async function loadList() {
     const query = { ...formValues($("#filters")), offset: state.offset, limit: PAGE };
+    const ticket = ++state.listTicket;  // a slower, older answer must not overwrite a newer one
     let page;
     try {
       page = await api.episodes(query);
     } catch (err) {
-      notice(`Could not list episodes: ${err.message}`);
+      if (ticket === state.listTicket) notice(`Could not list episodes: ${err.message}`);
       return;
     }
+    if (ticket !== state.listTicket) return;
     notice("");
     const labelOf = new Map(state.runs.map((run) => [run.run, run.label]));
     fillSelect($("#filters [name=env]"), (page.facets.env || []).map(([name, n]) => [name, `${name} (${n})`]));
@@ -89,7 +92,7 @@
       el("td", null, String(row.tool_calls)),
       el("td", { class: row.tool_errors ? "warn" : null }, String(row.tool_errors))));
     $("#episodes tbody").replaceChildren(...rows);
-    $("#list-summary").textContent = `${plural(page.total, "episode")} match`;
+    $("#list-summary").textContent = `${plural(page.total, "episode")} match${page.total === 1 ? "es" : ""}`;
     pager($("#pager"), page.offset, page.total, (offset) => { state.offset = offset; loadList(); });
   }
 
@@ -99,10 +102,12 @@
     const pane = $("#episode-pane");
     pane.replaceChildren(el("div", { class: "muted" }, "loading…"));
     try {
-      pane.replaceChildren(CoaRender.episode(await api.episode(key), api));
+      const payload = await api.episode(key);
+      if (state.selected !== key) return;  // another episode was clicked meanwhile
+      pane.replaceChildren(CoaRender.episode(payload, api));
       history.replaceState(null, "", `#e=${key}`);
     } catch (err) {
-      pane.replaceChildren(el("p", { class: "warn" }, `Could not open episode ${key}: ${err.message}`));
+      if (state.selected === key) pane.replaceChildren(el("p", { class: "warn" }, `Could not open episode ${key}: ${err.message}`));
     }
   }
 
@@ -113,13 +118,15 @@
       return;
     }
     const query = { ...formValues($("#compare-form")), offset: state.compareOffset, limit: PAGE };
+    const ticket = ++state.pairsTicket;
     let page;
     try {
       page = await api.compare(query);
     } catch (err) {
-      notice(`Could not compare: ${err.message}`);
+      if (ticket === state.pairsTicket) notice(`Could not compare: ${err.message}`);
       return;
     }
+    if (ticket !== state.pairsTicket) return;
     notice("");
     $("#compare-summary").textContent =
       `${plural(page.total, "task")} in both runs; ${page.only_a} only in A, ${page.only_b} only in B. Click a task to see its episodes side by side.`;
@@ -137,10 +144,12 @@
       keys.map((key, i) => el("button", { type: "button", class: i === index ? "active" : null,
                                            onclick: () => showSide(pane, label, keys, i) }, String(i))));
     pane.replaceChildren(picker, el("div", { class: "muted" }, "loading…"));
+    pane.dataset.want = keys[index];
     try {
-      pane.replaceChildren(picker, CoaRender.episode(await api.episode(keys[index]), api, { compact: true }));
+      const payload = await api.episode(keys[index]);
+      if (pane.dataset.want === keys[index]) pane.replaceChildren(picker, CoaRender.episode(payload, api, { compact: true }));
     } catch (err) {
-      pane.replaceChildren(picker, el("p", { class: "warn" }, err.message));
+      if (pane.dataset.want === keys[index]) pane.replaceChildren(picker, el("p", { class: "warn" }, err.message));
     }
   }
 
@@ -179,12 +188,14 @@
   async function main() {
     const reload = () => { state.offset = 0; loadList(); };
     $("#filters").addEventListener("change", reload);
-    $("#filters [name=task]").addEventListener("input", debounce(reload, 250));
+    const typed = debounce(reload, 250);  // typing in task, reward, length (selects fire change)
+    $("#filters").addEventListener("input", (event) => { if (event.target.tagName === "INPUT") typed(); });
     $("#filters").addEventListener("reset", () => setTimeout(reload, 0));
     $("#filters").addEventListener("submit", (event) => event.preventDefault());
     const reloadPairs = () => { state.compareOffset = 0; loadPairs(); };
     $("#compare-form").addEventListener("change", reloadPairs);
-    $("#compare-form [name=task]").addEventListener("input", debounce(reloadPairs, 250));
+    const typedPairs = debounce(reloadPairs, 250);
+    $("#compare-form").addEventListener("input", (event) => { if (event.target.tagName === "INPUT") typedPairs(); });
     $("#compare-form").addEventListener("submit", (event) => event.preventDefault());
     for (const button of document.querySelectorAll(".tab")) button.addEventListener("click", () => showTab(button.dataset.tab));
     exportBanner(api.exportInfo);
