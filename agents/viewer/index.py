@@ -135,7 +135,7 @@ class FileIndex:
             for line in handle:
                 if not line.endswith(b"\n"):  # the last bytes: complete JSON, or a torn tail
                     try:
-                        record = parse_record(line)
+                        record = parse_record(line, check_items=False)
                     except UnreadableRecord as exc:
                         self.torn_tail = TornTail(offset, len(line), self._lines + 1, str(exc))
                         break
@@ -144,7 +144,7 @@ class FileIndex:
                     break
                 if line.strip():
                     try:
-                        self._add(offset, len(line), parse_record(line), None)
+                        self._add(offset, len(line), parse_record(line, check_items=False), None)
                     except UnreadableRecord as exc:
                         self._add(offset, len(line), None, str(exc))
                 else:

@@ -14,7 +14,6 @@ import re
 import subprocess
 import sys
 import time
-import tracemalloc
 import zipfile
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from agents.viewer.index import FileIndex, Vocabs
 from agents.viewer.query import EpisodeQuery
 from agents.viewer.records import UnreadableRecord, parse_record
 from agents.viewer.spans import join_spans, split_spans
-from agents.viewer.testing import XSS_MARK, write_large_run, write_showcase_run
+from agents.viewer.testing import XSS_MARK, write_showcase_run
 from coa_cli.main import app as cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -338,48 +337,6 @@ def test_cli_exports_and_reports_caps(showcase_run, oracle_run, tmp_path):
     assert result.exit_code == 0, result.output
     assert "1 unreadable lines" in result.output and "capped by --max-episodes" in result.output
     assert all(r["status"] == "ok" for r in _embedded(out.read_text())["rows"])
-
-
-# -- scale -----------------------------------------------------------------------------------------
-def _check_bounded(path: Path, info: dict) -> None:
-    """Index and page ``path`` under tracemalloc; every page comes back; memory stays small."""
-    size = path.stat().st_size
-    tracemalloc.start()
-    try:
-        data = ViewerData([path.parent])
-        index_peak = tracemalloc.get_traced_memory()[1]
-        client = TestClient(create_app(data), base_url="http://127.0.0.1")
-        assert client.get("/api/runs").status_code == 200  # the app's own start-up is not paging
-        tracemalloc.reset_peak()
-        baseline = tracemalloc.get_traced_memory()[0]  # imports of the web stack, the index itself
-        total = client.get("/api/episodes", params={"limit": 1}).json()["total"]
-        assert total == info["lines"]
-        readable = client.get("/api/episodes", params={"has_ids": "yes", "limit": 1}).json()["total"]
-        last = client.get("/api/episodes", params={"has_ids": "yes", "offset": readable - 1, "limit": 1}).json()
-        last = last["rows"][0]
-        episode = client.get("/api/episode", params={"run": 0, "file": 0, "row": last["row"]}).json()
-        assert (episode["task_id"], episode["reward"]) == info["last"]
-        solved = client.get("/api/episodes", params={"min_reward": 1, "sort": "reward", "limit": 500}).json()
-        assert solved["total"] == info["rewards"] and len(solved["rows"]) == min(500, solved["total"])
-        broken = client.get("/api/episodes", params={"status": "unreadable", "limit": 500}).json()
-        assert broken["total"] == info["lines"] // 997
-        query_peak = tracemalloc.get_traced_memory()[1] - baseline
-    finally:
-        tracemalloc.stop()
-    assert index_peak < size / 4 and query_peak < size / 4, (index_peak, query_peak, size)
-    print(f"{size / 1e6:.1f} MB, {info['lines']} lines: index peak {index_peak / 1e6:.2f} MB, "
-          f"paging peak {query_peak / 1e6:.2f} MB")
-
-
-def test_a_few_megabytes_are_indexed_and_paged_in_bounded_memory(tmp_path):
-    path = tmp_path / "big" / "trajectories.jsonl"
-    _check_bounded(path, write_large_run(path, 4_000_000))
-
-
-@pytest.mark.slow
-def test_a_100_mb_file_is_indexed_and_paged_in_bounded_memory(tmp_path):
-    path = tmp_path / "big" / "trajectories.jsonl"
-    _check_bounded(path, write_large_run(path, 100_000_000))
 
 
 def test_wheel_ships_the_page_and_its_assets(tmp_path):
