@@ -325,7 +325,8 @@ def test_export_caps_by_episodes_or_bytes_keeping_whole_tasks(data, tmp_path):
     rows = _embedded(Path(capped.path).read_text())["rows"]
     assert capped.capped_by == "max_episodes" and capped.included == 4 and capped.matched == 12
     assert {(r["run"], r["sample_index"]) for r in rows} == {(0, 0), (0, 1), (1, 0), (1, 1)}
-    assert {r["task_id"] for r in rows} == {"synthhop-w0-h1-2-3-4-0000"}  # one whole task, both runs
+    first_task = data.episodes(EpisodeQuery(task="synthhop", limit=1))["rows"][0]["task_id"]
+    assert {r["task_id"] for r in rows} == {first_task}  # one whole task, from both runs
     small = export_html(data, tmp_path / "b.html", max_bytes=12_000)
     assert small.capped_by == "max_bytes" and small.included == 1  # never empty: the first task is cut
 
