@@ -86,7 +86,7 @@ def episode_payload(record: Record, key: str, line: int, source: str) -> dict[st
     reward = trajectory.reward
     return jsonable({
         "key": key, "line": line, "source": source, "error": None,
-        "env_id": trajectory.env_id, "task_id": trajectory.task_id, "status": trajectory.status,
+        "env_id": trajectory.env_id, "task_id": trajectory.task_id, "status": record.status,
         "reward": None if math.isnan(reward) else reward, "terminated": trajectory.terminated,
         "truncated": trajectory.truncated, "answer": trajectory.answer, "seed": trajectory.seed,
         "sample_index": trajectory.sample_index, "tool_calls": trajectory.tool_calls,

@@ -35,10 +35,12 @@ class UnreadableRecord(ValueError):
 
 @dataclass(slots=True)
 class Record:
-    """A readable line: the trajectory, and every field the dataclass has no slot for."""
+    """A readable line: the trajectory, every field the dataclass has no slot for, and the
+    status as written (what the page shows, whatever vocabulary the writer used)."""
 
     trajectory: Trajectory
     unknown: dict[str, Any] = field(default_factory=dict)
+    status: str = "ok"
 
 
 @dataclass(slots=True)
@@ -145,7 +147,7 @@ def parse_record(line: bytes | str, check_items: bool = True) -> Record:
     if not isinstance(segments, list):
         raise UnreadableRecord("segments is not a list")
     known["segments"] = [_segment(i, raw, unknown, check_items) for i, raw in enumerate(segments)]
-    known["status"] = status_text(known.get("status", "ok"))
+    status = status_text(known.pop("status", "ok"))
     known["reward"] = _number("reward", known.get("reward"), math.nan)
     known["prompt_ids"] = _list_of("prompt_ids", known.get("prompt_ids"), (int,), "token ids", check_items)
     known["tool_calls"] = _counts("tool_calls", known.get("tool_calls"))
@@ -157,11 +159,15 @@ def parse_record(line: bytes | str, check_items: bool = True) -> Record:
         known["sample_index"] = int(_number("sample_index", known["sample_index"], 0))
     if "prompt_text" in known and not isinstance(known["prompt_text"], str):
         known["prompt_text"] = str(known["prompt_text"])
+    fields = {k: v for k, v in known.items() if v is not None or k == "answer"}
     try:
-        trajectory = Trajectory.from_dict({k: v for k, v in known.items() if v is not None or k == "answer"})
+        trajectory = Trajectory.from_dict({**fields, "status": status})
     except (TypeError, ValueError) as exc:
-        raise UnreadableRecord(f"not a trajectory: {exc}") from None
-    return Record(trajectory, unknown)
+        try:  # a status outside the dataclass's vocabulary (older or newer writer): keep it as text
+            trajectory = Trajectory.from_dict(fields)
+        except (TypeError, ValueError):
+            raise UnreadableRecord(f"not a trajectory: {exc}") from None
+    return Record(trajectory, unknown, status)
 
 
 def summarize_record(record: Record) -> RowSummary:
@@ -170,7 +176,7 @@ def summarize_record(record: Record) -> RowSummary:
     return RowSummary(
         env_id=trajectory.env_id,
         task_id=trajectory.task_id,
-        status=trajectory.status,
+        status=record.status,
         reward=trajectory.reward,
         sample_index=int(trajectory.sample_index or 0),
         turns=trajectory.num_turns,

@@ -102,9 +102,23 @@ def test_records_keep_unknown_fields_and_read_any_status_shape():
     line.update(status={"kind": "error", "detail": "timeout"}, judge={"score": 3})
     line["segments"] = [{"kind": "generated", "text": "<answer>1</answer>", "role": "assistant"}]
     record = parse_record(json.dumps(line))
-    assert record.trajectory.status == "error:timeout"
+    assert record.status == "error:timeout"
     assert record.unknown == {"judge": {"score": 3}, "segments[0].role": "assistant"}
-    assert parse_record(json.dumps({**line, "status": "truncated"})).trajectory.status == "truncated"
+    assert parse_record(json.dumps({**line, "status": "truncated"})).status == "truncated"
+
+
+def test_a_status_outside_the_dataclass_vocabulary_still_displays(monkeypatch):
+    """Old files (``error:timeout``) read by a Trajectory with a typed status, or the reverse."""
+    strict = Trajectory.from_dict.__func__
+
+    def typed(cls, data):
+        if data.get("status", "ok") not in ("ok", "truncated", "error"):
+            raise ValueError(f"{data['status']!r} is not a valid EpisodeStatus")
+        return strict(cls, data)
+
+    monkeypatch.setattr(Trajectory, "from_dict", classmethod(typed))
+    record = parse_record(json.dumps({**Trajectory("coa/X-v0", "t1").to_dict(), "status": "error:timeout"}))
+    assert record.status == "error:timeout" and record.trajectory.task_id == "t1"
 
 
 @pytest.mark.parametrize(("line", "message"), [
