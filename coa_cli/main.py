@@ -13,6 +13,7 @@ from coa_cli.eval import eval_command, report_command
 from coa_cli.retriever import app as retriever_app
 from coa_cli.serve import serve_command
 from coa_cli.train import train_app
+from coa_cli.view import view_command
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Chain-of-Agents environments.")
 
@@ -47,6 +48,7 @@ app.add_typer(cache_app, name="cache")
 app.command("serve")(serve_command)
 app.command("distill")(distill_command)
 app.command("bench")(bench_command)
+app.command("view")(view_command)
 
 
 if __name__ == "__main__":
