@@ -31,9 +31,16 @@ from coa_envs.retrieval import (
     build_hint,
     open_retriever,
 )
-from coa_envs.types import ErrorKind, ToolContext, ToolResult
+from coa_envs.types import ErrorKind, ToolContext, ToolResult, ToolSpec
 
-__all__ = ["BACKENDS", "WikiSearchTool", "build", "render_hits"]
+__all__ = ["BACKENDS", "SPEC", "WikiSearchTool", "build", "render_hits"]
+
+SPEC = ToolSpec(
+    name="wiki_search",
+    summary="retrieve the most relevant encyclopedia passages.",
+    usage="query",
+    argument="the encyclopedia search query",
+)
 
 BACKENDS: tuple[str, ...] = _RETRIEVAL_BACKENDS
 INDEX_ENV_VAR = "COA_WIKI_INDEX"
