@@ -31,12 +31,8 @@ from coa_envs.web.ssrf import UrlGuard, literal_only_resolver
 
 __all__ = ["BACKENDS", "SPEC", "CrawlConfig", "CrawlPageTool", "build", "parse_crawl_query"]
 
-SPEC = ToolSpec(
-    name="crawl_page",
-    summary="read a web page (text extracted).",
-    usage="URL | what to look for",
-    argument="a page URL, optionally followed by ' | ' and what to look for on it",
-)
+SPEC = ToolSpec(name="crawl_page", usage="URL | what to look for", summary="read a web page (text extracted).",
+                argument="a page URL, optionally followed by ' | ' and what to look for on it")
 
 BACKENDS: tuple[str, ...] = ("httpx", "playwright", "selenium")
 _URL_RE = re.compile(r"^[a-z][a-z0-9+.\-]*://\S+$", re.I)

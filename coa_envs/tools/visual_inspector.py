@@ -28,12 +28,8 @@ from coa_envs.web.llm import ChatEndpoint, ChatError, chat
 
 __all__ = ["BACKENDS", "SPEC", "VisualInspectorTool", "build", "parse_file_query"]
 
-SPEC = ToolSpec(
-    name="visual_inspector",
-    summary="read an attached file or image.",
-    usage="file name | question",
-    argument="an attached file's name, optionally followed by ' | ' and a question about it",
-)
+SPEC = ToolSpec(name="visual_inspector", usage="file name | question", summary="read an attached file or image.",
+                argument="an attached file's name, optionally followed by ' | ' and a question about it")
 
 BACKENDS: tuple[str, ...] = ("openai", "files")
 _IMAGE_PROMPT = ("Describe this image in detail for someone who cannot see it: all visible text, numbers, "

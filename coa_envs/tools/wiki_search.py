@@ -35,12 +35,8 @@ from coa_envs.types import ErrorKind, ToolContext, ToolResult, ToolSpec
 
 __all__ = ["BACKENDS", "SPEC", "WikiSearchTool", "build", "render_hits"]
 
-SPEC = ToolSpec(
-    name="wiki_search",
-    summary="retrieve the most relevant encyclopedia passages.",
-    usage="query",
-    argument="the encyclopedia search query",
-)
+SPEC = ToolSpec(name="wiki_search", usage="query", summary="retrieve the most relevant encyclopedia passages.",
+                argument="the encyclopedia search query")
 
 BACKENDS: tuple[str, ...] = _RETRIEVAL_BACKENDS
 INDEX_ENV_VAR = "COA_WIKI_INDEX"
