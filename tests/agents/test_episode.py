@@ -20,7 +20,8 @@ from agents.metrics import summarize
 from agents.trajectory import EpisodeStatus, Trajectory, read_trajectories
 
 ENV_ID = "coa/MATH500-v0"
-ENV_KWARGS = {"tools": {"code": {"backend": "subprocess"}}}
+# A benchmark test set: the RL worker, which plays split=train unless told, is told "test".
+ENV_KWARGS = {"tools": {"code": {"backend": "subprocess"}}, "task_options": {"split": "test"}}
 MAX_TURNS = 3
 
 
@@ -91,7 +92,7 @@ def _rl_path(scripts) -> tuple[list[Trajectory], dict[str, int]]:
 
     config = RLConfig(env_id=ENV_ID, env_kwargs=ENV_KWARGS, max_turns=MAX_TURNS, torch_threads=0,
                       episodes_in_flight=2, tool_threads=2, max_new_tokens=256,
-                      max_response_tokens=100_000, use_ray=False)
+                      max_response_tokens=100_000, use_ray=False, eval_every=0)
     worker = RolloutWorker(config, engine=ScriptedEngine(scripts), tokenizer=CharTokenizer())
     try:
         result = worker.run([EpisodeJob(i, i, 0, 100 + i) for i in range(len(scripts))])
