@@ -14,7 +14,9 @@ Definitions (the seed reports Pass@1, Pass@3 and Best-of-3; these reproduce them
   ``(task_id, trajectories) -> index`` can stand in (a reward model or an LLM judge,
   as the seed's Bo3 used).
 
-"Correct" means ``reward >= threshold`` (1.0 by default: exact/verified answers).
+"Correct" means ``reward >= threshold`` (1.0 by default: exact/verified answers). Failures
+are counted by :class:`~agents.trajectory.EpisodeStatus` outcome, so eval and RL
+trajectories (and files written before the status vocabulary was unified) count alike.
 Stdlib only.
 """
 
@@ -27,7 +29,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from agents.trajectory import Trajectory
+from agents.trajectory import EpisodeStatus, Trajectory
 
 __all__ = [
     "Selector",
@@ -128,7 +130,7 @@ def summarize(
     for t in trajectories:
         tool_calls.update(t.tool_calls)
         tool_errors.update(t.tool_errors)
-    statuses = Counter(t.status for t in trajectories)
+    statuses = Counter(EpisodeStatus.parse(t.status) for t in trajectories)
     total_calls = sum(tool_calls.values())
     tokens = [t.info.get("response_tokens") for t in trajectories]
     counted = [x for x in tokens if isinstance(x, int)]
@@ -153,9 +155,9 @@ def summarize(
         "tool_error_rate": sum(tool_errors.values()) / total_calls if total_calls else 0.0,
         "tokens_per_episode": sum(counted) / len(counted) if counted else None,
         "chars_per_episode": sum(chars) / episodes if episodes else 0.0,
-        "status_counts": dict(statuses),
-        "errors": sum(n for s, n in statuses.items() if s.startswith("error") or s == "agent_error"),
-        "truncated": sum(n for s, n in statuses.items() if s.startswith("truncated")),
+        "status_counts": {str(s): n for s, n in statuses.items()},
+        "errors": sum(n for s, n in statuses.items() if s.is_error),
+        "truncated": sum(n for s, n in statuses.items() if s.is_truncated),
         "wall_s": wall_s,
         "episodes_per_min": 60.0 * episodes / wall_s if wall_s > 0 else None,
     }

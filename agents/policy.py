@@ -15,11 +15,11 @@ the response so far (completions endpoints) or the chat messages plus the assist
 from __future__ import annotations
 
 import dataclasses
-from importlib import resources
 from typing import Any
 
 from agents.engines import Completion, Engine, EngineErrorKind, GenerationRequest, SamplingParams
 from agents.trajectory import Segment, Trajectory
+from coa_envs.prompts import render_system_prompt  # re-exported: policies swap prompts with it
 
 __all__ = ["EngineError", "LLMPolicy", "render_system_prompt"]
 
@@ -30,18 +30,6 @@ class EngineError(RuntimeError):
     def __init__(self, kind: EngineErrorKind | str, message: str):
         super().__init__(f"{kind}: {message}")
         self.kind = str(kind)
-
-
-def render_system_prompt(name_or_text: str, tools: list[str]) -> str:
-    """A prompt name from ``coa_envs/prompts`` (``qa``, ``web``…) or literal text; fills
-    ``{tools}`` with the env's tool descriptions."""
-    from coa_envs.env import TOOL_DESCRIPTIONS
-
-    package = resources.files("coa_envs.prompts")
-    candidate = package.joinpath(f"{name_or_text}.txt")
-    text = candidate.read_text(encoding="utf-8") if candidate.is_file() else name_or_text
-    listing = "\n".join(f"- {TOOL_DESCRIPTIONS.get(t, t)}" for t in tools) or "- (none)"
-    return text.replace("{tools}", listing)
 
 
 class LLMPolicy:

@@ -9,9 +9,11 @@ others keep generating.
 
 Robustness: each agent turn and env step runs against the episode's deadline; a model that
 never closes a tag (hits ``max_new_tokens``), returns empty text, makes too many tool calls,
-or an engine that errors/times out ends *that* episode with a clear status
-(``truncated:…`` / ``error:…``) and the run goes on. A stuck call is abandoned with its
-env, and the worker continues on a fresh one.
+or an engine that errors/times out ends *that* episode with a clear
+:class:`~agents.trajectory.EpisodeStatus` (``truncated:…`` / ``error:…``) and the run goes
+on. A stuck call is abandoned with its env, and the worker continues on a fresh one. The
+episode itself is :func:`agents.episode.run_episode`, the one loop ``coa eval`` and tests
+share; this module only schedules it.
 
 Reproducible: episode ``(task i, sample k)`` uses seed ``episode_seed(seed, i, k)`` for the
 env reset and for the policy's sampling, whatever the scheduling. Every finished
@@ -33,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from agents.base import Agent
-from agents.trajectory import Trajectory, read_trajectories, write_trajectory
+from agents.episode import EpisodeRecorder, EpisodeTimeout, run_episode
+from agents.trajectory import EpisodeStatus, Trajectory, read_trajectories, write_trajectory
 
 __all__ = [
     "Job",
@@ -60,101 +63,19 @@ class Job:
     seed: int
 
 
-class _Deadline(Exception):
-    """The episode ran past its time budget."""
-
-
-def _tool_names(tool: Any) -> list[str]:
-    if not tool:
-        return []
-    return list(tool) if isinstance(tool, list) else [tool]
-
-
 def play_episode(
     env: Any,
     agent: Agent,
     *,
-    seed: int | None = None,
-    options: dict[str, Any] | None = None,
-    sample_index: int = 0,
     max_tool_calls: int = 50,
     end_on_length: bool = True,
-    call: Callable[[Callable[[], Any]], Any] | None = None,
+    **episode_kwargs: Any,
 ) -> Trajectory:
-    """One episode with the runner's bad-output rules; never raises for agent/model faults.
-
-    ``call(fn)`` runs each agent turn and env step (the runner passes a deadline-enforcing
-    executor; default: call directly). Statuses: ``ok``, ``truncated:max_turns``,
-    ``truncated:context_budget``, ``truncated:max_tool_calls``, ``truncated:max_new_tokens``
-    (output never closed its tag), ``error:empty_output``, ``error:<engine error kind>``,
-    ``error:timeout``, ``error:agent``.
-    """
-    from agents.policy import EngineError
-
-    run = call or (lambda fn: fn())
-    started = time.perf_counter()
-    observation, info = run(lambda: env.reset(seed=seed, options=options))
-    trajectory = Trajectory(env_id=env.unwrapped.config.env_id, task_id=info["task_id"],
-                            prompt_messages=info.get("messages", []), prompt_text=observation,
-                            seed=seed, sample_index=sample_index)
-    calls: Counter[str] = Counter()
-    errors: Counter[str] = Counter()
-    tool_latency = 0.0
-    try:
-        run(lambda: agent.reset(observation, info))
-        while True:
-            action = run(lambda obs=observation, inf=info: agent.act(obs, inf))
-            completion = getattr(agent, "last_completion", None)
-            trajectory.add_generated(action)
-            if not isinstance(action, str) or not action.strip():
-                trajectory.status = "error:empty_output"
-                break
-            if end_on_length and completion is not None and completion.finish_reason == "length":
-                trajectory.status, trajectory.truncated = "truncated:max_new_tokens", True
-                break
-            observation, reward, terminated, truncated, info = run(
-                lambda a=action: env.step(a))
-            tool_latency += float(info.get("tool_latency_s") or 0.0)
-            for name in _tool_names(info.get("tool")):
-                calls[name] += 1
-            if info.get("error_kind"):
-                errors[str(_tool_names(info.get("tool"))[0] if info.get("tool") else "action")] += 1
-            if observation:
-                trajectory.add_observation(observation)
-            if terminated or truncated:
-                trajectory.reward = float(reward)
-                trajectory.terminated, trajectory.truncated = bool(terminated), bool(truncated)
-                trajectory.answer = info.get("answer")
-                trajectory.status = ("ok" if terminated
-                                     else f"truncated:{info.get('truncation', 'unknown')}")
-                for key in ("reward_details", "reward_error"):
-                    if info.get(key) is not None:
-                        trajectory.info[key] = info[key]
-                break
-            if sum(calls.values()) >= max_tool_calls:
-                trajectory.status, trajectory.truncated = "truncated:max_tool_calls", True
-                break
-    except EngineError as exc:
-        trajectory.status = f"error:{exc.kind}"
-        trajectory.info["error"] = str(exc)
-    except _Deadline:
-        trajectory.status = "error:timeout"
-    except Exception as exc:
-        trajectory.status = "error:agent"
-        trajectory.info["error"] = f"{type(exc).__name__}: {exc}"
-    filler = getattr(agent, "fill_trajectory", None)
-    if callable(filler) and trajectory.status != "error:timeout":
-        try:
-            filler(trajectory)
-        except Exception as exc:  # the text record is still valid
-            trajectory.info["fill_error"] = f"{type(exc).__name__}: {exc}"
-    trajectory.tool_calls, trajectory.tool_errors = dict(calls), dict(errors)
-    trajectory.info["wall_s"] = time.perf_counter() - started
-    trajectory.info["tool_latency_s"] = tool_latency
-    ids = trajectory.response_ids()
-    trajectory.info["response_tokens"] = len(ids) if ids else None
-    trajectory.info["response_chars"] = len(trajectory.response_text)
-    return trajectory
+    """:func:`~agents.episode.run_episode` with the runner's bad-output rules on: at most
+    ``max_tool_calls`` tool calls, a turn that hit ``max_new_tokens`` ends the episode
+    (``truncated:max_new_tokens``), an empty turn too (``error:empty_output``)."""
+    return run_episode(env, agent, max_tool_calls=max_tool_calls, end_on_length=end_on_length,
+                       end_on_empty=True, **episode_kwargs)
 
 
 @dataclass
@@ -186,7 +107,7 @@ class _Worker:
                 return fn()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise _Deadline()
+                raise EpisodeTimeout()
             box: dict[str, Any] = {}
             done = threading.Event()
 
@@ -200,7 +121,7 @@ class _Worker:
 
             threading.Thread(target=target, name="coa-episode-call", daemon=True).start()
             if not done.wait(remaining):
-                raise _Deadline()
+                raise EpisodeTimeout()
             if "error" in box:
                 raise box["error"]
             return box["value"]
@@ -212,14 +133,12 @@ class _Worker:
                                       sample_index=job.sample_index, call=call, **episode_kwargs)
         except Exception as exc:  # reset or agent construction failed: no episode at all
             tasks = env.unwrapped.tasks
-            trajectory = Trajectory(env_id=env.unwrapped.config.env_id,
-                                    task_id=tasks[job.task_index % len(tasks)].task_id,
-                                    seed=job.seed, sample_index=job.sample_index)
-            timeout = isinstance(exc, _Deadline)
-            trajectory.status = "error:timeout" if timeout else "error:env"
-            if not timeout:
-                trajectory.info["error"] = f"{type(exc).__name__}: {exc}"
-        if trajectory.status == "error:timeout":
+            timeout = isinstance(exc, EpisodeTimeout)
+            trajectory = EpisodeRecorder.failed_start(
+                env.unwrapped.config.env_id, tasks[job.task_index % len(tasks)].task_id,
+                EpisodeStatus.ERROR_TIMEOUT if timeout else EpisodeStatus.ERROR_ENV,
+                None if timeout else exc, seed=job.seed, sample_index=job.sample_index)
+        if trajectory.status is EpisodeStatus.ERROR_TIMEOUT:
             self.env = None  # a call may still be running inside this env; never reuse it
         return trajectory
 
@@ -373,7 +292,7 @@ class _progress:
 
     def advance(self, trajectory: Trajectory) -> None:
         self.rewards.append(trajectory.reward)
-        self.failures += trajectory.status.startswith("error:")
+        self.failures += EpisodeStatus.parse(trajectory.status).is_error
         if self.bar is not None:
             mean = sum(self.rewards) / len(self.rewards)
             self.bar.update(self.task, advance=1,

@@ -8,6 +8,10 @@ boundaries at tag joins, which silently shifts the loss mask). Text-only agents 
 replay, HTTP endpoints without token ids) leave the id lists empty; trainers then tokenise
 segment by segment, which keeps the mask exact at every segment boundary.
 
+How an episode ended is one :class:`EpisodeStatus`, the same vocabulary whichever loop ran
+it (``agents.episode.run_episode``, the concurrent runner, the RL rollout worker); files
+written before it existed are read with their old status strings mapped onto it.
+
 Stdlib only: imported by the CLI and by trainers alike.
 """
 
@@ -16,12 +20,103 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["Segment", "Trajectory", "read_trajectories", "write_trajectory"]
+__all__ = ["EpisodeStatus", "Segment", "Trajectory", "read_trajectories", "write_trajectory"]
 
 SegmentKind = Literal["generated", "observation"]
+
+
+class EpisodeStatus(StrEnum):
+    """How an episode ended: ``ok``, ``truncated:<reason>`` or ``error:<reason>``.
+
+    The prefix is the outcome class that metrics count (:attr:`outcome`): ``ok`` means the
+    model answered and the reward was scored (a reward function that raised leaves reward 0
+    and ``info["reward_error"]``; it is the env's fault, not the episode's); ``truncated``
+    means the episode was cut short by a limit and scores 0; ``error`` means something
+    other than the model's answer ended it. Values are stable keys in trajectories.jsonl,
+    summary.json and the RL ``errors/<reason>`` metrics.
+    """
+
+    OK = "ok"
+    # -- truncated: a limit ended the episode before an answer ----------------------------
+    TRUNCATED_MAX_TURNS = "truncated:max_turns"  # the env's turn limit
+    TRUNCATED_CONTEXT_BUDGET = "truncated:context_budget"  # the env's character/token budget
+    TRUNCATED_UNKNOWN = "truncated:unknown"  # the env truncated without saying why
+    TRUNCATED_MAX_TOOL_CALLS = "truncated:max_tool_calls"  # the runner's tool-call cap
+    TRUNCATED_MAX_NEW_TOKENS = "truncated:max_new_tokens"  # a turn hit the generation limit unclosed
+    TRUNCATED_RESPONSE_TOKENS = "truncated:response_tokens"  # RL: the response token budget is spent
+    # -- error: the episode could not go on -------------------------------------------------
+    ERROR_EMPTY_OUTPUT = "error:empty_output"  # the model produced no text
+    ERROR_AGENT = "error:agent"  # the agent (or an agent framework) raised
+    ERROR_ENV = "error:env"  # reset or step raised (envs should not; a broken task does)
+    ERROR_TIMEOUT = "error:timeout"  # the episode ran past its deadline
+    # one per agents.engines.EngineErrorKind: the engine returned no usable completion
+    ERROR_ENGINE_TIMEOUT = "error:engine_timeout"
+    ERROR_ENGINE_HTTP = "error:engine_http_error"
+    ERROR_CONTEXT_OVERFLOW = "error:context_overflow"
+    ERROR_ENGINE_BAD_RESPONSE = "error:engine_bad_response"
+    ERROR_ENGINE_INTERNAL = "error:engine_internal"
+
+    @property
+    def outcome(self) -> Literal["ok", "truncated", "error"]:
+        return self.value.partition(":")[0]  # type: ignore[return-value]
+
+    @property
+    def reason(self) -> str:
+        """What ended it (``max_turns``, ``env``, ``engine_timeout``...; ``ok`` for OK)."""
+        return self.value.rpartition(":")[2]
+
+    @property
+    def is_error(self) -> bool:
+        return self.outcome == "error"
+
+    @property
+    def is_truncated(self) -> bool:
+        return self.outcome == "truncated"
+
+    @classmethod
+    def truncation(cls, reason: Any) -> EpisodeStatus:
+        """The status for an env truncation with ``info["truncation"] == reason``."""
+        try:
+            status = cls(f"truncated:{reason}")
+        except ValueError:
+            return cls.TRUNCATED_UNKNOWN
+        return status if status.is_truncated else cls.TRUNCATED_UNKNOWN
+
+    @classmethod
+    def engine_error(cls, kind: Any) -> EpisodeStatus:
+        """The status for an engine failure of ``EngineErrorKind`` ``kind`` (None: internal)."""
+        try:
+            return cls(f"error:{kind or 'engine_internal'}")
+        except ValueError:
+            return cls.ERROR_ENGINE_INTERNAL
+
+    @classmethod
+    def parse(cls, value: str) -> EpisodeStatus:
+        """A status from its value, including the strings older files used."""
+        if isinstance(value, cls):
+            return value
+        legacy = _LEGACY_STATUS.get(value)
+        if legacy is not None:
+            return legacy
+        try:
+            return cls(value)
+        except ValueError:
+            if isinstance(value, str) and value.startswith("truncated:"):
+                return cls.TRUNCATED_UNKNOWN  # e.g. the RL worker's "truncated:None"
+            allowed = ", ".join(s.value for s in cls)
+            raise ValueError(f"unknown episode status {value!r}; allowed: {allowed}") from None
+
+
+# What the three loops wrote before there was one vocabulary (run_episode, the RL worker).
+_LEGACY_STATUS = {
+    "agent_error": EpisodeStatus.ERROR_AGENT,
+    "env_error": EpisodeStatus.ERROR_ENV,
+    "engine_error": EpisodeStatus.ERROR_ENGINE_INTERNAL,
+}
 
 
 @dataclass(slots=True)
@@ -52,12 +147,15 @@ class Trajectory:
     terminated: bool = False
     truncated: bool = False
     answer: str | None = None
-    status: str = "ok"
+    status: EpisodeStatus = EpisodeStatus.OK
     seed: int | None = None
     sample_index: int = 0
     tool_calls: dict[str, int] = field(default_factory=dict)
     tool_errors: dict[str, int] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.status = EpisodeStatus.parse(self.status)
 
     # -- building -------------------------------------------------------------------
     def add_generated(

@@ -19,25 +19,30 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="Chain-of-Age
 
 
 @app.command("list")
-def list_envs(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
-    """List every registered env id with its family, tools, reward and train/test split."""
-    from coa_envs.registry import describe, ids
-    from coa_envs.tasks.split import SPLIT_LEGEND
+def list_envs(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    tools: bool = typer.Option(False, "--tools", help="List the registered tools instead of the envs."),
+    options: bool = typer.Option(False, "--options", help="List the settings an env id accepts instead."),
+) -> None:
+    """List every registered env id with its family, tools, reward and train/test split (or the
+    registered tools, or the settings an env id accepts)."""
+    from coa_cli.listing import env_rows, option_rows, print_table, tool_rows
 
-    rows = [describe(env_id) for env_id in ids()]
+    caption = None
+    if tools:
+        rows, title, columns = tool_rows(), "registered tools", ("tool", "backends", "description")
+    elif options:
+        rows, title, columns = option_rows(), "env settings (registry entry / gym.make)", (
+            "key", "allowed", "default", "set in", "description")
+    else:
+        from coa_envs.tasks.split import SPLIT_LEGEND
+
+        rows, title, caption = env_rows(), "coa-envs environments", SPLIT_LEGEND
+        columns = ("id", "family", "tools", "reward", "max turns", "split")
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        typer.echo(json.dumps(rows, indent=2, default=str))
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"{len(rows)} coa-envs environments", caption=SPLIT_LEGEND)
-    for column in ("id", "family", "tools", "reward", "max turns", "split"):
-        table.add_column(column)
-    for row in rows:
-        tools = ", ".join(f"{k}:{v}" for k, v in row["tools"].items())
-        table.add_row(row["id"], row["family"], tools, str(row["reward"]), str(row["max_turns"]), row["split"])
-    Console().print(table)
+    print_table(rows, title, columns, caption=caption)
 
 
 app.command("eval")(eval_command)

@@ -1,68 +1,167 @@
 """The validated configuration of one env id: registry entry plus ``gym.make`` overrides.
 
-Validation happens here, at ``make`` time, so a typo in a key or a backend name fails with
-a message that names the key and the allowed values instead of surfacing mid-episode.
+Every setting is declared once, as an :class:`EnvConfig` field with its type, default and
+documentation; which keys a registry entry and ``gym.make`` accept, the checks, the error
+messages and ``coa list --options`` are all derived from those declarations. Adding a
+setting is adding a field. Validation runs in ``__post_init__``, at ``make`` time, so a
+typo in a key or a backend name fails with a message that names the key and the allowed
+values instead of surfacing mid-episode.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import pkgutil
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cache
+from typing import Any, Literal
 
-from coa_envs.protocol import TOOL_TAGS
+__all__ = ["OVERRIDE_KEYS", "REGISTRY_KEYS", "TASK_OVERRIDES", "EnvConfig", "build_config", "describe_options"]
 
-__all__ = ["OVERRIDE_KEYS", "EnvConfig", "build_config"]
 
-_REGISTRY_KEYS = {
-    "id", "family", "description", "tasks", "tools", "reward", "prompt", "max_turns",
-    "context_budget_chars", "context_budget_tokens", "tokenizer", "allow_parallel_tools",
-    "version_note", "max_observation_chars",
-}
-
-OVERRIDE_KEYS: dict[str, str] = {
-    "data_path": "path of a task file or directory in a supported format",
-    "task_options": "mapping merged into the loader options (e.g. {'limit': 10})",
-    "tools": "mapping tool -> config, merged into the registry's tool configs",
-    "reward": "mapping merged into the reward config (e.g. {'name': 'em_f1'})",
-    "prompt": "name of a system prompt in coa_envs/prompts",
-    "system_prompt": "literal system prompt text (overrides prompt)",
-    "max_turns": "positive int: model turns before truncation",
-    "context_budget_chars": "positive int: prompt+trajectory characters before truncation",
-    "context_budget_tokens": "positive int: token budget (needs tokenizer)",
-    "tokenizer": "HF tokenizer path/id used to count tokens for context_budget_tokens",
-    "allow_parallel_tools": "bool: accept several tool calls in one turn",
-    "max_observation_chars": "positive int: observations longer than this are cut with a marker",
-    "render_mode": "None or 'ansi'",
-}
+def _setting(default: Any = dataclasses.MISSING, *, doc: str, key: str | None = None,
+             registry: bool = True, override: bool = True, minimum: int | None = None) -> Any:
+    """A field with its documentation and where it may be set (``key``: its name there)."""
+    meta = {"doc": doc, "key": key, "registry": registry, "override": override, "minimum": minimum}
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
 class EnvConfig:
-    env_id: str
-    family: str
-    description: str = ""
-    tasks: Mapping[str, Any] = field(default_factory=dict)
-    tools: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    reward: Mapping[str, Any] = field(default_factory=dict)
-    prompt: str = "math"
-    system_prompt: str | None = None
-    max_turns: int = 8
-    context_budget_chars: int | None = 200_000
-    context_budget_tokens: int | None = None
-    tokenizer: str | None = None
-    allow_parallel_tools: bool = False
-    max_observation_chars: int = 20_000
-    render_mode: str | None = None
+    """Everything that defines one env. See ``coa list --options`` for the table."""
+
+    env_id: str = _setting(doc="the registered id, coa/<Task>-vN", key="id", override=False)
+    family: str = _setting(doc="task family: the loader module coa_envs.tasks.<family>", override=False)
+    description: str = _setting("", doc="one line for `coa list`", override=False)
+    version_note: str = _setting("", doc="what changed in this version of the id", override=False)
+    tasks: Mapping[str, Any] = _setting(
+        {}, doc="loader options of the family (path, format, dataset, ...); set per call with "
+                "data_path / task_options", override=False)
+    tools: Mapping[str, Mapping[str, Any]] = _setting(
+        {}, doc="tool tag -> {backend: ..., options}; an override is merged into the registry's")
+    reward: Mapping[str, Any] = _setting({}, doc="{name: <reward>, options}; an override is merged")
+    prompt: str = _setting("math", doc="name of a system prompt in coa_envs/prompts")
+    system_prompt: str | None = _setting(None, doc="literal system prompt text (overrides prompt)")
+    max_turns: int = _setting(8, doc="model turns before truncation", minimum=1)
+    context_budget_chars: int | None = _setting(
+        200_000, doc="prompt+trajectory characters before truncation (None: no limit)", minimum=1)
+    context_budget_tokens: int | None = _setting(
+        None, doc="prompt+trajectory tokens before truncation (needs tokenizer)", minimum=1)
+    tokenizer: str | None = _setting(None, doc="HF tokenizer path/id that counts tokens for context_budget_tokens")
+    allow_parallel_tools: bool = _setting(False, doc="accept several tool calls in one turn (run concurrently)")
+    max_observation_chars: int = _setting(
+        20_000, doc="observations longer than this are cut with a marker", minimum=1)
+    render_mode: Literal["ansi"] | None = _setting(None, doc="'ansi': render() returns the transcript so far",
+                                                   registry=False)
+
+    def __post_init__(self) -> None:
+        for spec in dataclasses.fields(self):
+            _check_value(_key(spec), getattr(self, spec.name), _hints()[spec.name], spec.metadata["minimum"])
+        families = _families()
+        if self.family not in families:
+            raise ValueError(f"family={self.family!r} is not valid; allowed: {families}")
+        from coa_envs.tools import validate_tool_config
+
+        for name, tool_config in self.tools.items():
+            validate_tool_config(name, tool_config)
+        from coa_envs.rewards import available_rewards
+
+        if self.reward.get("name") not in available_rewards():
+            raise ValueError(f"reward.name={self.reward.get('name')!r} is not valid; allowed: {available_rewards()}")
+        if self.context_budget_tokens and not self.tokenizer:
+            raise ValueError("context_budget_tokens needs tokenizer=<HF tokenizer path or id>")
+        if self.system_prompt is None:
+            from coa_envs.prompts import available_prompts
+
+            if self.prompt not in available_prompts():
+                raise ValueError(f"prompt={self.prompt!r} is not valid; allowed: {available_prompts()}")
 
 
-def _positive_int(key: str, value: Any, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{key}={value!r} is not valid; allowed: a positive integer")
+def _key(spec: dataclasses.Field) -> str:
+    return spec.metadata["key"] or spec.name
+
+
+@cache
+def _hints() -> dict[str, Any]:
+    return typing.get_type_hints(EnvConfig)
+
+
+@cache
+def _families() -> list[str]:
+    import coa_envs.tasks
+
+    return sorted(m.name for m in pkgutil.iter_modules(coa_envs.tasks.__path__))
+
+
+def _describe_type(hint: Any, minimum: int | None) -> str:
+    """The allowed values of a type in words (the second half of every error message)."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_describe_type(a, minimum) for a in args)
+    if typing.get_origin(hint) is Literal:
+        return " or ".join(map(repr, args))
+    if hint is type(None):
+        return "None"
+    if hint is bool:
+        return "true or false"
+    if hint is int:
+        return "a positive integer" if minimum == 1 else "an integer" if minimum is None else f"an integer >= {minimum}"
+    if typing.get_origin(hint) in (Mapping, dict):
+        return "a mapping"
+    return "a string" if hint is str else f"a {getattr(hint, '__name__', hint)}"
+
+
+def _fits(value: Any, hint: Any, minimum: int | None) -> bool:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, a, minimum) for a in typing.get_args(hint))
+    if origin is Literal:
+        return value in typing.get_args(hint)
+    if hint is type(None):
+        return value is None
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool) and (minimum is None or value >= minimum)
+    if origin in (Mapping, dict):
+        return isinstance(value, Mapping)
+    return isinstance(value, hint)
+
+
+def _check_value(key: str, value: Any, hint: Any, minimum: int | None) -> None:
+    if not _fits(value, hint, minimum):
+        raise ValueError(f"{key}={value!r} is not valid; allowed: {_describe_type(hint, minimum)}")
+
+
+# gym.make shortcuts that are not fields: they edit the ``tasks`` loader options.
+TASK_OVERRIDES: dict[str, str] = {
+    "data_path": "path of a task file or directory in a supported format (sets tasks.path)",
+    "task_options": "mapping merged into the loader options (e.g. {'limit': 10})",
+}
+REGISTRY_KEYS: frozenset[str] = frozenset(_key(f) for f in dataclasses.fields(EnvConfig) if f.metadata["registry"])
+OVERRIDE_KEYS: dict[str, str] = {
+    **TASK_OVERRIDES,
+    **{f.name: f.metadata["doc"] for f in dataclasses.fields(EnvConfig) if f.metadata["override"]},
+}
+
+
+def describe_options() -> list[dict[str, Any]]:
+    """One row per setting (key, allowed values, default, doc, where it may be set):
+    what ``coa list --options`` prints and the docs are generated from."""
+    rows = []
+    for spec in dataclasses.fields(EnvConfig):
+        default = spec.default if spec.default is not dataclasses.MISSING else (
+            spec.default_factory() if spec.default_factory is not dataclasses.MISSING else "(required)")
+        where = [name for name in ("registry", "override") if spec.metadata[name]]
+        rows.append({"key": _key(spec), "allowed": _describe_type(_hints()[spec.name], spec.metadata["minimum"]),
+                     "default": default, "doc": spec.metadata["doc"], "set_in": where})
+    rows += [{"key": key, "allowed": "see doc", "default": None, "doc": doc, "set_in": ["override"]}
+             for key, doc in TASK_OVERRIDES.items()]
+    return rows
 
 
 def _merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -75,80 +174,29 @@ def _merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _available_prompts() -> list[str]:
-    from importlib import resources
-
-    return sorted(
-        p.name[:-4] for p in resources.files("coa_envs.prompts").iterdir() if p.name.endswith(".txt")
-    )
-
-
 def build_config(entry: Mapping[str, Any], overrides: Mapping[str, Any]) -> EnvConfig:
-    """Merge a registry entry with ``gym.make`` overrides and validate everything."""
-    unknown_entry = set(entry) - _REGISTRY_KEYS
+    """Merge a registry entry with ``gym.make`` overrides into a validated :class:`EnvConfig`."""
+    unknown_entry = set(entry) - REGISTRY_KEYS
     if unknown_entry:
-        raise ValueError(f"registry entry {entry.get('id')}: unknown keys {sorted(unknown_entry)}")
+        raise ValueError(f"registry entry {entry.get('id')}: unknown keys {sorted(unknown_entry)}; "
+                         f"allowed: {sorted(REGISTRY_KEYS)}")
     unknown = set(overrides) - set(OVERRIDE_KEYS)
     if unknown:
         allowed = ", ".join(f"{k} ({v})" for k, v in OVERRIDE_KEYS.items())
         raise ValueError(f"unknown option(s) {sorted(unknown)} for {entry['id']}; allowed: {allowed}")
 
+    values = {f.name: entry[_key(f)] for f in dataclasses.fields(EnvConfig) if _key(f) in entry}
     tasks = dict(entry.get("tasks") or {})
     if "data_path" in overrides:
         tasks["path"] = str(overrides["data_path"])
     task_options = overrides.get("task_options") or {}
     if not isinstance(task_options, Mapping):
-        raise ValueError("task_options must be a mapping of loader options")
-    tasks = _merge(tasks, task_options)
-
-    tools = _merge(entry.get("tools") or {}, overrides.get("tools") or {})
-    from coa_envs.tools import validate_tool_config
-
-    for name, tool_config in tools.items():
-        if name not in TOOL_TAGS:
-            raise ValueError(f"tools.{name} is not a CoA tool; allowed: {list(TOOL_TAGS)}")
-        if not isinstance(tool_config, Mapping):
-            raise ValueError(f"tools.{name} must be a mapping (e.g. {{backend: ...}})")
-        validate_tool_config(name, tool_config)
-
-    reward = _merge(entry.get("reward") or {}, overrides.get("reward") or {})
-    from coa_envs.rewards import available_rewards
-
-    if reward.get("name") not in available_rewards():
-        raise ValueError(f"reward.name={reward.get('name')!r} is not valid; allowed: {available_rewards()}")
-
-    family = entry["family"]
-    families = sorted(m.name for m in pkgutil.iter_modules(__import__("coa_envs.tasks").tasks.__path__))
-    if family not in families:
-        raise ValueError(f"family={family!r} is not valid; allowed: {families}")
-
-    merged = {k: v for k, v in entry.items() if k in {"max_turns", "context_budget_chars",
-              "context_budget_tokens", "tokenizer", "allow_parallel_tools", "prompt",
-              "max_observation_chars"}}
-    merged.update({k: v for k, v in overrides.items() if k in {"max_turns", "context_budget_chars",
-                   "context_budget_tokens", "tokenizer", "allow_parallel_tools", "prompt",
-                   "system_prompt", "max_observation_chars", "render_mode"}})
-    _positive_int("max_turns", merged.get("max_turns", 8))
-    _positive_int("context_budget_chars", merged.get("context_budget_chars"), allow_none=True)
-    _positive_int("context_budget_tokens", merged.get("context_budget_tokens"), allow_none=True)
-    _positive_int("max_observation_chars", merged.get("max_observation_chars", 20_000))
-    if merged.get("context_budget_tokens") and not merged.get("tokenizer"):
-        raise ValueError("context_budget_tokens needs tokenizer=<HF tokenizer path or id>")
-    if not isinstance(merged.get("allow_parallel_tools", False), bool):
-        raise ValueError("allow_parallel_tools must be true or false")
-    if merged.get("render_mode") not in (None, "ansi"):
-        raise ValueError(f"render_mode={merged['render_mode']!r} is not valid; allowed: [None, 'ansi']")
-    if merged.get("system_prompt") is None:
-        prompt = merged.get("prompt", "math")
-        if prompt not in _available_prompts():
-            raise ValueError(f"prompt={prompt!r} is not valid; allowed: {_available_prompts()}")
-
-    return EnvConfig(
-        env_id=entry["id"],
-        family=family,
-        description=entry.get("description", ""),
-        tasks=tasks,
-        tools=tools,
-        reward=reward,
-        **merged,
-    )
+        raise ValueError(f"task_options={task_options!r} is not valid; allowed: a mapping of loader options")
+    values["tasks"] = _merge(tasks, task_options)
+    for name in ("tools", "reward"):  # an override is merged into the registry's, not replacing it
+        extra = overrides.get(name) or {}
+        if not isinstance(extra, Mapping):
+            raise ValueError(f"{name}={extra!r} is not valid; allowed: a mapping")
+        values[name] = _merge(entry.get(name) or {}, extra)
+    values.update((k, v) for k, v in overrides.items() if k not in TASK_OVERRIDES and k not in ("tools", "reward"))
+    return EnvConfig(**values)

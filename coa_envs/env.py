@@ -13,29 +13,21 @@ import logging
 import string
 import time
 from concurrent.futures import ThreadPoolExecutor
-from importlib import resources
 from typing import Any
 
 import gymnasium as gym
 
 from coa_envs.config import EnvConfig
+from coa_envs.prompts import render_system_prompt
 from coa_envs.protocol import ParsedTurn, ToolCall, parse_turn, render_observation
 from coa_envs.rewards import build_reward
 from coa_envs.tasks import load_family_tasks
 from coa_envs.tools import build_tool
 from coa_envs.types import ErrorKind, Reward, Task, Tool, ToolContext, ToolResult
 
-__all__ = ["TOOL_DESCRIPTIONS", "CoAEnv", "TextSpace", "corrective_message"]
+__all__ = ["CoAEnv", "TextSpace", "corrective_message"]
 
 log = logging.getLogger(__name__)
-
-TOOL_DESCRIPTIONS = {
-    "web_search": "<web_search>query</web_search>: search the web; returns numbered titles, URLs and snippets.",
-    "crawl_page": "<crawl_page>URL | what to look for</crawl_page>: read a web page (text extracted).",
-    "wiki_search": "<wiki_search>query</wiki_search>: retrieve the most relevant encyclopedia passages.",
-    "code": "<code>```python\n...\n```</code>: run Python in a sandbox; print() what you need to see.",
-    "visual_inspector": "<visual_inspector>file name | question</visual_inspector>: read an attached file or image.",
-}
 
 _REPEAT_MESSAGE = (
     "You already made this exact {tool} call; its result is above. "
@@ -138,9 +130,7 @@ class CoAEnv(gym.Env[str, str]):
     def system_prompt(self) -> str:
         if self.config.system_prompt is not None:
             return self.config.system_prompt
-        template = resources.files("coa_envs.prompts").joinpath(f"{self.config.prompt}.txt").read_text()
-        listing = "\n".join(f"- {TOOL_DESCRIPTIONS[name]}" for name in self.config.tools) or "- (none)"
-        return template.replace("{tools}", listing)
+        return render_system_prompt(self.config.prompt, self.config.tools)
 
     def messages(self, task: Task) -> list[dict[str, str]]:
         user = task.question
@@ -178,8 +168,11 @@ class CoAEnv(gym.Env[str, str]):
         return prompt, info
 
     def step(self, action: str):
-        info: dict[str, Any] = {"turn": self.turn + 1, "tool": None, "tool_latency_s": 0.0,
-                                "error_kind": None, "answer": None, "reward_details": None}
+        # ``tool`` is always a list (empty, one, or parallel calls); ``tool_error_kinds`` is
+        # aligned with it (None for a call that went fine); ``error_kind`` is the step's first.
+        info: dict[str, Any] = {"turn": self.turn + 1, "tool": [], "tool_error_kinds": [],
+                                "tool_latency_s": 0.0, "error_kind": None, "answer": None,
+                                "reward_details": None}
         if self.task is None or self.done:
             info["error_kind"] = ErrorKind.BAD_ACTION.value
             info["action_error"] = "the episode is over; call reset()"
@@ -238,20 +231,23 @@ class CoAEnv(gym.Env[str, str]):
         calls = parsed.tool_calls
         if len(calls) == 1:  # the common case, kept lean: it is most of the step overhead
             call = calls[0]
-            info["tool"] = call.tool
+            info["tool"] = [call.tool]
             started = time.perf_counter()
             result = self._call_tool(call)
             info["tool_latency_s"] = time.perf_counter() - started
-            info["error_kind"] = None if result.error_kind is None else result.error_kind.value
-            info["tool_result_details"] = dict(result.details)
+            kind = None if result.error_kind is None else result.error_kind.value
+            info["error_kind"] = kind
+            info["tool_error_kinds"] = [kind]
+            info["tool_result_details"] = [dict(result.details)]
             return result.text
         info["tool"] = [c.tool for c in calls]
         started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=len(calls)) as pool:
             results = list(pool.map(self._call_tool, calls))
         info["tool_latency_s"] = time.perf_counter() - started
-        kinds = [r.error_kind.value for r in results if r.error_kind is not None]
-        info["error_kind"] = kinds[0] if kinds else None
+        kinds = [None if r.error_kind is None else r.error_kind.value for r in results]
+        info["tool_error_kinds"] = kinds
+        info["error_kind"] = next((k for k in kinds if k is not None), None)
         info["tool_result_details"] = [dict(r.details) for r in results]
         pairs = enumerate(zip(calls, results, strict=True))
         return "\n\n".join(f"[{call.tool} #{i + 1}]\n{result.text}" for i, (call, result) in pairs)

@@ -4,8 +4,10 @@ A turn is a sequence of top-level spans ``<tag>…</tag>``. Role spans (think, p
 reasoning, tool spans carry one query for a tool agent, ``<answer>`` ends the episode.
 The environment alone writes ``<observation>`` spans.
 
-Parsing never raises: a malformed turn comes back as a :class:`ParsedTurn` whose ``error``
-is a typed :class:`ProtocolError`, which the env turns into a corrective observation.
+The tool tags are the registered tools (:mod:`coa_envs.tools`): registering a tool makes
+its tag parse, stop generation and appear in :func:`describe_tool` listings, with no edit
+here. Parsing never raises: a malformed turn comes back as a :class:`ParsedTurn` whose
+``error`` is a typed :class:`ProtocolError`, which the env turns into a corrective observation.
 Span contents are opaque text, except that a CoA tag opening inside a span is reported as
 nesting (``<code>`` is fully opaque until ``</code>`` so programs may print any string).
 """
@@ -13,14 +15,18 @@ nesting (``<code>`` is fully opaque until ``</code>`` so programs may print any 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import NamedTuple
 
+from coa_envs.tools import BUILTIN_TOOLS, tool_names
+from coa_envs.types import ToolSpec
+
 __all__ = [
-    "ALL_TAGS",
     "ANSWER_TAG",
     "MAX_TURN_CHARS",
     "OBSERVATION_TAG",
+    "RESERVED_TAGS",
     "ROLE_TAGS",
     "STOP_STRINGS",
     "TOOL_TAGS",
@@ -29,29 +35,39 @@ __all__ = [
     "ProtocolErrorKind",
     "RoleSpan",
     "ToolCall",
+    "describe_tool",
     "parse_turn",
     "render_observation",
     "render_turn",
     "stop_strings",
     "strip_code_fence",
+    "tool_tags",
 ]
 
 ROLE_TAGS: tuple[str, ...] = ("think", "plan", "reflection", "suggested_answer", "double_check")
-TOOL_TAGS: tuple[str, ...] = ("web_search", "crawl_page", "wiki_search", "code", "visual_inspector")
 ANSWER_TAG = "answer"
 OBSERVATION_TAG = "observation"
-ALL_TAGS: frozenset[str] = frozenset((*ROLE_TAGS, *TOOL_TAGS, ANSWER_TAG, OBSERVATION_TAG))
+RESERVED_TAGS: frozenset[str] = frozenset((*ROLE_TAGS, ANSWER_TAG, OBSERVATION_TAG))
+TOOL_TAGS: tuple[str, ...] = BUILTIN_TOOLS  # the built-in tools; tool_tags() adds registered ones
+tool_tags = tool_names  # every registered tool tag (the grammar below follows it)
 
 # A realistic turn is a few kB; anything this large is degenerate output, not an action.
 MAX_TURN_CHARS = 65_536
 
 
-def stop_strings(tools: tuple[str, ...] | list[str] = TOOL_TAGS) -> tuple[str, ...]:
-    """Generation stops right after a tool call closes (the env must answer it) or at the answer."""
-    return (*(f"</{tool}>" for tool in tools), f"</{ANSWER_TAG}>")
+def stop_strings(tools: Sequence[str] | None = None) -> tuple[str, ...]:
+    """Generation stops right after a tool call closes (the env must answer it) or at the answer.
+
+    ``tools`` defaults to every registered tool."""
+    return (*(f"</{tool}>" for tool in (tool_tags() if tools is None else tools)), f"</{ANSWER_TAG}>")
 
 
-STOP_STRINGS: tuple[str, ...] = stop_strings()
+STOP_STRINGS: tuple[str, ...] = stop_strings(TOOL_TAGS)  # engines' default; see stop_strings()
+
+
+def describe_tool(spec: ToolSpec) -> str:
+    """One line of a system prompt's tool list, in this grammar's call syntax."""
+    return f"<{spec.name}>{spec.usage}</{spec.name}>: {spec.summary}"
 
 
 class ProtocolErrorKind(StrEnum):
@@ -101,10 +117,38 @@ class ParsedTurn(NamedTuple):
 _TAG_RE = re.compile(r"<(/?)([A-Za-z_][A-Za-z0-9_]*)>")
 _SURROGATE_RE = re.compile(r"[\ud800-\udfff]")
 _FENCE_RE = re.compile(r"^\s*```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)\n?[ \t]*```\s*$", re.S)
-_TOOL_SET = frozenset(TOOL_TAGS)
 _ROLE_SET = frozenset(ROLE_TAGS)
-_NESTABLE_CHECK = frozenset((*ROLE_TAGS, *TOOL_TAGS, ANSWER_TAG, OBSERVATION_TAG))
-_ALLOWED_LISTING = ", ".join(sorted(ALL_TAGS - {OBSERVATION_TAG}))
+
+
+class _Grammar(NamedTuple):
+    """The tag sets and the fast-path regex for one set of registered tools."""
+
+    tools: tuple[str, ...]
+    tool_set: frozenset[str]
+    all_tags: frozenset[str]  # every tag the grammar knows (observation included)
+    allowed_listing: str
+    span_re: re.Pattern[str]
+
+    @classmethod
+    def build(cls, tools: tuple[str, ...]) -> _Grammar:
+        all_tags = RESERVED_TAGS | frozenset(tools)
+        # Fast path: a turn that is a run of well-formed spans whose bodies hold no "<" at
+        # all (most turns) is matched span by span in C. Anything else, including every
+        # malformed turn, goes through the general tag walker, the reference behaviour.
+        span_re = re.compile(r"[^<]*<(" + "|".join((*ROLE_TAGS, *tools, ANSWER_TAG)) + r")>([^<]*)</\1>")
+        return cls(tools, frozenset(tools), all_tags, ", ".join(sorted(all_tags - {OBSERVATION_TAG})), span_re)
+
+
+_grammar_cache = _Grammar.build(tool_tags())
+
+
+def _grammar() -> _Grammar:
+    """The grammar for the tools registered now (rebuilt only after a registration)."""
+    global _grammar_cache
+    tools = tool_tags()
+    if _grammar_cache.tools is not tools:
+        _grammar_cache = _Grammar.build(tools)
+    return _grammar_cache
 
 
 def _fail(kind: ProtocolErrorKind, message: str, spans: list[str]) -> ParsedTurn:
@@ -117,26 +161,19 @@ def strip_code_fence(code: str) -> str:
     return match.group(1) if match else code.strip("\n")
 
 
-# Fast path: a turn that is a run of well-formed spans whose bodies hold no "<" at all
-# (most turns) is matched span by span in C. Anything else, including every malformed
-# turn, goes through the general tag walker below, which is the reference behaviour.
-_SPAN_RE = re.compile(
-    r"[^<]*<(" + "|".join((*ROLE_TAGS, *TOOL_TAGS, ANSWER_TAG)) + r")>([^<]*)</\1>"
-)
-
-
 def parse_turn(text: str, *, allow_parallel: bool = False) -> ParsedTurn:
     """Parse one model turn. Never raises; see the module docstring for the grammar."""
+    grammar = _grammar()
     if isinstance(text, str) and len(text) <= MAX_TURN_CHARS and text.isascii():
-        fast = _parse_plain_spans(text, allow_parallel)
+        fast = _parse_plain_spans(text, allow_parallel, grammar)
         if fast is not None:
             return fast
-    return _parse_general(text, allow_parallel=allow_parallel)
+    return _parse_general(text, allow_parallel, grammar)
 
 
-def _parse_plain_spans(text: str, allow_parallel: bool) -> ParsedTurn | None:
+def _parse_plain_spans(text: str, allow_parallel: bool, grammar: _Grammar) -> ParsedTurn | None:
     """The fast path; None when the turn has markup it cannot judge (then the walker decides)."""
-    match_at = _SPAN_RE.match
+    match_at = grammar.span_re.match
     position, end = 0, len(text)
     found: list[tuple[str, str]] = []
     while True:
@@ -172,7 +209,7 @@ def _take_span(
     if tag in _ROLE_SET:
         roles.append(RoleSpan(tag, body.strip()))
         return None
-    if tag in _TOOL_SET:
+    if tag != ANSWER_TAG:  # a tool: the walkers pass only role, tool and answer tags
         query = strip_code_fence(body) if tag == "code" else body.strip()
         if not query.strip():
             return _fail(ProtocolErrorKind.EMPTY_QUERY, f"<{tag}> is empty; put the query inside", spans)
@@ -200,7 +237,7 @@ def _finish(
     return ParsedTurn(tuple(roles), tuple(tools), answer, None, tuple(spans))
 
 
-def _parse_general(text: str, *, allow_parallel: bool = False) -> ParsedTurn:
+def _parse_general(text: str, allow_parallel: bool, grammar: _Grammar) -> ParsedTurn:
     """The general walker: one C-level scan finds every tag; the Python loop walks only the tags."""
     spans: list[str] = []
     if not isinstance(text, str):
@@ -223,11 +260,11 @@ def _parse_general(text: str, *, allow_parallel: bool = False) -> ParsedTurn:
     while index < count:
         match = tags[index]
         closing, tag = match.group(1), match.group(2)
-        if tag not in ALL_TAGS:
+        if tag not in grammar.all_tags:
             # Stray markup between spans (e.g. "<br>") is an unknown tag only at top level.
             return _fail(
                 ProtocolErrorKind.UNKNOWN_TAG,
-                f"unknown tag <{closing}{tag}>; allowed tags: {_ALLOWED_LISTING}",
+                f"unknown tag <{closing}{tag}>; allowed tags: {grammar.allowed_listing}",
                 spans,
             )
         if closing:
@@ -247,7 +284,7 @@ def _parse_general(text: str, *, allow_parallel: bool = False) -> ParsedTurn:
             inner_tag = inner.group(2)
             if inner_tag == tag and inner.group(1):
                 break
-            if tag != "code" and not inner.group(1) and inner_tag in _NESTABLE_CHECK:
+            if tag != "code" and not inner.group(1) and inner_tag in grammar.all_tags:
                 return _fail(
                     ProtocolErrorKind.NESTED_TAG,
                     f"<{inner_tag}> is nested inside <{tag}>; tags must follow each other, not nest",

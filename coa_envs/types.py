@@ -20,6 +20,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolResult",
+    "ToolSpec",
 ]
 
 
@@ -92,6 +93,22 @@ class ToolContext:
     task: Task | None = None
     episode_id: str = ""
     state: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """How a tool presents itself to the model; each tool module owns one (``SPEC``).
+
+    Kept apart from any one call syntax: the CoA tag grammar renders it as
+    ``<name>usage</name>: summary`` (:func:`coa_envs.protocol.describe_tool`); a
+    function-calling protocol renders a function ``name`` described by ``summary`` whose one
+    string parameter is described by ``argument``.
+    """
+
+    name: str  # the tag / function name
+    summary: str  # what the tool does and returns, one sentence
+    usage: str  # the shape of the query inside the tag: "query", "URL | what to look for"
+    argument: str  # the query described in words, for schema-based protocols
 
 
 @runtime_checkable

@@ -31,11 +31,10 @@ able to solve the task.
 from __future__ import annotations
 
 import threading
-import time
-from collections import Counter
 from typing import Any
 
-from agents.trajectory import Trajectory
+from agents.episode import EpisodeRecorder
+from agents.trajectory import EpisodeStatus, Trajectory
 
 __all__ = ["env_tools", "oracle_tool_model", "run_smolagents_episode"]
 
@@ -46,15 +45,16 @@ _CLOSE = "\n</observation>\n\n"
 class _EnvBridge:
     """Routes tool calls and the final answer through ``env.step`` and records them."""
 
-    def __init__(self, env: Any, trajectory: Trajectory):
-        self.env, self.trajectory = env, trajectory
-        self.calls: Counter[str] = Counter()
-        self.errors: Counter[str] = Counter()
-        self.done = False
-        self.reward = 0.0
+    def __init__(self, env: Any, recorder: EpisodeRecorder):
+        self.env, self.recorder = env, recorder
         self.pending: list[tuple[str, str]] = []  # (role, span) written since the last call
         self.dropped_notes = 0
         self._lock = threading.Lock()  # parallel tool calls run in threads
+        self._step_lock = threading.Lock()  # ...but one env steps one action at a time
+
+    @property
+    def done(self) -> bool:
+        return self.recorder.done
 
     def note(self, role: str, text: str) -> None:
         """Keep the model's ``text`` as a ``<role>`` span of the next action, if it parses clean."""
@@ -89,25 +89,11 @@ class _EnvBridge:
 
     def step(self, action: str) -> tuple[str, dict[str, Any]]:
         action = self._with_notes(action)
-        observation, reward, terminated, truncated, info = self.env.step(action)
-        self.trajectory.add_generated(action)
-        if observation:
-            self.trajectory.add_observation(observation)
-        tool = info.get("tool")
-        if tool:
-            self.calls[str(tool)] += 1
-            if info.get("error_kind"):
-                self.errors[str(tool)] += 1
-        elif info.get("error_kind"):  # the env corrected the action itself (format, length)
-            self.errors["action"] += 1
-        if terminated or truncated:
-            self.done = True
-            self.reward = float(reward)
-            self.trajectory.reward = float(reward)
-            self.trajectory.terminated, self.trajectory.truncated = terminated, truncated
-            self.trajectory.answer = info.get("answer")
-            self.trajectory.status = ("ok" if terminated
-                                      else f"truncated:{info.get('truncation', 'unknown')}")
+        with self._step_lock:
+            observation, reward, terminated, truncated, info = self.env.step(action)
+            self.recorder.generated(action)
+            self.recorder.step(observation, reward, terminated, truncated, info)
+            self.recorder.observation(observation)
         return observation, info
 
     def call(self, tag: str, query: str) -> str:
@@ -130,11 +116,11 @@ def env_tools(env: Any, bridge: _EnvBridge) -> list[Any]:
     """One smolagents ``Tool`` per env tool, each calling ``env.step`` through ``bridge``."""
     from smolagents import Tool
 
-    from coa_envs.env import TOOL_DESCRIPTIONS
+    from coa_envs.tools import tool_spec
 
     tools = []
     for tag in env.unwrapped.config.tools:
-        description = TOOL_DESCRIPTIONS.get(tag, f"the {tag} tool").split(": ", 1)[-1]
+        spec = tool_spec(tag)
 
         # smolagents validates that forward's parameters are exactly the declared inputs.
         def make_forward(t: str) -> Any:
@@ -144,9 +130,8 @@ def env_tools(env: Any, bridge: _EnvBridge) -> list[Any]:
 
         cls = type(f"CoA_{tag}", (Tool,), {
             "name": tag,
-            "description": description,
-            "inputs": {"query": {"type": "string",
-                                 "description": "the query (for code: a Python program)"}},
+            "description": spec.summary,
+            "inputs": {"query": {"type": "string", "description": spec.argument}},
             "output_type": "string",
             "forward": make_forward(tag),
         })
@@ -201,14 +186,12 @@ def run_smolagents_episode(
     from smolagents import ToolCallingAgent
     from smolagents.monitoring import LogLevel
 
-    started = time.perf_counter()
     _, info = env.reset(seed=seed, options=options)
     messages = info.get("messages", [])
     question = messages[-1]["content"] if messages else ""
-    trajectory = Trajectory(env_id=env.unwrapped.config.env_id, task_id=info["task_id"],
-                            prompt_messages=messages, prompt_text=question, seed=seed)
-    trajectory.info["framework"] = "smolagents"
-    bridge = _EnvBridge(env, trajectory)
+    recorder = EpisodeRecorder.start(env.unwrapped.config.env_id, question, info, seed=seed,
+                                     extra_info={"framework": "smolagents"})
+    bridge = _EnvBridge(env, recorder)
     planning = bool((agent_kwargs or {}).get("planning_interval"))
     agent = ToolCallingAgent(tools=env_tools(env, bridge), model=_noting_model(model, bridge, planning),
                              max_steps=max_steps or int(info.get("max_turns") or 8),
@@ -217,13 +200,10 @@ def run_smolagents_episode(
         final = agent.run(question)
         bridge.answer(str(final).strip() or "(no answer)")
     except Exception as exc:  # the framework failed; the env record so far stays valid
-        trajectory.status = "error:agent"
-        trajectory.info["error"] = f"{type(exc).__name__}: {exc}"
-    trajectory.tool_calls, trajectory.tool_errors = dict(bridge.calls), dict(bridge.errors)
-    trajectory.info["framework_steps"] = len(getattr(agent.memory, "steps", []))
-    trajectory.info["dropped_notes"] = bridge.dropped_notes
-    trajectory.info["wall_s"] = time.perf_counter() - started
-    return trajectory
+        recorder.end(EpisodeStatus.ERROR_AGENT, error=exc)
+    recorder.trajectory.info["framework_steps"] = len(getattr(agent.memory, "steps", []))
+    recorder.trajectory.info["dropped_notes"] = bridge.dropped_notes
+    return recorder.finish()
 
 
 def oracle_tool_model(task: Any) -> Any:

@@ -8,6 +8,11 @@ Builds go to a temporary sibling directory and are renamed into place, so an int
 build never leaves something that looks like a valid index. ``coa_term_max.npy`` (each
 term's best score) lets the ``pruned`` scorer (:mod:`coa_envs.retrieval.bm25_pruned`, the
 default for big corpora when numba is installed) skip postings that cannot reach the top k.
+
+Tokens are runs of word characters of any length (:data:`TOKEN_PATTERN`): bm25s's default
+keeps only runs of two or more, so "World War 2" and "vitamin C" lost the very term that
+tells them apart. The pattern an index was built with is stored in its metadata and queries
+are tokenised with that one, so indexes built before keep answering as they did.
 """
 
 from __future__ import annotations
@@ -27,10 +32,16 @@ from coa_envs.retrieval.base import (
     read_index_meta,
     staged_index,
 )
-from coa_envs.retrieval.bm25_pruned import PrunedScorer, QueryTokenizer, column_max
+from coa_envs.retrieval.bm25_pruned import (
+    LEGACY_TOKEN_PATTERN,
+    TOKEN_PATTERN,
+    PrunedScorer,
+    QueryTokenizer,
+    column_max,
+)
 from coa_envs.retrieval.corpus import CorpusReader, iter_corpus
 
-__all__ = ["BM25Retriever", "build_bm25_index"]
+__all__ = ["TOKEN_PATTERN", "BM25Retriever", "build_bm25_index"]
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +67,11 @@ def _numba_available() -> bool:
     return True
 
 
-def _tokenize(texts: list[str], stopwords: str | None, stemmer: Any, show_progress: bool) -> Any:
+def _tokenize(texts: list[str], token_pattern: str, stopwords: str | None, stemmer: Any, show_progress: bool) -> Any:
     import bm25s
 
-    return bm25s.tokenize(texts, stopwords=stopwords, stemmer=stemmer, return_ids=True, show_progress=show_progress)
+    return bm25s.tokenize(texts, token_pattern=token_pattern, stopwords=stopwords, stemmer=stemmer,
+                          return_ids=True, show_progress=show_progress)
 
 
 def _make_stemmer(language: str | None) -> Any:
@@ -76,6 +88,7 @@ def build_bm25_index(
     *,
     stemmer: str | None = "english",
     stopwords: str | None = "en",
+    token_pattern: str = TOKEN_PATTERN,
     k1: float = 0.9,
     b: float = 0.4,
     show_progress: bool = True,
@@ -104,13 +117,13 @@ def build_bm25_index(
     if not texts:
         raise RetrievalIndexError(f"corpus {corpus_path} has no passages")
 
-    tokens = _tokenize(texts, stopwords, _make_stemmer(stemmer), show_progress)
+    tokens = _tokenize(texts, token_pattern, stopwords, _make_stemmer(stemmer), show_progress)
     del texts
     model = bm25s.BM25(k1=k1, b=b)
     model.index(tokens, show_progress=show_progress)
 
     with staged_index(index_dir, "bm25", corpus_path, len(offsets), stemmer=stemmer, stopwords=stopwords,
-                      k1=k1, b=b) as staging:
+                      token_pattern=token_pattern, k1=k1, b=b) as staging:
         model.save(str(staging), show_progress=False)
         np.save(staging / _OFFSETS_FILE, np.asarray(offsets, dtype=np.int64))
         np.save(staging / _TERM_MAX_FILE, column_max(model.scores["data"], model.scores["indptr"]))
@@ -188,7 +201,8 @@ class BM25Retriever:
         self.num_docs = num_docs
         self._corpus = CorpusReader(corpus, offsets)
         self._tokenizer = QueryTokenizer(
-            self._model.vocab_dict, meta.get("stopwords"), _make_stemmer(meta.get("stemmer"))
+            self._model.vocab_dict, meta.get("stopwords"), _make_stemmer(meta.get("stemmer")),
+            meta.get("token_pattern", LEGACY_TOKEN_PATTERN),  # indexes from before it was recorded
         )
 
     def _query_token_ids(self, queries: list[str]) -> list[list[int]]:

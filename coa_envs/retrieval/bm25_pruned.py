@@ -11,8 +11,8 @@ looked up -- by binary search in their sorted postings -- for the few documents 
 the running. Results and scores are the same as bm25s's (up to float rounding and the
 order of exact ties, which here is by document number).
 
-The query tokenizer reproduces ``bm25s.tokenize`` (same regex, lower-casing, stopwords and
-PyStemmer stems) without its per-call setup, and caches stems; a self-check at start-up
+The query tokenizer reproduces ``bm25s.tokenize`` (the index's regex, lower-casing, stopwords
+and PyStemmer stems) without its per-call setup, and caches stems; a self-check at start-up
 falls back to ``bm25s.tokenize`` if a future bm25s tokenizes differently.
 
 Needs ``numba`` (compiled once, cached on disk); without it the retriever uses bm25s's own
@@ -31,22 +31,25 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PrunedScorer", "QueryTokenizer", "column_max"]
+__all__ = ["LEGACY_TOKEN_PATTERN", "TOKEN_PATTERN", "PrunedScorer", "QueryTokenizer", "column_max"]
 
-_TOKEN_PATTERN = r"(?u)\b\w\w+\b"  # bm25s.tokenize's default
+TOKEN_PATTERN = r"(?u)\b\w+\b"  # single letters and digits are terms too ("vitamin C", "World War 2")
+LEGACY_TOKEN_PATTERN = r"(?u)\b\w\w+\b"  # bm25s.tokenize's default: indexes that recorded no pattern
 _STEM_CACHE_LIMIT = 1_000_000
 
 
 class QueryTokenizer:
     """Query text -> vocabulary ids, exactly as ``bm25s.tokenize`` + the index's vocab would."""
 
-    def __init__(self, vocab: dict[str, int], stopwords: str | None, stemmer: Any) -> None:
+    def __init__(self, vocab: dict[str, int], stopwords: str | None, stemmer: Any,
+                 token_pattern: str = TOKEN_PATTERN) -> None:
         from bm25s.tokenization import _infer_stopwords
 
         self._vocab = vocab
         self._stopwords = stopwords
         self._stop = frozenset(_infer_stopwords(stopwords)) if stopwords else frozenset()
-        self._split = re.compile(_TOKEN_PATTERN).findall
+        self._pattern = token_pattern
+        self._split = re.compile(token_pattern).findall
         self._stemmer = stemmer
         self._stem_lock = threading.Lock()  # PyStemmer objects are not thread-safe
         self._ids: dict[str, int] = {}  # surface token -> vocab id (-1: not in the vocabulary)
@@ -58,7 +61,8 @@ class QueryTokenizer:
 
         with self._stem_lock:
             [tokens] = bm25s.tokenize(
-                [text], stopwords=self._stopwords, stemmer=self._stemmer, return_ids=False, show_progress=False
+                [text], token_pattern=self._pattern, stopwords=self._stopwords, stemmer=self._stemmer,
+                return_ids=False, show_progress=False,
             )
         return [self._vocab[tok] for tok in tokens if tok and tok in self._vocab]
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 import threading
 
 import sandbox
-from coa_envs.types import ErrorKind, ToolContext, ToolResult
+from coa_envs.types import ErrorKind, ToolContext, ToolResult, ToolSpec
 from sandbox import ExecResult, Limits, Status
 
-__all__ = ["BACKENDS", "STATEFUL_BACKENDS", "CodeTool", "build", "render_exec_result"]
+__all__ = ["BACKENDS", "SPEC", "STATEFUL_BACKENDS", "CodeTool", "build", "render_exec_result"]
+
+SPEC = ToolSpec(name="code", usage="```python\n...\n```", argument="a Python program; print() what you need to see",
+                summary="run Python in a sandbox; print() what you need to see.")
 
 BACKENDS = ("default", "auto", "pool", "subprocess", "bwrap", "nsjail", "docker")
 #: Sessions run on the pool's worker code (jailed, or unjailed for "subprocess"); the

@@ -22,14 +22,17 @@ from typing import Any
 
 import httpx
 
-from coa_envs.types import ErrorKind, ToolContext, ToolResult
+from coa_envs.types import ErrorKind, ToolContext, ToolResult, ToolSpec
 from coa_envs.web.browsers import BrowserError, BrowserRenderer
 from coa_envs.web.extract import ExtractedPage, ExtractionError, extract
 from coa_envs.web.fetch import FetchFailure, HttpFetcher
 from coa_envs.web.llm import ChatEndpoint, ChatError, chat
 from coa_envs.web.ssrf import UrlGuard, literal_only_resolver
 
-__all__ = ["BACKENDS", "CrawlConfig", "CrawlPageTool", "build", "parse_crawl_query"]
+__all__ = ["BACKENDS", "SPEC", "CrawlConfig", "CrawlPageTool", "build", "parse_crawl_query"]
+
+SPEC = ToolSpec(name="crawl_page", usage="URL | what to look for", summary="read a web page (text extracted).",
+                argument="a page URL, optionally followed by ' | ' and what to look for on it")
 
 BACKENDS: tuple[str, ...] = ("httpx", "playwright", "selenium")
 _URL_RE = re.compile(r"^[a-z][a-z0-9+.\-]*://\S+$", re.I)

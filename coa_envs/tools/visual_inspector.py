@@ -23,10 +23,13 @@ from typing import Any
 import httpx
 
 from coa_envs.tools.file_reader import FileReadError, file_kind, read_file
-from coa_envs.types import ErrorKind, ToolContext, ToolResult
+from coa_envs.types import ErrorKind, ToolContext, ToolResult, ToolSpec
 from coa_envs.web.llm import ChatEndpoint, ChatError, chat
 
-__all__ = ["BACKENDS", "VisualInspectorTool", "build", "parse_file_query"]
+__all__ = ["BACKENDS", "SPEC", "VisualInspectorTool", "build", "parse_file_query"]
+
+SPEC = ToolSpec(name="visual_inspector", usage="file name | question", summary="read an attached file or image.",
+                argument="an attached file's name, optionally followed by ' | ' and a question about it")
 
 BACKENDS: tuple[str, ...] = ("openai", "files")
 _IMAGE_PROMPT = ("Describe this image in detail for someone who cannot see it: all visible text, numbers, "

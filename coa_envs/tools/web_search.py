@@ -23,9 +23,12 @@ from typing import Any
 
 import httpx
 
-from coa_envs.types import ErrorKind, ToolContext, ToolResult
+from coa_envs.types import ErrorKind, ToolContext, ToolResult, ToolSpec
 
-__all__ = ["BACKENDS", "SearchHit", "WebSearchTool", "build", "render_hits"]
+__all__ = ["BACKENDS", "SPEC", "SearchHit", "WebSearchTool", "build", "render_hits"]
+
+SPEC = ToolSpec(name="web_search", usage="query", summary="search the web; returns numbered titles, URLs and snippets.",
+                argument="the web search query")
 
 BACKENDS: tuple[str, ...] = ("serper", "searxng", "local")
 

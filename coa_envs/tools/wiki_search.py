@@ -18,24 +18,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-from coa_envs.retrieval import (
-    BACKENDS as _RETRIEVAL_BACKENDS,
-)
-from coa_envs.retrieval import (
-    CorpusError,
-    RetrievalIndexError,
-    Retriever,
-    RetrieverBadResponse,
-    RetrieverUnavailable,
-    SearchHit,
-    build_hint,
-    open_retriever,
-)
-from coa_envs.types import ErrorKind, ToolContext, ToolResult
+from coa_envs import retrieval
+from coa_envs.retrieval import Retriever, SearchHit, open_retriever
+from coa_envs.types import ErrorKind, ToolContext, ToolResult, ToolSpec
 
-__all__ = ["BACKENDS", "WikiSearchTool", "build", "render_hits"]
+__all__ = ["BACKENDS", "SPEC", "WikiSearchTool", "build", "render_hits"]
 
-BACKENDS: tuple[str, ...] = _RETRIEVAL_BACKENDS
+SPEC = ToolSpec(name="wiki_search", usage="query", summary="retrieve the most relevant encyclopedia passages.",
+                argument="the encyclopedia search query")
+
+BACKENDS: tuple[str, ...] = retrieval.BACKENDS
 INDEX_ENV_VAR = "COA_WIKI_INDEX"
 
 _LOCAL_OPTIONS = {"index", "corpus", "scorer", "mmap"}
@@ -157,27 +149,27 @@ class WikiSearchTool:
                 return ToolResult.failure(
                     "wiki_search is not configured: no passage index was given for this environment. "
                     "Answer from your own knowledge, or ask the operator to build one ("
-                    f"`{build_hint(self.backend, 'INDEX_DIR')}`) and pass it as "
+                    f"`{retrieval.build_hint(self.backend, 'INDEX_DIR')}`) and pass it as "
                     f"tools={{'wiki_search': {{'backend': '{self.backend}', 'index': 'INDEX_DIR'}}}} "
                     f"or set {INDEX_ENV_VAR}.",
                     ErrorKind.NOT_CONFIGURED,
                     backend=self.backend,
                 )
             hits = retriever.search([query], k=self.top_k)[0]
-        except RetrieverUnavailable as exc:
+        except retrieval.RetrieverUnavailable as exc:
             return ToolResult.failure(
                 f"wiki_search timed out: the retrieval server did not answer ({exc}). "
                 "Try again later or answer with what you know.",
                 ErrorKind.TOOL_TIMEOUT,
                 backend=self.backend,
             )
-        except RetrieverBadResponse as exc:
+        except retrieval.RetrieverBadResponse as exc:
             return ToolResult.failure(
                 f"wiki_search failed: the retrieval server gave an unusable answer ({exc}).",
                 ErrorKind.TOOL_ERROR,
                 backend=self.backend,
             )
-        except (RetrievalIndexError, CorpusError) as exc:
+        except (retrieval.RetrievalIndexError, retrieval.CorpusError) as exc:
             return ToolResult.failure(
                 f"wiki_search is unavailable: {exc}", ErrorKind.NOT_CONFIGURED, backend=self.backend
             )

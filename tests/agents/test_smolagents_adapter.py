@@ -48,7 +48,7 @@ def test_smolagents_against_coa_serve_end_to_end(tiny_dir):
         trajectory = run_smolagents_episode(env, model, options={"task_index": 0}, max_steps=2)
         env.close()
     assert sum(app.state.engine.batch_sizes) >= 2  # the server answered the framework
-    assert trajectory.status == "ok" and trajectory.terminated
+    assert trajectory.status == "ok" and trajectory.terminated, trajectory.info  # info["error"] says why
     assert trajectory.reward == 0.0 and trajectory.answer
 
 

@@ -38,7 +38,25 @@ def test_code_tool_observation_is_rendered_like_the_seed(env):
     observation, reward, terminated, truncated, info = env.step("<code>print(6*7)</code>")
     assert observation == "\n<observation>\n42\n</observation>\n\n"
     assert (reward, terminated, truncated) == (0.0, False, False)
-    assert info["tool"] == "code" and info["error_kind"] is None and info["tool_latency_s"] > 0
+    assert info["tool"] == ["code"] and info["tool_error_kinds"] == [None]
+    assert info["error_kind"] is None and info["tool_latency_s"] > 0
+
+
+def test_info_tool_is_always_a_list_aligned_with_its_error_kinds():
+    """One shape for every step: no call, one call, parallel calls (a failing one among them)."""
+    env = gym.make("coa/AIME24-v0", allow_parallel_tools=True, tools={"code": {"backend": "subprocess"}})
+    env.reset(seed=0)
+    try:
+        *_, info = env.step("<think>no closing tag")
+        assert info["tool"] == [] and info["tool_error_kinds"] == [] and info["error_kind"] == "bad_action"
+        *_, info = env.step("<code>print(1)</code>\n<wiki_search>x</wiki_search>")
+        assert info["tool"] == ["code", "wiki_search"]
+        assert info["tool_error_kinds"] == [None, "tool_not_available"]
+        assert info["error_kind"] == "tool_not_available" and len(info["tool_result_details"]) == 2
+        *_, info = env.step("<answer>1</answer>")
+        assert info["tool"] == [] and info["tool_error_kinds"] == []
+    finally:
+        env.close()
 
 
 def test_malformed_action_is_a_corrective_observation(env):
@@ -104,6 +122,10 @@ def test_step_after_the_end_does_not_crash(env):
         ({"reward": {"name": "vibes"}}, "reward.name='vibes' is not valid; allowed:"),
         ({"prompt": "nope"}, "prompt='nope' is not valid; allowed:"),
         ({"context_budget_tokens": 100}, "context_budget_tokens needs tokenizer"),
+        ({"context_budget_chars": "2k"}, "context_budget_chars='2k' is not valid; allowed: a positive integer or None"),
+        ({"allow_parallel_tools": "yes"}, "allow_parallel_tools='yes' is not valid; allowed: true or false"),
+        ({"render_mode": "human"}, "render_mode='human' is not valid; allowed: 'ansi' or None"),
+        ({"task_options": ["limit", 3]}, "task_options=['limit', 3] is not valid; allowed: a mapping"),
     ],
 )
 def test_bad_make_options_fail_at_make_time_naming_the_key(overrides, fragment):
@@ -132,3 +154,34 @@ def test_data_file_with_missing_field_names_file_row_and_field(tmp_path):
     data.write_text('{"question": "ok", "answer": "1"}\n{"answer": "2"}\n')
     with pytest.raises(ValueError, match=r"tasks.jsonl: row 2: field 'question' is missing"):
         gym.make("coa/MATH500-v0", data_path=str(data))
+
+
+def test_env_config_validates_itself_whoever_builds_it():
+    """The checks live in EnvConfig.__post_init__, not in the registry's builder."""
+    import dataclasses
+
+    from coa_envs.config import EnvConfig
+
+    config = gym.make("coa/AIME24-v0").unwrapped.config
+    with pytest.raises(ValueError, match="max_observation_chars=0 is not valid; allowed: a positive integer"):
+        dataclasses.replace(config, max_observation_chars=0)
+    with pytest.raises(ValueError, match=r"family='poetry' is not valid; allowed: \['code', "):
+        EnvConfig(env_id="coa/Poetry-v0", family="poetry", reward={"name": "em_f1"})
+
+
+def test_every_setting_is_declared_once_and_listed():
+    """Registry keys, gym.make keys and `coa list --options` all come from the fields."""
+    import dataclasses
+
+    from coa_envs.config import OVERRIDE_KEYS, REGISTRY_KEYS, TASK_OVERRIDES, EnvConfig, build_config
+    from coa_envs.registry import entry
+
+    fields = dataclasses.fields(EnvConfig)
+    assert all(f.metadata["doc"] for f in fields)
+    from coa_cli.listing import option_rows
+
+    listed = {row["key"] for row in option_rows()}
+    assert listed == {f.metadata["key"] or f.name for f in fields} | set(TASK_OVERRIDES)
+    assert listed.issuperset(OVERRIDE_KEYS) and listed.issuperset(REGISTRY_KEYS)
+    with pytest.raises(ValueError, match=r"unknown keys \['max_turn'\]; allowed: \['allow_parallel_tools'"):
+        build_config({**entry("coa/AIME24-v0"), "max_turn": 3}, {})

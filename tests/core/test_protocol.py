@@ -146,6 +146,6 @@ def test_parser_never_raises_on_tag_soup(text):
 @given(_tag_soup, st.booleans())
 def test_fast_path_agrees_with_the_general_walker(text, allow_parallel):
     """The span-matching fast path is an optimisation only: same result as the reference walker."""
-    from coa_envs.protocol import _parse_general
+    from coa_envs.protocol import _grammar, _parse_general
 
-    assert parse_turn(text, allow_parallel=allow_parallel) == _parse_general(text, allow_parallel=allow_parallel)
+    assert parse_turn(text, allow_parallel=allow_parallel) == _parse_general(text, allow_parallel, _grammar())

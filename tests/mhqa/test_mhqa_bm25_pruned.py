@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from coa_envs.retrieval import Passage, RetrievalIndexError, write_corpus
 from coa_envs.retrieval.bm25 import BM25Retriever, build_bm25_index
+from coa_envs.retrieval.bm25_pruned import LEGACY_TOKEN_PATTERN, TOKEN_PATTERN
 
 pytest.importorskip("numba", reason="the pruned scorer needs numba")
 
@@ -92,20 +93,22 @@ _WORDS = st.sampled_from(
 )
 
 
+@pytest.mark.parametrize("pattern", [TOKEN_PATTERN, LEGACY_TOKEN_PATTERN])
 @settings(max_examples=150, deadline=None)
 @given(text=st.lists(_WORDS | st.text(max_size=12), max_size=12).map(" ".join))
-def test_query_tokenizer_matches_bm25s_tokenize(text):
-    """Same tokens, same order, same stems: the vocabulary holds exactly bm25s's stems of the text."""
+def test_query_tokenizer_matches_bm25s_tokenize(pattern, text):
+    """Same tokens, same order, same stems: the vocabulary holds exactly bm25s's stems of the text
+    (with today's pattern and with the one of indexes built before it was recorded)."""
     import bm25s
     import Stemmer
 
     from coa_envs.retrieval.bm25_pruned import QueryTokenizer
 
-    [tokens] = bm25s.tokenize([text], stopwords="en", stemmer=Stemmer.Stemmer("english"), return_ids=False,
-                              show_progress=False)
+    [tokens] = bm25s.tokenize([text], token_pattern=pattern, stopwords="en", stemmer=Stemmer.Stemmer("english"),
+                              return_ids=False, show_progress=False)
     tokens = [tok for tok in tokens if tok]
     vocab = {tok: i for i, tok in enumerate(sorted(set(tokens)))}
-    tokenizer = QueryTokenizer(vocab, "en", Stemmer.Stemmer("english"))
+    tokenizer = QueryTokenizer(vocab, "en", Stemmer.Stemmer("english"), pattern)
     assert tokenizer(text) == [vocab[tok] for tok in tokens]
 
 

@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 
 from coa_envs.retrieval import (
+    Passage,
     RetrievalIndexError,
     build_index,
     iter_corpus,
     open_retriever,
     passage_from_row,
+    write_corpus,
 )
 from coa_envs.retrieval.bm25 import BM25Retriever, build_bm25_index
 
@@ -33,6 +35,41 @@ def test_bm25_finds_the_passage_and_reads_it_back_by_offset(small_index):
     assert hits[0].passage.title == "Wilhelm Röntgen"
     assert "Röntgen received" in hits[0].passage.text
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+_NEAR_TWINS = [
+    Passage("0", "World War 1", "World War 1 began in 1914 and ended in 1918."),
+    Passage("1", "World War 2", "World War 2 began in 1939 and ended in 1945."),
+    Passage("2", "Vitamin C", "Vitamin C is found in citrus fruit; scurvy is its deficiency."),
+    Passage("3", "Vitamin D", "Vitamin D is made in the skin under sunlight."),
+]
+
+
+@pytest.mark.parametrize("scorer", ["numpy", "pruned"])
+def test_single_letters_and_numbers_are_search_terms(tmp_path, scorer):
+    """bm25s's default tokenizer drops one-character tokens: "World War 2" found WW1 as often as WW2."""
+    if scorer == "pruned":
+        pytest.importorskip("numba", reason="the pruned scorer needs numba")
+    corpus = write_corpus(_NEAR_TWINS, tmp_path / "corpus.jsonl")
+    retriever = BM25Retriever(build_bm25_index(corpus, tmp_path / "idx", show_progress=False), scorer=scorer)
+    war, vitamin = retriever.search(["World War 2", "vitamin C"], k=2)
+    assert war[0].passage.title == "World War 2" and war[0].score > war[1].score
+    assert vitamin[0].passage.title == "Vitamin C" and vitamin[0].score > vitamin[1].score
+
+
+def test_an_index_from_before_the_pattern_was_recorded_is_queried_as_it_was_built(tmp_path):
+    from coa_envs.retrieval.bm25_pruned import LEGACY_TOKEN_PATTERN
+
+    corpus = write_corpus(_NEAR_TWINS, tmp_path / "corpus.jsonl")
+    index = build_bm25_index(corpus, tmp_path / "idx", token_pattern=LEGACY_TOKEN_PATTERN, show_progress=False)
+    meta = json.loads((index / "coa_index.json").read_text())
+    del meta["token_pattern"]  # what an index built by the previous version holds
+    (index / "coa_index.json").write_text(json.dumps(meta))
+    retriever = BM25Retriever(index)
+    assert retriever.search(["2"], k=2) == [[]]  # "2" was never a term of that index
+    [hits] = retriever.search(["World War 2"], k=2)
+    assert {h.passage.title for h in hits} == {"World War 1", "World War 2"}
+    assert hits[0].score == hits[1].score  # the old behaviour, unchanged: a tie
 
 
 def test_bm25_index_is_memory_mapped(small_index):

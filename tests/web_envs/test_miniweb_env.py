@@ -47,7 +47,7 @@ def test_every_task_is_solved_by_its_oracle_with_search_and_crawl(web):
         for task in tasks:
             reward, infos = _play(env, task.task_id)
             assert reward == 1.0, task.task_id
-            tools = [i["tool"] for i in infos if i["tool"]]
+            tools = [name for i in infos for name in i["tool"]]
             assert tools[0] == "web_search" and "crawl_page" in tools
     finally:
         env.close()

@@ -76,7 +76,7 @@ def collect_groups(config: RLConfig, sampler: TaskSampler, rollouts: Any, step: 
             totals[key] = totals.get(key, 0.0) + value
         by_group: dict[int, list[Trajectory]] = {}
         for trajectory in trajectories:
-            if trajectory.status in ("env_error", "engine_error") or not trajectory.prompt_ids:
+            if trajectory.status.is_error or not trajectory.prompt_ids:
                 continue  # never trained on; counted in errors/* and below
             by_group.setdefault(int(trajectory.info["group_id"]), []).append(trajectory)
         sampled.extend(t for t in trajectories if t.prompt_ids)

@@ -6,6 +6,8 @@ nothing is re-tokenised. Up to ``episodes_in_flight`` episodes run at once: all 
 waiting for the model are generated as one batch, while env steps (tool calls) of the
 others run on a thread pool, so a slow tool hides behind generation instead of stalling
 it (``overlap_tools=False`` runs steps inline, the serialised baseline of the benchmark).
+Episodes are recorded by :class:`agents.episode.EpisodeRecorder`, step by step, so RL
+trajectories carry the same statuses, tool counts and reward details as eval's.
 Plain Python; ``actors.py`` wraps it as a Ray actor and the local mode calls it directly.
 """
 
@@ -17,7 +19,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agents.trajectory import Trajectory
+from agents.episode import EpisodeRecorder
+from agents.trajectory import EpisodeStatus, Trajectory
 
 if TYPE_CHECKING:
     from trainers.rl.config import RLConfig
@@ -84,12 +87,14 @@ def make_env(config: RLConfig, heldout: bool = False) -> Any:
 class _Episode:
     job: EpisodeJob
     env: Any
-    trajectory: Trajectory
+    recorder: EpisodeRecorder
     context: list[int]
     turn: int = 0
     pending: Future | None = None
-    calls: Counter = field(default_factory=Counter)
-    errors: Counter = field(default_factory=Counter)
+
+    @property
+    def trajectory(self) -> Trajectory:
+        return self.recorder.trajectory
 
 
 class RolloutWorker:
@@ -161,7 +166,6 @@ class RolloutWorker:
         active: dict[int, _Episode] = {}
         done: dict[int, Trajectory] = {}
         result = RolloutResult(trajectories=[])
-        errors: Counter = Counter()
         stops = tuple(_stop_strings())
 
         def start_next() -> None:
@@ -171,15 +175,15 @@ class RolloutWorker:
                 try:
                     active[index] = self._start(job, env)
                 except Exception as exc:  # a broken task/env ends this episode only
-                    done[index] = _failed(job, cfg.env_id, "env_error", exc)
-                    errors["env_error"] += 1
+                    done[index] = EpisodeRecorder.failed_start(
+                        cfg.env_id, f"index:{job.task_index}", EpisodeStatus.ERROR_ENV, exc,
+                        seed=job.seed, sample_index=job.sample_index,
+                        extra_info={"group_id": job.group_id, "task_index": job.task_index})
                     free_envs.append(env)
 
         def finish(index: int) -> None:
             episode = active.pop(index)
-            episode.trajectory.tool_calls = dict(episode.calls)
-            episode.trajectory.tool_errors = dict(episode.errors)
-            done[index] = episode.trajectory
+            done[index] = episode.recorder.finish()
             free_envs.append(episode.env)
 
         def harvest(block: bool) -> None:
@@ -195,7 +199,7 @@ class RolloutWorker:
                 index = pending[future]
                 episode = active[index]
                 episode.pending = None
-                if self._apply_step(episode, future, errors):
+                if self._apply_step(episode, future):
                     finish(index)
 
         start_next()
@@ -223,14 +227,13 @@ class RolloutWorker:
             for i, completion in zip(waiting, completions, strict=True):
                 episode = active[i]
                 if not completion.ok:
-                    errors[str(completion.error_kind or "engine_error")] += 1
-                    episode.trajectory.status = "engine_error"
-                    episode.trajectory.info["error"] = completion.error
+                    episode.recorder.end(EpisodeStatus.engine_error(completion.error_kind),
+                                         error=completion.error)
                     finish(i)
                     continue
                 ids, logprobs = list(completion.token_ids), list(completion.logprobs)
                 result.generated_tokens += len(ids)
-                episode.trajectory.add_generated(completion.text, ids, logprobs)
+                episode.recorder.generated(completion.text, ids, logprobs)
                 episode.context.extend(ids)
                 episode.turn += 1
                 action = completion.action_text
@@ -244,11 +247,11 @@ class RolloutWorker:
                     except Exception as exc:
                         future.set_exception(exc)
                     result.env_blocking_s += time.perf_counter() - t1
-                    if self._apply_step(episode, future, errors):
+                    if self._apply_step(episode, future):
                         finish(i)
         result.trajectories = [done[i] for i in range(len(jobs))]
         result.env_s = sum(float(t.info.get("env_s", 0.0)) for t in result.trajectories)
-        result.errors = dict(errors)
+        result.errors = dict(Counter(t.status.reason for t in result.trajectories if t.status.is_error))
         result.wall_s = time.perf_counter() - started
         return result
 
@@ -258,48 +261,37 @@ class RolloutWorker:
         messages = info.get("messages") or [{"role": "user", "content": prompt}]
         prompt_ids = list(self.tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=True, return_dict=False))
-        trajectory = Trajectory(
-            env_id=self.config.env_id, task_id=info["task_id"], prompt_messages=messages,
-            prompt_text=prompt, prompt_ids=prompt_ids, seed=job.seed,
-            sample_index=job.sample_index,
-            info={"group_id": job.group_id, "task_index": job.task_index, "env_s": 0.0,
-                  "weights_version": self.weights_version},
+        recorder = EpisodeRecorder.start(
+            self.config.env_id, prompt, info, seed=job.seed, sample_index=job.sample_index,
+            prompt_ids=prompt_ids, messages=messages,
+            extra_info={"group_id": job.group_id, "task_index": job.task_index, "env_s": 0.0,
+                        "weights_version": self.weights_version},
         )
-        return _Episode(job=job, env=env, trajectory=trajectory, context=list(prompt_ids))
+        return _Episode(job=job, env=env, recorder=recorder, context=list(prompt_ids))
 
     def _budget(self, episode: _Episode) -> int:
         used = len(episode.context) - len(episode.trajectory.prompt_ids)
         return self.config.max_response_tokens - used
 
-    def _apply_step(self, episode: _Episode, future: Future, errors: Counter) -> bool:
+    def _apply_step(self, episode: _Episode, future: Future) -> bool:
         """Record one env step's outcome; True when the episode is over."""
-        trajectory = episode.trajectory
+        recorder = episode.recorder
         try:
             (observation, reward, terminated, truncated, info), seconds = future.result()
         except Exception as exc:  # envs should not raise; if one does, drop the episode
-            trajectory.status = "env_error"
-            trajectory.info["error"] = f"{type(exc).__name__}: {exc}"
-            errors["env_error"] += 1
+            recorder.end(EpisodeStatus.ERROR_ENV, error=exc)
             return True
-        trajectory.info["env_s"] += seconds
-        tool = info.get("tool")
-        for name in tool if isinstance(tool, list) else [tool] if tool else []:
-            episode.calls[name] += 1
-        if info.get("error_kind"):
-            episode.errors[str(tool or "action")] += 1
-        if terminated or truncated:
-            trajectory.reward = float(reward)
-            trajectory.terminated, trajectory.truncated = bool(terminated), bool(truncated)
-            trajectory.answer = info.get("answer")
-            trajectory.status = "ok" if terminated else f"truncated:{info.get('truncation')}"
+        recorder.trajectory.info["env_s"] += seconds
+        if recorder.step(observation, reward, terminated, truncated, info):
+            # The env's last observation is never seen by the model: it stays out of the
+            # token record (it would only lengthen the learner's sequences).
             return True
         obs_ids = self.tokenizer.encode(observation, add_special_tokens=False)
         if self._budget(episode) - len(obs_ids) < 1:
             # The response budget is spent: the episode ends unanswered (reward 0).
-            trajectory.truncated = True
-            trajectory.status = "truncated:response_tokens"
+            recorder.end(EpisodeStatus.TRUNCATED_RESPONSE_TOKENS)
             return True
-        trajectory.add_observation(observation, obs_ids)
+        recorder.observation(observation, obs_ids)
         episode.context.extend(obs_ids)
         return False
 
@@ -318,13 +310,6 @@ def _stop_strings() -> tuple[str, ...]:
     from coa_envs.protocol import STOP_STRINGS
 
     return STOP_STRINGS
-
-
-def _failed(job: EpisodeJob, env_id: str, status: str, exc: Exception) -> Trajectory:
-    return Trajectory(env_id=env_id, task_id=f"index:{job.task_index}", seed=job.seed,
-                      sample_index=job.sample_index, status=status,
-                      info={"group_id": job.group_id, "task_index": job.task_index,
-                            "error": f"{type(exc).__name__}: {exc}"})
 
 
 def _build_engine(config: RLConfig) -> tuple[Any, Any]:

@@ -52,11 +52,12 @@ def _cache_root(cache_dir: str | Path | None) -> Path:
 
 def build_world_index(world: World, cache_dir: str | Path | None = None) -> tuple[Path, Path]:
     """Write the world's corpus and bm25 index (once per content hash); return (index, corpus)."""
-    from coa_envs.retrieval.bm25 import build_bm25_index
+    from coa_envs.retrieval.bm25 import TOKEN_PATTERN, build_bm25_index
 
     rows = [json.dumps(p.to_row(), ensure_ascii=False) + "\n" for p in world.passages()]
     payload = "".join(rows).encode("utf-8")
-    digest = hashlib.sha256(payload).hexdigest()[:16]
+    # The tokenizer is part of the key: an index built by another version is never reused.
+    digest = hashlib.sha256(payload + TOKEN_PATTERN.encode()).hexdigest()[:16]
     root = _cache_root(cache_dir) / f"world{world.seed}-{digest}"
     corpus, index = root / "corpus.jsonl", root / "bm25"
     if (index / "coa_index.json").is_file() and corpus.is_file():

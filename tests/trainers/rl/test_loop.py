@@ -163,7 +163,7 @@ def test_an_env_that_crashes_drops_its_whole_group_and_counts_it(tmp_path, monke
     assert len(batch.groups) == 1
     assert {t.info["task_index"] for t in batch.groups[0]} == {1}
     assert batch.stats["sampling/groups_dropped_incomplete"] == 1
-    assert batch.stats["errors/env_error"] == 2  # both samples of task 0, counted
+    assert batch.stats["errors/env"] == 2  # both samples of task 0 (status error:env), counted
 
 
 @pytest.mark.parametrize("overlap", [True, False])
