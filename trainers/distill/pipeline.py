@@ -182,6 +182,8 @@ def distill(
     """
     from agents.trajectory import read_trajectories
 
+    if config is not None and options:
+        raise ValueError("give either a DistillConfig or its fields as keywords, not both")
     config = config or DistillConfig(**options)
     report = DistillReport()
     stages = _Stages(report)
@@ -194,18 +196,15 @@ def distill(
     report.read = len(records)
     report.tasks_seen = len({(t.env_id, t.task_id) for _, t in records})
 
-    converted_by_order: dict[int, Any] = {}
-
-    def converted(item: tuple[int, Any]) -> str | None:
+    items: list[tuple[int, Any]] = []
+    failed: Counter[str] = Counter()
+    for order, trajectory in records:
         try:
-            converted_by_order[item[0]] = convert(item[1])
+            items.append((order, convert(trajectory)))
         except ConversionError as error:
             report.errors.append(str(error))
-            return "convert_error"
-        return None
-
-    items = stages.run("convert", records, converted)
-    items = [(order, converted_by_order[order]) for order, _ in items]
+            failed["convert_error"] += 1
+    stages.record("convert", len(records), len(items), failed)
     items = stages.run("correct", items, lambda it: filters.correctness_reason(it[1], config.min_reward))
     items = stages.run("format", items, lambda it: filters.format_reason(it[1], config.allow_bad_actions))
     pool = EnvPool(config.make_kwargs)

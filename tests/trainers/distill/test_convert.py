@@ -81,3 +81,17 @@ def test_plain_runs_pass_through_and_role_span_checks():
     assert clean_role_span("think", "use <code> here") is None
     assert clean_role_span("think", "   ") is None
     assert clean_role_span("answer", "Lotre") is None  # not a role
+
+
+def test_distill_counts_a_run_it_cannot_convert_and_goes_on(tmp_path):
+    from agents.trajectory import write_trajectory
+    from trainers.distill import distill
+
+    broken = _run([_event(0, "wiki_agent", "tool", "Bob born", tool="wiki_search"), *EVENTS[4:]])
+    run = tmp_path / "runs.jsonl"
+    with open(run, "w", encoding="utf-8") as handle:
+        write_trajectory(handle, broken)
+        write_trajectory(handle, _run(EVENTS))
+    report = distill([run], tmp_path / "out.jsonl", leak_check=False, replay=False)
+    assert report.stages[0] == {"stage": "convert", "in": 2, "out": 1, "dropped": {"convert_error": 1}}
+    assert report.kept == 1 and "turn 0" in report.errors[0]
