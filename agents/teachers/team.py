@@ -9,8 +9,8 @@ the verifier first (smolagents' ``final_answer_checks``): a rejection is an erro
 sees and must act on, which is the team's error-correction loop.
 
 Every agent has its own model (one OpenAI-compatible endpoint per role). A thin wrapper around
-each model logs what the model wrote: a reply offered tools is a thought (``<think>``), a
-planning step is a ``<plan>``. Parallel tool calls are run one at a time
+each model (:func:`agents.adapters.smol.observed_model`) logs what the model wrote: a reply
+offered tools is a thought (``<think>``), a planning step is a ``<plan>``. Parallel tool calls are run one at a time
 (``max_tool_threads=1``) so the env sees them in a fixed order.
 """
 
@@ -77,38 +77,17 @@ class _Usage:
 
 
 def _recording(model: Any, bridge: TeacherBridge, agent: str, usage: _Usage) -> Any:
-    """Wrap a smolagents ``Model`` so what it writes reaches the bridge's log."""
-    from smolagents.models import Model
+    """The agent's model, its calls counted and what it writes logged: a reply offered tools is
+    a thought, a planning step a plan (the last-resort answer after max_steps is the answer)."""
+    from agents.adapters.smol import observed_model
 
-    class RecordingModel(Model):
-        def __init__(self) -> None:
-            super().__init__(model_id=getattr(model, "model_id", None))
+    def on_reply(kind: str, text: str) -> None:
+        if kind == "think":
+            bridge.thought(agent, text)
+        elif kind == "plan":
+            bridge.note(agent, "plan", text)
 
-        def __getattr__(self, name: str) -> Any:  # everything else is the wrapped model's
-            return getattr(model, name)
-
-        def generate(self, messages: list[Any], stop_sequences: Any = None, response_format: Any = None,
-                     tools_to_call_from: Any = None, **kwargs: Any) -> Any:
-            try:
-                reply = model.generate(messages, stop_sequences=stop_sequences, response_format=response_format,
-                                       tools_to_call_from=tools_to_call_from, **kwargs)
-            except Exception:
-                usage.error(agent)
-                raise
-            usage.add(agent, reply)
-            text = reply.content if isinstance(reply.content, str) else ""
-            if tools_to_call_from is not None:
-                # A call written as text ("Action: {...}") follows the thought.
-                bridge.thought(agent, text if reply.tool_calls else text.split("Action:")[0])
-            elif stop_sequences and "<end_plan>" in stop_sequences:
-                bridge.note(agent, "plan", text.replace("<end_plan>", ""))
-            # else: the framework's last-resort answer after max_steps; it is the answer, not a role
-            return reply
-
-        def parse_tool_calls(self, message: Any) -> Any:
-            return model.parse_tool_calls(message)
-
-    return RecordingModel()
+    return observed_model(_CountedModel(model, agent, usage), on_reply)
 
 
 def _templates(member: bool) -> dict[str, Any]:
@@ -262,10 +241,13 @@ class _BoundBridge:
 
 
 class _CountedModel:
-    """A role agent's model whose calls are counted (role agents are not framework agents)."""
+    """A model whose calls, tokens and failures are counted for the run's record."""
 
     def __init__(self, model: Any, agent: str, usage: _Usage):
         self.model, self.agent, self.usage = model, agent, usage
+
+    def __getattr__(self, name: str) -> Any:  # model_id, parse_tool_calls, ...: the model's own
+        return getattr(self.model, name)
 
     def generate(self, messages: list[Any], **kwargs: Any) -> Any:
         try:

@@ -118,3 +118,17 @@ def test_an_unreachable_endpoint_ends_each_episode_with_an_error_not_a_hang(synt
     assert [t.status for t in result.trajectories] == ["error:agent", "error:agent"]
     assert all("teacher team failed" in t.info["error"] for t in result.trajectories)
     assert all(t.info["teacher"]["agents"]["manager"]["errors"] >= 1 for t in result.trajectories)
+
+
+def test_a_manager_out_of_steps_answers_from_memory_and_the_verifier_still_checks(synthhop, scripted_server):
+    task = _two_hop(synthhop)
+    _, url = scripted_server([script_from_task(task)])
+    system = system_from_dict(system_dict(url, manager={"max_steps": 1, "planning_interval": 1}))
+    trajectory = _play(synthhop, system, task)
+    teacher = trajectory.info["teacher"]
+    assert teacher["fallback_answer"] and trajectory.tool_calls == {"wiki_search": 1}
+    assert trajectory.answer == task.gold[0]  # the scripted last-resort answer
+    kinds = [(e["agent"], e["kind"]) for e in teacher["events"]]
+    assert kinds.count(("manager", "plan")) == 1  # the last-resort answer is not a plan
+    assert kinds[-3:] == [("manager", "suggested_answer"), ("verifier", "double_check"), ("manager", "answer")]
+    assert teacher["verdicts"] == ["accept"] and teacher["rejections"] == 0
