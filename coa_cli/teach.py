@@ -3,7 +3,9 @@
 The team of the system file (:mod:`agents.teachers`: a manager that plans and delegates, tool
 agents acting through the env's own tools, a reflector and a verifier, each on its own
 OpenAI-compatible endpoint) plays the first ``N`` tasks with the same runner as ``coa eval``
-(concurrency, per-episode deadline, ``--resume``). ``DIR/trajectories.jsonl`` holds every
+(concurrency, per-episode deadline, ``--resume``). Its episodes are training data, so the tasks
+come from the training side of the env's partition (``--split train``; a benchmark test set
+refuses it: give a training file with ``--data``). ``DIR/trajectories.jsonl`` holds every
 episode as the env saw it plus the agents' log; ``DIR/summary.json`` the teacher's accuracy,
 tool use and per-agent calls and tokens. ``coa distill DIR --out FILE`` then converts the runs
 into CoA trajectories, filters them and writes SFT data.
@@ -21,7 +23,7 @@ import typer
 __all__ = ["teach_command"]
 
 
-def _make_kwargs(data: str | None, max_turns: int | None, env_kwargs: str | None) -> dict[str, Any]:
+def _make_kwargs(split: str, data: str | None, max_turns: int | None, env_kwargs: str | None) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     if env_kwargs:
         try:
@@ -30,6 +32,7 @@ def _make_kwargs(data: str | None, max_turns: int | None, env_kwargs: str | None
             raise typer.BadParameter(f"not JSON: {error}", param_hint="--env-kwargs") from None
         if not isinstance(kwargs, dict):
             raise typer.BadParameter("must be a JSON object of gym.make options", param_hint="--env-kwargs")
+    kwargs["task_options"] = {**(kwargs.get("task_options") or {}), "split": split}
     if data:
         kwargs["data_path"] = data
     if max_turns is not None:
@@ -69,6 +72,8 @@ def teach_command(
     base_url: str | None = typer.Option(None, help="Override the system's default endpoint URL."),
     model: str | None = typer.Option(None, help="Override the system's default endpoint model."),
     data: str | None = typer.Option(None, help="Task file/dir (sets data_path)."),
+    split: str = typer.Option("train", help="train (SFT data comes from training tasks) | test | all: which side "
+                                            "of the env's train/test partition to play (see `coa list`)."),
     max_turns: int | None = typer.Option(None, help="Override the env's turn limit."),
     env_kwargs: str | None = typer.Option(None, help="JSON object of further gym.make options (recorded "
                                                       "for replay), e.g. '{\"task_options\": {\"port\": 8765}}'."),
@@ -94,7 +99,7 @@ def teach_command(
         team = load_system(system, **overrides)
     except SystemConfigError as error:
         raise typer.BadParameter(str(error), param_hint="--system") from None
-    make_kwargs = _make_kwargs(data, max_turns, env_kwargs)
+    make_kwargs = _make_kwargs(split, data, max_turns, env_kwargs)
     try:
         probe = gym.make(env_id, **make_kwargs)
     except (gym.error.Error, ValueError, TypeError, OSError) as exc:
@@ -116,7 +121,7 @@ def teach_command(
                           episode_timeout_s=episode_timeout, max_tool_calls=10_000, end_on_length=False,
                           out=trajectories_path, resume=resume, progress=progress)
     _sort_file(trajectories_path, {(task_ids[i], k): i for i in indices for k in range(samples)})
-    extra = {"agent": f"teacher:{team.name}", "system": str(system), "members": members, "seed": seed,
+    extra = {"agent": f"teacher:{team.name}", "system": str(system), "members": members, "seed": seed, "split": split,
              "resumed_episodes": result.skipped,
              "failed_episodes": sum(1 for t in result.trajectories if t.status != "ok")}
     summary = summarize(env_id, result.trajectories, samples=samples, wall_s=result.wall_s, extra=extra)

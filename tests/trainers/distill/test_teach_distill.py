@@ -41,7 +41,7 @@ def _distill(*args: str) -> tuple[dict, str]:
     return json.loads(Path(out + ".report.json").read_text()), result.output
 
 
-TWO_HOP = {"task_options": {"hops": 2, "difficulty": None, "num_tasks": 20}}
+TWO_HOP = {"task_options": {"hops": 2, "difficulty": None, "num_tasks": 20, "split": "train"}}  # coa teach plays train
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +73,7 @@ def _free_port() -> int:
 def test_each_constructed_run_survives_or_fails_its_stage(synthhop_runs, tmp_path):
     root, tasks, summary = synthhop_runs
     assert (summary["episodes"], summary["accuracy"]) == (14, pytest.approx(12 / 14))  # only "wrong" fails
+    assert summary["split"] == "train"  # SFT data comes from training tasks
     assert summary["teacher"]["verdicts"] == {"accept": 14, "reject": 2}  # "corrected" was sent back once
     # Edit the observations of the "stumble" runs: replay must notice.
     stumble = tasks[SCENARIOS.index("stumble")].task_id
@@ -136,7 +137,7 @@ def test_kept_trajectories_are_clean_coa_that_replays_and_loads_as_sft_data(synt
 
 
 def test_miniweb_and_a_code_task(tmp_path):
-    web_kwargs = {"task_options": {"port": _free_port()}}
+    web_kwargs = {"task_options": {"port": _free_port(), "split": "train"}}
     web_env = gym.make("coa/MiniWeb-v0", **web_kwargs)
     web_tasks = web_env.unwrapped.tasks[:2]
     web_env.close()
@@ -148,7 +149,8 @@ def test_miniweb_and_a_code_task(tmp_path):
     with serve_scripted(ScriptedTeam(scripts)) as url:
         system = write_system(tmp_path / "team.yaml", url)
         web = _teach("coa/MiniWeb-v0", system, tmp_path / "web", "--n", "2", "--env-kwargs", json.dumps(web_kwargs))
-        code = _teach("coa/LiveCodeBench-v4", system, tmp_path / "code", "--n", "2", "--data", str(CODE_TASKS))
+        code = _teach("coa/LiveCodeBench-v4", system, tmp_path / "code", "--n", "2", "--data", str(CODE_TASKS),
+                      "--split", "all")
     assert web["accuracy"] == 1.0 and code["accuracy"] == 1.0
     out = tmp_path / "sft.jsonl"
     report, _ = _distill(str(tmp_path / "web"), str(tmp_path / "code"), "--out", str(out))
