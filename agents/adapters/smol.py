@@ -31,12 +31,13 @@ able to solve the task.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from agents.episode import EpisodeRecorder
 from agents.trajectory import EpisodeStatus, Trajectory
 
-__all__ = ["env_tools", "oracle_tool_model", "run_smolagents_episode"]
+__all__ = ["env_tools", "observed_model", "oracle_tool_model", "run_smolagents_episode"]
 
 _OPEN = "\n<observation>\n"
 _CLOSE = "\n</observation>\n\n"
@@ -139,13 +140,20 @@ def env_tools(env: Any, bridge: _EnvBridge) -> list[Any]:
     return tools
 
 
-def _noting_model(model: Any, bridge: _EnvBridge, planning: bool) -> Any:
-    """Wrap a smolagents ``Model`` so the text of each reply reaches ``bridge.note``: a reply
-    offered tools is the thought before a call; one offered none is a planning step when the
-    agent plans, else the framework's last-resort answer after ``max_steps`` (not a plan)."""
+def observed_model(model: Any, on_reply: Callable[[str, str], None],
+                   on_request: Callable[[], None] | None = None) -> Any:
+    """Wrap a smolagents ``Model`` so the text of each reply reaches ``on_reply(kind, text)``.
+
+    ``kind`` is ``think`` for a reply that was offered tools (the text before the call; a
+    call written as text, ``Action: {...}``, is cut off), ``plan`` for a planning step (the
+    framework asks for one with the ``<end_plan>`` stop sequence; the marker is cut off, for
+    servers that ignore stop sequences) and ``final`` for the framework's last-resort answer
+    after ``max_steps``. ``on_request`` runs before each reply that is offered tools. Used by
+    this adapter and by the teacher teams of :mod:`agents.teachers`.
+    """
     from smolagents.models import Model
 
-    class NotingModel(Model):
+    class ObservedModel(Model):
         def __init__(self) -> None:
             super().__init__(model_id=getattr(model, "model_id", None))
 
@@ -154,22 +162,34 @@ def _noting_model(model: Any, bridge: _EnvBridge, planning: bool) -> Any:
 
         def generate(self, messages: list[Any], stop_sequences: Any = None, response_format: Any = None,
                      tools_to_call_from: Any = None, **kwargs: Any) -> Any:
-            if tools_to_call_from is not None:
-                bridge.new_reply()
+            if tools_to_call_from is not None and on_request is not None:
+                on_request()
             reply = model.generate(messages, stop_sequences=stop_sequences, response_format=response_format,
                                    tools_to_call_from=tools_to_call_from, **kwargs)
             text = reply.content if isinstance(reply.content, str) else ""
-            if tools_to_call_from is None:
-                if planning:
-                    bridge.note("plan", text)
-            else:  # a call written as text ("Action: {...}") follows the thought
-                bridge.note("think", text if reply.tool_calls else text.split("Action:")[0])
+            if tools_to_call_from is not None:
+                on_reply("think", text if reply.tool_calls else text.split("Action:")[0])
+            elif stop_sequences and "<end_plan>" in stop_sequences:
+                on_reply("plan", text.split("<end_plan>")[0])
+            else:
+                on_reply("final", text)
             return reply
 
         def parse_tool_calls(self, message: Any) -> Any:
             return model.parse_tool_calls(message)
 
-    return NotingModel()
+    return ObservedModel()
+
+
+def _noting_model(model: Any, bridge: _EnvBridge) -> Any:
+    """The model whose thoughts and plans become role spans of the next action (the
+    last-resort answer is the answer itself, not a role)."""
+
+    def on_reply(kind: str, text: str) -> None:
+        if kind in ("think", "plan"):
+            bridge.note(kind, text)
+
+    return observed_model(model, on_reply, on_request=bridge.new_reply)
 
 
 def run_smolagents_episode(
@@ -192,8 +212,7 @@ def run_smolagents_episode(
     recorder = EpisodeRecorder.start(env.unwrapped.config.env_id, question, info, seed=seed,
                                      extra_info={"framework": "smolagents"})
     bridge = _EnvBridge(env, recorder)
-    planning = bool((agent_kwargs or {}).get("planning_interval"))
-    agent = ToolCallingAgent(tools=env_tools(env, bridge), model=_noting_model(model, bridge, planning),
+    agent = ToolCallingAgent(tools=env_tools(env, bridge), model=_noting_model(model, bridge),
                              max_steps=max_steps or int(info.get("max_turns") or 8),
                              verbosity_level=LogLevel.OFF, **(agent_kwargs or {}))
     try:

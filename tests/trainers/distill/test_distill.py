@@ -10,7 +10,11 @@ from typer.testing import CliRunner
 from agents.trajectory import Trajectory, read_trajectories, write_trajectory
 from coa_cli.main import app
 from trainers.data import load_samples
-from trainers.distill import distill, rejection_reason
+from trainers.distill import DistillConfig, distill
+from trainers.distill.filters import correctness_reason
+
+# Synthetic records: the stages that need the env (leakage, replay) are tested on real episodes below.
+OFFLINE = {"leak_check": False, "replay": False, "min_roles": 0}
 
 
 def _episode(task: str, turns: list[str], reward: float = 1.0, status: str = "ok", **fields) -> Trajectory:
@@ -45,29 +49,34 @@ def test_each_reason_to_drop_is_applied_and_counted(tmp_path):
         _episode("t6", []),
     ])
     out = tmp_path / "sft.jsonl"
-    report = distill([run], out)
+    report = distill([run], out, **OFFLINE)
     kept = list(read_trajectories(out))
     assert [(t.task_id, t.num_turns) for t in kept] == [("t1", 2), ("t5", 2)]
     assert report.dropped == {"bad_action": 1, "below_reward": 1, "duplicate": 1, "no_generation": 1,
                               "not_finished": 1, "over_task_cap": 1}
+    assert report.survival() == [("read", 8), ("convert", 8), ("correct", 5), ("format", 4), ("leakage", 4),
+                                 ("dedup", 3), ("limits", 3), ("diversity", 3), ("replay", 3), ("select", 2)]
     assert (report.read, report.kept, report.tasks_seen, report.tasks_kept) == (8, 2, 6, 2)
     saved = json.loads((tmp_path / "sft.jsonl.report.json").read_text())
     assert saved["kept"] == 2 and saved["acceptance_rate"] == 0.25
+    assert [stage["stage"] for stage in saved["stages"]][-1] == "select"
 
 
 def test_caps_preferences_and_options(tmp_path):
     run = tmp_path / "teacher.jsonl"
     _write(run, [_episode("t1", [SEARCH] * n + [ANSWER]) for n in (3, 1, 2)])
-    first = distill([run], tmp_path / "first.jsonl", prefer="first")
+    first = distill([run], tmp_path / "first.jsonl", prefer="first", **OFFLINE)
     assert [t.num_turns for t in read_trajectories(tmp_path / "first.jsonl")] == [4]
-    everything = distill([run], tmp_path / "all.jsonl", max_per_task=0)
+    everything = distill([run], tmp_path / "all.jsonl", max_per_task=0, **OFFLINE)
     assert [t.num_turns for t in read_trajectories(tmp_path / "all.jsonl")] == [2, 3, 4]
     assert first.kept == 1 and everything.kept == 3
     partial = _episode("t9", [SEARCH, ANSWER], reward=0.5)
-    assert rejection_reason(partial, min_reward=1.0) == "below_reward"
-    assert rejection_reason(partial, min_reward=0.5) is None
+    assert correctness_reason(partial, min_reward=1.0) == "below_reward"
+    assert correctness_reason(partial, min_reward=0.5) is None
     with pytest.raises(ValueError, match="prefer"):
         distill([run], tmp_path / "x.jsonl", prefer="longest")
+    with pytest.raises(ValueError, match="budget"):
+        DistillConfig(budget=-1)
     with pytest.raises(FileNotFoundError, match="coa eval"):
         distill([tmp_path], tmp_path / "x.jsonl")
 
@@ -109,10 +118,10 @@ def test_teacher_token_ids_are_dropped_unless_the_student_shares_the_tokenizer(t
             segment.logprobs = [-0.5]
     run = tmp_path / "teacher.jsonl"
     _write(run, [episode])
-    distill([run], tmp_path / "text.jsonl")
+    distill([run], tmp_path / "text.jsonl", **OFFLINE)
     (text_only,) = read_trajectories(tmp_path / "text.jsonl")
     assert not text_only.prompt_ids and not any(s.token_ids or s.logprobs for s in text_only.segments)
     assert not load_samples(tmp_path / "text.jsonl")[0].has_token_ids  # the student re-tokenises
-    distill([run], tmp_path / "ids.jsonl", keep_token_ids=True)
+    distill([run], tmp_path / "ids.jsonl", keep_token_ids=True, **OFFLINE)
     (with_ids,) = read_trajectories(tmp_path / "ids.jsonl")
     assert with_ids.prompt_ids == [1, 2, 3] and with_ids.response_ids() == [10, 11, 12]

@@ -1,0 +1,256 @@
+"""A teacher system's configuration: which model plays which agent, and how far each may go.
+
+A system YAML names one OpenAI-compatible endpoint (an API model for real use, ``coa serve``
+for local runs) that every agent uses, and lets each agent override any endpoint key, so a
+strong model can verify while a cheap one searches::
+
+    name: api-teacher
+    endpoint: {base_url: https://api.openai.com/v1, model: gpt-4o-mini, api_key_env: OPENAI_API_KEY}
+    manager: {max_steps: 10, planning_interval: 4}
+    tool_agents:
+      - {name: web_agent, tools: [web_search, crawl_page], max_steps: 6}
+      - {name: wiki_agent, tools: [wiki_search]}
+      - {name: code_agent, tools: [code]}
+    reflector: {enabled: true}
+    verifier: {enabled: true, max_rejections: 1, endpoint: {model: gpt-4o}}
+
+Every endpoint is resolved at load time (the system default merged under each agent's own
+keys), so a loaded config holds complete endpoints and nothing is decided later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from coa_envs.protocol import TOOL_TAGS
+
+__all__ = [
+    "DEFAULT_TOOL_AGENTS",
+    "EndpointConfig",
+    "ManagerConfig",
+    "RoleAgentConfig",
+    "SystemConfigError",
+    "TeacherSystemConfig",
+    "ToolAgentConfig",
+    "VerifierConfig",
+    "load_system",
+    "system_from_dict",
+]
+
+
+class SystemConfigError(ValueError):
+    """A system YAML that cannot run; the message says what to change."""
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointConfig:
+    """An OpenAI-compatible chat-completions endpoint and how to sample from it."""
+
+    base_url: str = ""
+    """e.g. ``http://127.0.0.1:8000/v1`` (``coa serve``) or ``https://api.openai.com/v1``."""
+    model: str = ""
+    """The model name as the server knows it."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable holding the key; when unset the key sent is ``EMPTY`` (local servers)."""
+    temperature: float = 0.0
+    max_tokens: int = 1024
+    """Completion budget of one call."""
+    timeout_s: float = 120.0
+    max_retries: int = 2
+    send_seed: bool = True
+    """Send each episode's seed (OpenAI, vLLM and ``coa serve`` accept it) so reruns repeat."""
+
+    def __post_init__(self) -> None:
+        if not self.base_url or not self.model:
+            raise SystemConfigError("an endpoint needs base_url and model (set them under `endpoint:` "
+                                    "for every agent, or under the agent's own `endpoint:`)")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise SystemConfigError(f"endpoint base_url={self.base_url!r} must start with http:// or https://")
+        if self.max_tokens < 1 or self.timeout_s <= 0 or self.max_retries < 0:
+            raise SystemConfigError("endpoint max_tokens must be >= 1, timeout_s > 0, max_retries >= 0")
+
+    @property
+    def api_key(self) -> str:
+        return os.environ.get(self.api_key_env, "") or "EMPTY"
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerConfig:
+    """The agent that plans, delegates to the tool agents and gives the final answer."""
+
+    endpoint: EndpointConfig
+    max_steps: int = 8
+    """Manager steps (each a delegation or a final answer) before it must answer."""
+    planning_interval: int = 3
+    """Write a plan before step 1 and every this many steps after; 0 turns planning off."""
+    instructions: str = ""
+    """Extra instructions appended to the framework's manager prompt."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolAgentConfig:
+    """A team member acting only through some of the env's tools."""
+
+    name: str
+    tools: tuple[str, ...]
+    endpoint: EndpointConfig
+    description: str = ""
+    """What the manager is told this member does."""
+    max_steps: int = 4
+    instructions: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RoleAgentConfig:
+    """A role agent without tools (the reflector): one chat call per use."""
+
+    endpoint: EndpointConfig
+    enabled: bool = True
+    instructions: str = ""
+    """Replaces the built-in role prompt when set."""
+
+
+@dataclass(frozen=True, slots=True)
+class VerifierConfig(RoleAgentConfig):
+    """Checks each suggested final answer against the evidence before it becomes final."""
+
+    max_rejections: int = 1
+    """How often it may send the manager back to work; after that its verdict is only recorded."""
+    evidence_chars: int = 6000
+    """How much of the tool results seen so far (the most recent) it reads."""
+
+
+_DEFAULT_DESCRIPTIONS = {
+    "web_agent": "searches the web and reads pages; ask it one concrete thing to find",
+    "wiki_agent": "retrieves encyclopedia passages; ask it one fact at a time",
+    "code_agent": "writes and runs Python; ask it to compute or to test a program",
+}
+DEFAULT_TOOL_AGENTS: tuple[dict[str, Any], ...] = (
+    {"name": "web_agent", "tools": ["web_search", "crawl_page", "visual_inspector"], "max_steps": 6},
+    {"name": "wiki_agent", "tools": ["wiki_search"]},
+    {"name": "code_agent", "tools": ["code"]},
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TeacherSystemConfig:
+    """The whole team. ``tool_agents`` whose tools the env lacks are left out of an episode."""
+
+    name: str
+    manager: ManagerConfig
+    tool_agents: tuple[ToolAgentConfig, ...]
+    reflector: RoleAgentConfig
+    verifier: VerifierConfig
+    step_timeout_s: float = 900.0
+    """Longest wait for the team's next action (a stuck endpoint ends the episode with an error)."""
+    source: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        names = [agent.name for agent in self.tool_agents]
+        if len(set(names)) != len(names) or "manager" in names:
+            raise SystemConfigError(f"tool agent names must be unique and not 'manager': {names}")
+        claimed: dict[str, str] = {}
+        for agent in self.tool_agents:
+            if not agent.name.isidentifier():
+                raise SystemConfigError(f"tool agent name {agent.name!r} must be a Python identifier")
+            for tool in agent.tools:
+                if tool not in TOOL_TAGS:
+                    raise SystemConfigError(f"{agent.name}: unknown tool {tool!r}; tools are {list(TOOL_TAGS)}")
+                if tool in claimed:
+                    raise SystemConfigError(f"tool {tool!r} is given to both {claimed[tool]} and {agent.name}")
+                claimed[tool] = agent.name
+            if agent.max_steps < 1:
+                raise SystemConfigError(f"{agent.name}: max_steps must be >= 1")
+        if self.manager.max_steps < 1 or self.manager.planning_interval < 0:
+            raise SystemConfigError("manager: max_steps must be >= 1 and planning_interval >= 0 (0 = no planning)")
+        if self.verifier.max_rejections < 0 or self.verifier.evidence_chars < 0:
+            raise SystemConfigError("verifier: max_rejections and evidence_chars must be >= 0")
+        if self.step_timeout_s <= 0:
+            raise SystemConfigError("step_timeout_s must be > 0")
+
+    def agents_for(self, env_tools: list[str] | tuple[str, ...]) -> list[ToolAgentConfig]:
+        """The members that can act in an env with ``env_tools``, each keeping only those tools."""
+        members = []
+        for agent in self.tool_agents:
+            usable = tuple(tool for tool in agent.tools if tool in env_tools)
+            if usable:
+                members.append(dataclasses.replace(agent, tools=usable))
+        return members
+
+
+def _known(section: str, data: dict[str, Any], cls: type) -> None:
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise SystemConfigError(f"{section}: unknown keys {unknown}; known keys: {sorted(names)}")
+
+
+def _endpoint(section: str, default: dict[str, Any], own: Any) -> EndpointConfig:
+    if own is not None and not isinstance(own, dict):
+        raise SystemConfigError(f"{section}.endpoint must be a mapping")
+    merged = {**default, **(own or {})}
+    _known(f"{section}.endpoint", merged, EndpointConfig)
+    try:
+        return EndpointConfig(**merged)
+    except SystemConfigError as error:
+        raise SystemConfigError(f"{section}: {error}") from None
+
+
+def _section(name: str, data: dict[str, Any], cls: type, default_endpoint: dict[str, Any]) -> Any:
+    if not isinstance(data, dict):
+        raise SystemConfigError(f"{name} must be a mapping")
+    values = dict(data)
+    values["endpoint"] = _endpoint(name, default_endpoint, data.get("endpoint"))
+    _known(name, values, cls)
+    return cls(**values)
+
+
+def system_from_dict(data: dict[str, Any], source: str = "") -> TeacherSystemConfig:
+    """Build and validate a system from a parsed YAML mapping (see the module docstring)."""
+    if not isinstance(data, dict):
+        raise SystemConfigError("the system file must hold a mapping")
+    allowed = {"name", "endpoint", "manager", "tool_agents", "reflector", "verifier", "step_timeout_s"}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise SystemConfigError(f"unknown top-level keys {unknown}; known keys: {sorted(allowed)}")
+    default = data.get("endpoint") or {}
+    if not isinstance(default, dict):
+        raise SystemConfigError("endpoint must be a mapping")
+    members = []
+    for index, raw in enumerate(data.get("tool_agents") or DEFAULT_TOOL_AGENTS):
+        if not isinstance(raw, dict) or "name" not in raw or not raw.get("tools"):
+            raise SystemConfigError(f"tool_agents[{index}] needs a name and a list of tools")
+        raw = dict(raw)
+        raw["tools"] = tuple(raw["tools"])
+        raw.setdefault("description", _DEFAULT_DESCRIPTIONS.get(raw["name"], f"acts with {', '.join(raw['tools'])}"))
+        members.append(_section(f"tool_agents[{index}]", raw, ToolAgentConfig, default))
+    return TeacherSystemConfig(
+        name=str(data.get("name") or Path(source).stem or "teacher"),
+        manager=_section("manager", data.get("manager") or {}, ManagerConfig, default),
+        tool_agents=tuple(members),
+        reflector=_section("reflector", data.get("reflector") or {}, RoleAgentConfig, default),
+        verifier=_section("verifier", data.get("verifier") or {}, VerifierConfig, default),
+        step_timeout_s=float(data.get("step_timeout_s", 900.0)),
+        source=source,
+    )
+
+
+def load_system(path: str | os.PathLike[str], **endpoint_overrides: Any) -> TeacherSystemConfig:
+    """Read a system YAML. ``endpoint_overrides`` (e.g. ``base_url=…``) replace the default
+    endpoint's keys, for pointing a shipped example at your own server."""
+    import yaml
+
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"teacher system file not found: {file}")
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        raise SystemConfigError(f"{file}: not valid YAML: {error}") from None
+    if endpoint_overrides and isinstance(data, dict):
+        data = {**data, "endpoint": {**(data.get("endpoint") or {}), **endpoint_overrides}}
+    return system_from_dict(data, source=str(file))
