@@ -107,12 +107,16 @@ def run_ours(model_dir: Path, data_path: Path, out: Path, *, steps: int, pack_le
              attention: str = "varlen", threads: int = 0, grad_ckpt: bool = False) -> dict[str, Any]:
     from trainers.sft import load_config, train
 
-    config = load_config(None, model=str(model_dir), train_path=str(data_path),
-                         output_dir=str(out), max_seq_len=pack_len, pack_len=pack_len if packing else None,
-                         packing=packing, max_steps=steps, grad_accum=1, learning_rate=1e-5,
-                         precision=precision, attention=attention, device=device,
-                         gradient_checkpointing=grad_ckpt, progress=False, tensorboard=False,
-                         save_every=0, torch_threads=threads, seed=0)
+    config = load_config(values={
+        "model": {"path": str(model_dir), "attention": attention,
+                  "gradient_checkpointing": grad_ckpt},
+        "data": {"train_path": str(data_path), "max_seq_len": pack_len,
+                 "pack_len": pack_len if packing else None, "packing": packing},
+        "optim": {"max_steps": steps, "grad_accum": 1, "learning_rate": 1e-5,
+                  "precision": precision},
+        "resources": {"device": device, "torch_threads": threads},
+        "bookkeeping": {"output_dir": str(out), "progress": False, "tensorboard": False,
+                        "save_every": 0, "seed": 0}})
     result = train(config)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").open() if '"loss"' in line]
     points = [(r["elapsed_s"], r["tokens"]) for r in rows]

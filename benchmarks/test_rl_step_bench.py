@@ -36,8 +36,9 @@ pytest.importorskip("transformers", reason="needs the [llm] extra")
 
 import gymnasium as gym  # noqa: E402
 
+from trainers.common import deep_merge  # noqa: E402
 from trainers.rl import rollout as rollout_mod  # noqa: E402
-from trainers.rl.config import RLConfig  # noqa: E402
+from trainers.rl.config import RLConfig, load_config  # noqa: E402
 
 LATENCY_S = 0.05
 EPISODES = 16
@@ -59,14 +60,19 @@ class _Latency(gym.Wrapper):
 
 
 def _config(out: Path, **overrides) -> RLConfig:
-    base = dict(algorithm="dapo", model="tiny", model_config={"hidden_size": 64, "layers": 2},
-                env_id="coa/SynthHop-v0", env_kwargs=ENV_KWARGS, use_ray=False, torch_threads=1,
-                total_steps=3, prompts_per_step=2, group_size=8, minibatch_size=16,
-                micro_batch_size=8, max_new_tokens=16, max_response_tokens=512, max_turns=4,
-                episodes_in_flight=8, tool_threads=8, dynamic_sampling=False, save_every=100,
-                output_dir=str(out), tensorboard=False, plot=False, seed=0)
-    base.update(overrides)
-    return RLConfig(**base)
+    """The benchmark's config; ``overrides`` are dotted keys (``algorithm.name``)."""
+    base = {
+        "algorithm": {"name": "dapo", "total_steps": 3, "prompts_per_step": 2, "group_size": 8,
+                      "minibatch_size": 16, "dynamic_sampling": False},
+        "model": {"path": "tiny", "config_overrides": {"hidden_size": 64, "layers": 2}},
+        "env": {"id": "coa/SynthHop-v0", "kwargs": ENV_KWARGS, "max_turns": 4},
+        "rollout": {"max_new_tokens": 16, "max_response_tokens": 512, "episodes_in_flight": 8,
+                    "tool_threads": 8},
+        "resources": {"use_ray": False, "torch_threads": 1, "micro_batch_size": 8},
+        "bookkeeping": {"save_every": 100, "output_dir": str(out), "tensorboard": False,
+                        "plot": False, "seed": 0},
+    }
+    return load_config(values=deep_merge(base, overrides))
 
 
 @pytest.fixture
@@ -75,8 +81,8 @@ def latency(monkeypatch):
     state = {"s": 0.0}
     make = rollout_mod.make_env
 
-    def slow_make(config):
-        return _Latency(make(config), state["s"])
+    def slow_make(config, heldout=False):
+        return _Latency(make(config, heldout), state["s"])
 
     monkeypatch.setattr(rollout_mod, "make_env", slow_make)
     return state
@@ -120,12 +126,13 @@ def test_tool_latency_hidden_by_overlap(tmp_path, latency):
 
 @pytest.mark.parametrize("algorithm", ["dapo", "grpo_kl", "ppo"])
 def test_rl_step_split(tmp_path, latency, algorithm):
+    from trainers.common import read_metrics
     from trainers.rl.loop import train
-    from trainers.rl.metrics import read_metrics
 
     latency["s"] = LATENCY_S
-    extra = {"dapo": {}, "grpo_kl": {"algorithm": "grpo", "kl_coef": 0.01},
-             "ppo": {"algorithm": "ppo", "group_size": 1, "prompts_per_step": 16}}[algorithm]
+    extra = {"dapo": {}, "grpo_kl": {"algorithm": {"name": "grpo", "kl_coef": 0.01}},
+             "ppo": {"algorithm": {"name": "ppo", "group_size": 1, "prompts_per_step": 16}}
+             }[algorithm]
     train(_config(tmp_path, **extra))
     rows = read_metrics(tmp_path / "metrics.jsonl")[1:]  # step 1 pays one-off warm-up
     keys = ("time/step_s", "time/generation_s", "time/env_blocking_s", "time/env_s",

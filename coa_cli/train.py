@@ -23,14 +23,19 @@ train_app = typer.Typer(no_args_is_help=True, add_completion=False,
 def sft_command(
     config: Path = typer.Option(..., "--config", "-c", exists=True, dir_okay=False,
                                 help="YAML config (see examples/sft_tiny.yaml)."),
-    overrides: list[str] = typer.Argument(None, help="key=value overrides, e.g. max_steps=10."),
+    overrides: list[str] = typer.Argument(None, help="key=value overrides, e.g. "
+                                          "optim.max_steps=10 optim.learning_rate=2e-5."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the newest checkpoint "
+                                "in bookkeeping.output_dir (same as bookkeeping.resume=latest)."),
 ) -> None:
     """Masked SFT on CoA trajectories (loss only on model-generated tokens)."""
+    from trainers.common import ConfigError
     from trainers.sft import load_config, train
 
+    extra = [*(overrides or []), *(["bookkeeping.resume=latest"] if resume else [])]
     try:
-        cfg = load_config(config, overrides or [])
-    except (ValueError, TypeError) as error:
+        cfg = load_config(config, extra)
+    except ConfigError as error:
         raise typer.BadParameter(str(error), param_hint="--config / overrides") from error
     result = train(cfg)
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 reports for the job
@@ -40,7 +45,7 @@ def sft_command(
         typer.echo(f"eval loss (generated tokens): {result.eval_losses[-1][1]:.4f}")
     typer.echo(f"data: {result.train_report.summary()}")
     typer.echo(f"tokens/s: {result.tokens_per_s:,.0f}")
-    typer.echo(f"model: {result.final_dir or 'halted; resume with resume=latest'}")
+    typer.echo(f"model: {result.final_dir or 'halted; resume with --resume'}")
 
 
 train_app.command("rl")(rl_command)

@@ -14,17 +14,18 @@ __all__ = ["rl_command"]
 
 def rl_command(
     config: Path = typer.Option(..., "--config", "-c", exists=True, dir_okay=False,
-                                help="YAML file of RLConfig fields (see examples/rl_*.yaml)."),
-    overrides: list[str] = typer.Argument(None, help="key=value overrides, e.g. lr=1e-5 "
-                                          "algorithm=ppo env_kwargs.max_turns=4"),
-    resume: bool = typer.Option(False, "--resume",
-                                help="Continue from the newest checkpoint in output_dir."),
+                                help="YAML file of RLConfig sections (see examples/rl_*.yaml)."),
+    overrides: list[str] = typer.Argument(None, help="key=value overrides, e.g. "
+                                          "algorithm.lr=1e-5 algorithm.name=ppo env.max_turns=4"),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the newest checkpoint "
+                                "in bookkeeping.output_dir (same as bookkeeping.resume=latest)."),
     address: str = typer.Option(None, "--address",
                                 help="Ray cluster to join (host:port or 'auto'); default: "
                                      "start Ray locally."),
     no_ray: bool = typer.Option(False, "--no-ray",
                                 help="Run workers and learner in this process (no Ray)."),
-    output_dir: str = typer.Option(None, "--output-dir", "-o", help="Overrides output_dir."),
+    output_dir: str = typer.Option(None, "--output-dir", "-o",
+                                   help="Overrides bookkeeping.output_dir."),
 ) -> None:
     """Train a policy with PPO, GRPO or DAPO on a coa env (algorithm = config)."""
     from trainers.rl.config import ConfigError, load_config
@@ -32,18 +33,18 @@ def rl_command(
 
     extra = list(overrides or [])
     if resume:
-        extra.append("resume=true")
+        extra.append("bookkeeping.resume=latest")
     if address:
-        extra.append(f"ray_address={address}")
+        extra.append(f"resources.ray_address={address}")
     if no_ray:
-        extra.append("use_ray=false")
+        extra.append("resources.use_ray=false")
     if output_dir:
-        extra.append(f"output_dir={output_dir}")
+        extra.append(f"bookkeeping.output_dir={output_dir}")
     try:
         cfg = load_config(config, extra)
     except ConfigError as exc:
-        raise typer.BadParameter(str(exc)) from exc
+        raise typer.BadParameter(str(exc), param_hint="--config / overrides") from exc
     metrics = train(cfg)
     reward = metrics.get("rollout/reward_mean", float("nan"))
-    typer.echo(f"done: {cfg.total_steps} steps, last reward mean {reward:.3f}; "
-               f"metrics, checkpoints and reward_curve.png in {cfg.output_dir}")
+    typer.echo(f"done: {cfg.algorithm.total_steps} steps, last reward mean {reward:.3f}; "
+               f"metrics, checkpoints and reward_curve.png in {cfg.bookkeeping.output_dir}")

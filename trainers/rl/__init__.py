@@ -1,16 +1,17 @@
 """Agentic RL over the CoA envs: PPO, GRPO and DAPO as one loop, algorithm as config.
 
-Layout (each module one job): ``config`` (the dataclass and YAML/overrides),
-``algorithms`` (advantages and losses as tensor functions), ``batch`` (trajectories to
-tensors), ``models``/``learner`` (policy, critic, reference, the update), ``rollout``
-(episode generation inside a worker), ``actors`` (Ray placement and fault tolerance),
-``checkpoint``/``metrics``, and ``loop`` (the story top to bottom). Importing this package
-is light: torch, transformers and ray load inside the functions that need them.
+Layout (each module one job): ``config``/``sections`` (the sectioned config, presets;
+loaded, checkpointed and logged by the shared ``trainers.common``), ``algorithms``
+(advantages and losses as tensor functions), ``batch`` (trajectories to tensors),
+``models``/``learner`` (policy, critic, reference, the update), ``rollout`` (episode
+generation inside a worker), ``actors`` (Ray placement and fault tolerance), ``metrics``
+(episode statistics, the reward curve), and ``loop`` (the story top to bottom). Importing
+this package is light: torch, transformers and ray load inside the functions that need them.
 """
 
-from trainers.rl.config import ConfigError, RLConfig, apply_overrides, load_config
+from trainers.rl.config import ConfigError, RLConfig, load_config
 
-__all__ = ["ConfigError", "RLConfig", "apply_overrides", "load_config", "train"]
+__all__ = ["ConfigError", "RLConfig", "load_config", "train"]
 
 
 def train(config: RLConfig) -> dict:

@@ -89,15 +89,16 @@ class RayRollouts:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         self.config = config
+        res = config.resources
         actor_cls = ray.remote(max_restarts=-1, max_task_retries=0)(RolloutWorker)
         actors = []
-        for index in range(config.num_rollout_workers):
-            options: dict[str, Any] = {"num_cpus": config.cpus_per_worker,
-                                       "num_gpus": config.rollout_gpus_per_worker}
+        for index in range(res.num_rollout_workers):
+            options: dict[str, Any] = {"num_cpus": res.cpus_per_worker,
+                                       "num_gpus": res.rollout_gpus_per_worker}
             if placement_group is not None:
                 options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                     placement_group=placement_group,
-                    placement_group_bundle_index=config.learner_workers + index)
+                    placement_group_bundle_index=res.learner_workers + index)
             actors.append(actor_cls.options(**options).remote(config, index))
         self.manager = FaultTolerantActorManager(actors)
         self.placement_group = placement_group
@@ -123,7 +124,7 @@ class RayRollouts:
         ref, version = self._weights_ref, self._version
         self.manager.foreach_actor(lambda w: w.set_weights(_resolve(ref), version),
                                    remote_actor_ids=actor_ids,
-                                   timeout_seconds=self.config.rollout_timeout_s)
+                                   timeout_seconds=self.config.rollout.timeout_s)
 
     def _revive(self, wait: bool) -> None:
         """Bring restarted actors back into service with the current weights.
@@ -133,7 +134,7 @@ class RayRollouts:
         retry) probing repeats until every actor answers or ``worker_restart_timeout_s``
         passes; otherwise one probe, so an actor that never comes back costs no step a wait.
         """
-        deadline = time.monotonic() + self.config.worker_restart_timeout_s
+        deadline = time.monotonic() + self.config.rollout.worker_restart_timeout_s
         while True:
             restored = self.manager.probe_unhealthy_actors(timeout_seconds=30, mark_healthy=True)
             if restored:
@@ -148,7 +149,8 @@ class RayRollouts:
         results: list[RolloutResult] = []
         pending = [jobs]
         dropped = 0
-        for attempt in range(self.config.max_episode_retries + 1):
+        retries = self.config.rollout.max_episode_retries
+        for attempt in range(retries + 1):
             healthy = self.manager.healthy_actor_ids()
             if not healthy:
                 self._revive(wait=True)
@@ -161,7 +163,7 @@ class RayRollouts:
             calls = [lambda w, s=shard: w.run(s) for shard in shards]
             replies = self.manager.foreach_actor(
                 calls, kwargs=[{} for _ in calls], remote_actor_ids=ids,
-                timeout_seconds=self.config.rollout_timeout_s)
+                timeout_seconds=self.config.rollout.timeout_s)
             answered = {reply.actor_id: reply.get() for reply in replies if reply.ok}
             pending = []
             for actor_id, shard in zip(ids, shards, strict=True):
@@ -169,7 +171,7 @@ class RayRollouts:
                     results.append(answered[actor_id])
                 else:
                     pending.append(shard)
-            retry_left = attempt < self.config.max_episode_retries
+            retry_left = attempt < retries
             self._revive(wait=bool(pending) and retry_left)
             if not pending or not retry_left:
                 break
@@ -243,11 +245,11 @@ class RayLearner:
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        world = config.learner_workers
+        world = config.resources.learner_workers
         actor_cls = ray.remote(_LearnerRank)
         self.actors = []
         for rank in range(world):
-            options: dict[str, Any] = {"num_cpus": 1, "num_gpus": config.learner_gpus}
+            options: dict[str, Any] = {"num_cpus": 1, "num_gpus": config.resources.learner_gpus}
             if placement_group is not None:
                 options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                     placement_group=placement_group, placement_group_bundle_index=rank)
@@ -293,25 +295,26 @@ class RayLearner:
 
 def build_groups(config: RLConfig) -> tuple[Any, Any]:
     """``(rollouts, learner)`` for the config: in-process, or Ray actors in a placement group."""
-    if not config.use_ray:
+    res = config.resources
+    if not res.use_ray:
         return LocalRollouts(config), LocalLearner(config)
     import ray
 
     if not ray.is_initialized():
-        if config.ray_address:
-            ray.init(address=config.ray_address)
+        if res.ray_address:
+            ray.init(address=res.ray_address)
         else:
-            cpus = config.learner_workers + config.num_rollout_workers * config.cpus_per_worker
-            ray.init(num_cpus=int(max(cpus, 2)), num_gpus=config.num_gpus,
+            cpus = res.learner_workers + res.num_rollout_workers * res.cpus_per_worker
+            ray.init(num_cpus=int(max(cpus, 2)), num_gpus=res.num_gpus,
                      include_dashboard=False, log_to_driver=True)
     from ray.util.placement_group import placement_group
 
-    learner = {"CPU": 1, **({"GPU": config.learner_gpus} if config.learner_gpus else {})}
-    bundles = [dict(learner) for _ in range(config.learner_workers)]
-    for _ in range(config.num_rollout_workers):
-        bundle: dict[str, float] = {"CPU": config.cpus_per_worker}
-        if config.rollout_gpus_per_worker:
-            bundle["GPU"] = config.rollout_gpus_per_worker
+    learner = {"CPU": 1, **({"GPU": res.learner_gpus} if res.learner_gpus else {})}
+    bundles = [dict(learner) for _ in range(res.learner_workers)]
+    for _ in range(res.num_rollout_workers):
+        bundle: dict[str, float] = {"CPU": res.cpus_per_worker}
+        if res.rollout_gpus_per_worker:
+            bundle["GPU"] = res.rollout_gpus_per_worker
         bundles.append(bundle)
     group = placement_group(bundles, strategy="PACK")
     ray.get(group.ready(), timeout=300)

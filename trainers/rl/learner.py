@@ -56,31 +56,29 @@ class Learner:
         import torch
 
         self.config = config
+        algo, res, seed = config.algorithm, config.resources, config.bookkeeping.seed
+        temperature = config.rollout.temperature
         self.rank, self.world_size = rank, world_size
+        use_cuda = res.learner_gpus > 0 and torch.cuda.is_available()
         if world_size > 1:  # every rank blocks here until all have joined
             import torch.distributed as dist
 
-            backend = "nccl" if config.learner_gpus > 0 and torch.cuda.is_available() else "gloo"
-            dist.init_process_group(backend, init_method=init_method, rank=rank,
-                                    world_size=world_size)
-        if config.torch_threads > 0:
-            import torch
-
-            torch.set_num_threads(config.torch_threads)
-        torch.manual_seed(config.seed + 1000 * rank)
-        use_cuda = config.learner_gpus > 0 and torch.cuda.is_available()
+            dist.init_process_group("nccl" if use_cuda else "gloo", init_method=init_method,
+                                    rank=rank, world_size=world_size)
+        if res.torch_threads > 0:
+            torch.set_num_threads(res.torch_threads)
+        torch.manual_seed(seed + 1000 * rank)
         self.device = torch.device("cuda", torch.cuda.current_device()) if use_cuda else \
             torch.device("cpu")
         self.tokenizer, policy = load_tokenizer_and_policy(config)
-        if config.gradient_checkpointing:
+        if config.model.gradient_checkpointing:
             policy.gradient_checkpointing_enable()
         hidden = policy.config.hidden_size
-        value_head = ValueHead(hidden) if config.critic == "value_head" else None
-        self.module = _module(torch.nn)(policy, value_head, config.temperature).to(self.device).train()
+        value_head = ValueHead(hidden) if algo.critic == "value_head" else None
+        self.module = _module(torch.nn)(policy, value_head, temperature).to(self.device).train()
         self.critic = None
-        if config.critic == "separate":
-            self.critic = _module(torch.nn)(copy.deepcopy(policy), ValueHead(hidden),
-                                            config.temperature)
+        if algo.critic == "separate":
+            self.critic = _module(torch.nn)(copy.deepcopy(policy), ValueHead(hidden), temperature)
             self.critic = self.critic.to(self.device).train()
         self.reference = None
         if config.uses_reference:
@@ -94,13 +92,13 @@ class Learner:
             self.train_module = DistributedDataParallel(self.module, device_ids=ids)
             if self.critic is not None:
                 self.train_critic = DistributedDataParallel(self.critic, device_ids=ids)
-        groups = [{"params": list(policy.parameters()), "lr": config.lr}]
+        groups = [{"params": list(policy.parameters()), "lr": algo.lr}]
         if value_head is not None:
-            groups.append({"params": list(value_head.parameters()), "lr": config.critic_lr})
+            groups.append({"params": list(value_head.parameters()), "lr": algo.critic_lr})
         if self.critic is not None:
-            groups.append({"params": list(self.critic.parameters()), "lr": config.critic_lr})
-        self.optimizer = torch.optim.AdamW(groups, weight_decay=config.weight_decay)
-        self.generator = torch.Generator().manual_seed(config.seed + 7)
+            groups.append({"params": list(self.critic.parameters()), "lr": algo.critic_lr})
+        self.optimizer = torch.optim.AdamW(groups, weight_decay=algo.weight_decay)
+        self.generator = torch.Generator().manual_seed(seed + 7)
         self.updates = 0
 
     @property
@@ -141,7 +139,7 @@ class Learner:
     def _micro_batches(self, batch: RLBatch) -> list[RLBatch]:
         import torch
 
-        size = self.config.micro_batch_size
+        size = self.config.resources.micro_batch_size
         return [batch.select(torch.arange(i, min(i + size, batch.size)))
                 for i in range(0, batch.size, size)]
 
@@ -149,10 +147,10 @@ class Learner:
         """Fill old values, reference logprobs and advantages; report logprob mismatch."""
         import torch
 
-        cfg = self.config
+        cfg = self.config.algorithm
         length = batch.mask.shape[1]
         learner_lp = torch.zeros_like(batch.mask)
-        values = torch.zeros_like(batch.mask) if cfg.uses_critic else None
+        values = torch.zeros_like(batch.mask) if self.config.uses_critic else None
         ref_lp = torch.zeros_like(batch.mask) if self.reference is not None else None
         entropy = torch.zeros_like(batch.mask)
         t_policy = t_aux = 0.0
@@ -175,7 +173,7 @@ class Learner:
                     values[rows, :cols] = val.float().cpu()
                 if ref_lp is not None:
                     out = forward_tokens(self.reference, micro.input_ids, micro.attention_mask,
-                                         temperature=cfg.temperature)
+                                         temperature=self.config.rollout.temperature)
                     ref_lp[rows, :cols] = out.logprobs.float().cpu()
                 t_aux += time.perf_counter() - t1
         mask = batch.mask
@@ -222,7 +220,7 @@ class Learner:
         """PPO epochs over shuffled minibatches; gradients accumulate over micro-batches."""
         import torch
 
-        cfg = self.config
+        cfg = self.config.algorithm
         sums: dict[str, float] = {}
         count = 0
         t0 = time.perf_counter()
@@ -256,7 +254,7 @@ class Learner:
         holding ``total_tokens`` generated tokens (over all ranks)."""
         import torch
 
-        cfg = self.config
+        cfg = self.config.algorithm
         self.optimizer.zero_grad(set_to_none=True)
         micro_batches = self._micro_batches(minibatch)
         sums: dict[str, float] = {}
@@ -283,7 +281,7 @@ class Learner:
 
     def _micro_loss(self, micro: RLBatch, total_tokens: float, share: float
                     ) -> tuple[Any, dict[str, float]]:
-        cfg = self.config
+        cfg = self.config.algorithm
         mask = micro.mask
         want_entropy_grad = cfg.entropy_coef > 0
         logprobs, entropy, values = self.train_module(
@@ -311,7 +309,7 @@ class Learner:
         if micro.ref_logprobs is not None and cfg.kl_coef:
             kl = alg.kl_penalty(logprobs, micro.ref_logprobs, cfg.kl_estimator)
             loss = loss + cfg.kl_coef * reduce(kl)
-        if cfg.uses_critic:
+        if self.config.uses_critic:
             if self.train_critic is not None:
                 _, _, values = self.train_critic(micro.input_ids, micro.attention_mask, False,
                                                  False)

@@ -21,22 +21,56 @@ import dataclasses
 import random
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainers.common import Checkpointer, MetricsLogger
 from trainers.rl.algorithms import keep_informative_groups
 from trainers.rl.batch import collate, shaped_rewards
-from trainers.rl.checkpoint import TaskSampler, latest_checkpoint, load_checkpoint, save_checkpoint
-from trainers.rl.metrics import MetricsLogger, episode_stats, plot_reward_curve
-from trainers.rl.rollout import EpisodeJob, training_split
+from trainers.rl.metrics import episode_stats, plot_reward_curve
+from trainers.rl.rollout import EpisodeJob
 from trainers.rl.warmstart import warm_start
 
 if TYPE_CHECKING:
     from agents.trajectory import Trajectory
     from trainers.rl.config import RLConfig
 
-__all__ = ["CollectedBatch", "collect_groups", "evaluate", "train"]
+__all__ = ["CollectedBatch", "TaskSampler", "collect_groups", "evaluate", "train"]
+
+
+@dataclass
+class TaskSampler:
+    """Walks the task list in a fresh seeded permutation each epoch; its state is the cursor."""
+
+    num_tasks: int
+    seed: int
+    epoch: int = 0
+    position: int = 0
+    _order: list[int] = field(default_factory=list, repr=False)
+
+    def _permutation(self) -> list[int]:
+        order = list(range(self.num_tasks))
+        random.Random(f"{self.seed}:{self.epoch}").shuffle(order)
+        return order
+
+    def next(self) -> int:
+        if not self._order:
+            self._order = self._permutation()
+        if self.position >= self.num_tasks:
+            self.epoch += 1
+            self.position = 0
+            self._order = self._permutation()
+        index = self._order[self.position]
+        self.position += 1
+        return index
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self._order = self._permutation()
 
 
 @dataclass
@@ -56,19 +90,20 @@ def _episode_seed(seed: int, step: int, group: int, sample: int) -> int:
 def collect_groups(config: RLConfig, sampler: TaskSampler, rollouts: Any, step: int
                    ) -> CollectedBatch:
     """Sample groups until ``prompts_per_step`` usable groups are in hand (or rounds run out)."""
-    group_size = int(config.group_size or 1)
+    algo, seed = config.algorithm, config.bookkeeping.seed
+    group_size = algo.group_size
     kept: list[list[Trajectory]] = []
     sampled: list[Trajectory] = []
     totals: dict[str, float] = {}
     next_group = 0
     rounds = filtered = incomplete = 0
-    while len(kept) < config.prompts_per_step:
-        need = config.prompts_per_step - len(kept)
+    while len(kept) < algo.prompts_per_step:
+        need = algo.prompts_per_step - len(kept)
         jobs = []
         for _ in range(need):
             task_index = sampler.next()
             jobs.extend(EpisodeJob(task_index, next_group, k,
-                                   _episode_seed(config.seed, step, next_group, k))
+                                   _episode_seed(seed, step, next_group, k))
                         for k in range(group_size))
             next_group += 1
         trajectories, stats = rollouts.run(jobs)
@@ -82,23 +117,23 @@ def collect_groups(config: RLConfig, sampler: TaskSampler, rollouts: Any, step: 
         sampled.extend(t for t in trajectories if t.prompt_ids)
         complete = [g for g in by_group.values() if len(g) == group_size]
         incomplete += need - len(complete)
-        if config.dynamic_sampling:
-            rewards = [shaped_rewards(g, config.max_response_tokens, config.overlong_buffer or 0,
-                                      config.overlong_penalty) for g in complete]
+        if algo.dynamic_sampling:
+            rewards = [shaped_rewards(g, config.rollout.max_response_tokens, algo.overlong_buffer,
+                                      algo.overlong_penalty) for g in complete]
             informative = [complete[i] for i in keep_informative_groups(rewards)]
             filtered += len(complete) - len(informative)
             complete = informative
         kept.extend(complete)
         rounds += 1
-        if rounds > config.max_sampling_rounds:
+        if rounds > algo.max_sampling_rounds:
             break
     totals.update({
         "sampling/rounds": float(rounds),
         "sampling/groups_filtered_all_equal": float(filtered),
         "sampling/groups_dropped_incomplete": float(incomplete),
-        "sampling/groups_kept": float(min(len(kept), config.prompts_per_step)),
+        "sampling/groups_kept": float(min(len(kept), algo.prompts_per_step)),
     })
-    return CollectedBatch(kept[:config.prompts_per_step], sampled, totals, sampler.state_dict())
+    return CollectedBatch(kept[:algo.prompts_per_step], sampled, totals, sampler.state_dict())
 
 
 _EVAL_SEED = 2**31  # training seeds come from _episode_seed (< 2**31); eval seeds sit above
@@ -108,7 +143,7 @@ def evaluate(config: RLConfig, rollouts: Any, num_tasks: int) -> dict[str, float
     """Score the current policy on the same ``eval_episodes`` episodes of the env's held-out
     tasks (``split: test``, never trained on) every time, cycling over ``num_tasks`` of them."""
     jobs = [EpisodeJob(i % num_tasks, i, i // num_tasks, _EVAL_SEED + i, heldout=True)
-            for i in range(config.eval_episodes)]
+            for i in range(config.bookkeeping.eval_episodes)]
     trajectories, _ = rollouts.run(jobs)
     played = [t for t in trajectories if t.prompt_ids]
     stats = episode_stats(played, prefix="eval")
@@ -120,9 +155,10 @@ def evaluate(config: RLConfig, rollouts: Any, num_tasks: int) -> dict[str, float
 
 def _train_on(config: RLConfig, learner: Any, groups: list[list[Trajectory]], pad_id: int
               ) -> dict[str, float]:
+    algo = config.algorithm
     trajectories = [t for g in groups for t in g]
-    rewards = shaped_rewards(trajectories, config.max_response_tokens,
-                             config.overlong_buffer or 0, config.overlong_penalty)
+    rewards = shaped_rewards(trajectories, config.rollout.max_response_tokens,
+                             algo.overlong_buffer, algo.overlong_penalty)
     group_ids = [gi for gi, g in enumerate(groups) for _ in g]
     batch = collate(trajectories, rewards, group_ids, pad_token_id=pad_id)
     # Minibatch sizes refer to the full batch; a short (filtered) batch trains in one go.
@@ -135,7 +171,7 @@ def _train_on(config: RLConfig, learner: Any, groups: list[list[Trajectory]], pa
         "train/episodes": float(len(trajectories)),
         "train/shaped_reward_mean": sum(rewards) / len(rewards),
         "time/learner_s": learner_s,
-        "perf/learner_tokens_per_s": tokens * config.ppo_epochs / max(learner_s, 1e-9),
+        "perf/learner_tokens_per_s": tokens * algo.ppo_epochs / max(learner_s, 1e-9),
     })
     return stats
 
@@ -150,36 +186,42 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
 
     from trainers.rl.actors import build_groups
 
-    out = Path(config.output_dir)
+    book = config.bookkeeping
+    out = Path(book.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     config.save(out / "config.json")
     start_model = warm_start(config)
     if start_model is not None:  # RL starts from the SFT'd policy (and its tokenizer)
-        config = dataclasses.replace(config, model=str(start_model))
-    random.seed(config.seed)
-    torch.manual_seed(config.seed)
-    training_split(config)  # refuses an eval that would score trained-on tasks, before any work
+        config = dataclasses.replace(config, model=dataclasses.replace(
+            config.model, path=str(start_model),
+            warm_start=dataclasses.replace(config.model.warm_start, episodes=0)))
+    random.seed(book.seed)
+    torch.manual_seed(book.seed)
     rollouts, learner = build_groups(config)
-    sampler = TaskSampler(rollouts.num_tasks(), config.seed)
-    heldout_tasks = rollouts.num_tasks(heldout=True) if config.eval_every else 0
+    sampler = TaskSampler(rollouts.num_tasks(), book.seed)
+    heldout_tasks = rollouts.num_tasks(heldout=True) if book.eval_every else 0
+    checkpoints = Checkpointer(out, keep=book.keep_checkpoints)
     start = 0
-    ckpt_root = out / "checkpoints"
-    resume_from = latest_checkpoint(ckpt_root) if config.resume else None
+    resume_from = checkpoints.resolve(book.resume)
     if resume_from is not None:
-        learner_state, trainer_state = load_checkpoint(resume_from)
-        learner.load_state_dict(learner_state)
-        sampler.load_state_dict(trainer_state["sampler"])
-        start = int(trainer_state["step"])
+        learner.load_state_dict(torch.load(resume_from / "learner.pt", map_location="cpu",
+                                           weights_only=False))
+        state = checkpoints.read_state(resume_from)
+        sampler.load_state_dict(state["sampler"])
+        start = int(state["step"])
+        checkpoints.restore_rng(resume_from)
         print(f"[rl] resumed from {resume_from} at step {start}", flush=True)
-    logger = MetricsLogger(out, config.tensorboard, resume_step=start if config.resume else None)
+    logger = MetricsLogger(out, tensorboard=book.tensorboard,
+                           resume_step=start if resume_from is not None else None)
     rollouts.set_weights(learner.policy_state(), start)
-    if config.eval_every and start == 0:
+    if book.eval_every and start == 0:
         logger.log(0, evaluate(config, rollouts, heldout_tasks))
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rl-collect")
     last: dict[str, float] = {}
     future: Future | None = None
     pending_weights: tuple[dict[str, Any], int] | None = None
-    end = config.total_steps if stop_after is None else min(config.total_steps, start + stop_after)
+    total = config.algorithm.total_steps
+    end = total if stop_after is None else min(total, start + stop_after)
     try:
         for step in range(start + 1, end + 1):
             t_step = time.perf_counter()
@@ -191,7 +233,7 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
             if pending_weights is not None:
                 rollouts.set_weights(*pending_weights)
                 pending_weights = None
-            if config.pipeline and step < end:
+            if config.rollout.pipeline and step < end:
                 future = executor.submit(collect_groups, config, sampler, rollouts, step + 1)
             metrics = {**episode_stats(collected.sampled), **collected.stats}
             if collected.groups:
@@ -210,15 +252,16 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
                 "perf/rollout_tokens_per_s":
                     metrics.get("rollout/generated_tokens_total", 0.0) / max(gen_s, 1e-9),
             })
-            if config.eval_every and (step % config.eval_every == 0 or step == config.total_steps):
+            if book.eval_every and (step % book.eval_every == 0 or step == total):
                 metrics.update(evaluate(config, rollouts, heldout_tasks))
             logger.log(step, metrics)
             last = metrics
             print(_summary(step, metrics), flush=True)
-            if step % config.save_every == 0 or step == config.total_steps:
-                save_checkpoint(ckpt_root, step, learner.state_dict(),
-                                {"sampler": collected.sampler_state}, keep=config.keep_checkpoints)
-        if end == config.total_steps:
+            if book.save_every and (step % book.save_every == 0 or step == total):
+                learner_state = learner.state_dict()
+                checkpoints.save(step, lambda d, s=learner_state: torch.save(s, d / "learner.pt"),
+                                 {"sampler": collected.sampler_state})
+        if end == total:
             learner.save_pretrained(str(out / "final"))
     finally:
         if future is not None:
@@ -228,9 +271,9 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
         if getattr(learner, "close", None) is not None:  # Ray: free the learner actors
             learner.close()
         rollouts.close()
-    if config.plot:
+    if book.plot:
         plot_reward_curve(out / "metrics.jsonl", out / "reward_curve.png",
-                          title=f"{config.algorithm} on {config.env_id}")
+                          title=f"{config.algorithm.name} on {config.env.id}")
     return last
 
 

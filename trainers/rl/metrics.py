@@ -1,22 +1,22 @@
-"""Per-step metrics: episode statistics, JSONL + TensorBoard logging, the reward-curve PNG.
+"""RL metrics: episode statistics of a batch, and the reward-curve PNG.
 
-The JSONL file is the source of truth (one object per step, flushed at once); on resume
-lines past the checkpoint's step are dropped so a replayed step is not logged twice.
-TensorBoard and the PNG are views of the same numbers.
+Logging itself is the shared ``trainers.common.MetricsLogger`` (``metrics.jsonl`` +
+TensorBoard); the PNG is a view of the same JSONL numbers.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from trainers.common.metrics import read_metrics
 
 if TYPE_CHECKING:
     from agents.trajectory import Trajectory
 
-__all__ = ["MetricsLogger", "episode_stats", "plot_reward_curve"]
+__all__ = ["episode_stats", "plot_reward_curve"]
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -46,63 +46,6 @@ def episode_stats(trajectories: Sequence[Trajectory], prefix: str = "rollout") -
         f"{prefix}/answered": _mean([float(t.terminated) for t in trajectories]),
         f"{prefix}/truncated": _mean([float(t.truncated) for t in trajectories]),
     }
-
-
-class MetricsLogger:
-    """Append step metrics to ``metrics.jsonl`` (and TensorBoard when enabled)."""
-
-    def __init__(self, output_dir: str | Path, tensorboard: bool = True,
-                 resume_step: int | None = None) -> None:
-        self.dir = Path(output_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.path = self.dir / "metrics.jsonl"
-        if resume_step is not None and self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and _step_of(line) is not None
-                    and _step_of(line) <= resume_step]
-            self.path.write_text("".join(line + "\n" for line in kept))
-        elif resume_step is None and self.path.exists():
-            self.path.unlink()
-        self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - long-lived
-        self._writer: Any = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._writer = SummaryWriter(str(self.dir / "tensorboard"))
-            except ImportError:  # tensorboard is in the `train` extra; JSONL still works
-                self._writer = None
-
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        record = {"step": step, **{k: float(v) for k, v in metrics.items()}}
-        self._handle.write(json.dumps(record) + "\n")
-        self._handle.flush()
-        if self._writer is not None:
-            for key, value in metrics.items():
-                self._writer.add_scalar(key, float(value), step)
-            self._writer.flush()
-
-    def close(self) -> None:
-        self._handle.close()
-        if self._writer is not None:
-            self._writer.close()
-
-
-def _step_of(line: str) -> int | None:
-    try:
-        return int(json.loads(line)["step"])
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def read_metrics(path: str | Path) -> list[dict[str, float]]:
-    rows = []
-    for line in Path(path).read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a torn last line after kill -9
-    return rows
 
 
 def plot_reward_curve(metrics_path: str | Path, png_path: str | Path, title: str = "") -> Path:

@@ -37,36 +37,37 @@ def _dtype(name: str) -> Any:
 
 
 def load_tokenizer_and_policy(config: RLConfig) -> tuple[Any, Any]:
-    """``(tokenizer, causal LM)`` from ``config.model`` (a HF directory/name or ``tiny``).
+    """``(tokenizer, causal LM)`` from ``config.model.path`` (a HF directory/name or ``tiny``).
 
-    ``init_checkpoint`` (e.g. the SFT trainer's output directory, saved with
+    ``model.init_checkpoint`` (e.g. the SFT trainer's output directory, saved with
     ``save_pretrained``) replaces the weights after the architecture is built.
     """
     import torch
 
-    if config.model == "tiny":
+    spec, seed = config.model, config.bookkeeping.seed
+    if spec.path == "tiny":
         from agents.tiny import build_tiny_model, train_tiny_tokenizer
 
         tokenizer = train_tiny_tokenizer()
-        model = build_tiny_model(tokenizer, seed=config.seed, **config.model_config)
+        model = build_tiny_model(tokenizer, seed=seed, **spec.config_overrides)
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(config.model)
-        if config.model_config.get("random_init"):
+        tokenizer = AutoTokenizer.from_pretrained(spec.path)
+        if spec.config_overrides.get("random_init"):
             from transformers import AutoConfig
 
-            overrides = {k: v for k, v in config.model_config.items() if k != "random_init"}
-            hf_config = AutoConfig.from_pretrained(config.model, **overrides)
-            torch.manual_seed(config.seed)
+            overrides = {k: v for k, v in spec.config_overrides.items() if k != "random_init"}
+            hf_config = AutoConfig.from_pretrained(spec.path, **overrides)
+            torch.manual_seed(seed)
             model = AutoModelForCausalLM.from_config(hf_config)
         else:
-            model = AutoModelForCausalLM.from_pretrained(config.model)
-    if config.init_checkpoint:
-        _load_weights(model, Path(config.init_checkpoint))
+            model = AutoModelForCausalLM.from_pretrained(spec.path)
+    if spec.init_checkpoint:
+        _load_weights(model, Path(spec.init_checkpoint))
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer, model.to(_dtype(config.dtype))
+    return tokenizer, model.to(_dtype(spec.dtype))
 
 
 def _load_weights(model: Any, directory: Path) -> None:

@@ -25,7 +25,7 @@ from agents.trajectory import EpisodeStatus, Trajectory
 if TYPE_CHECKING:
     from trainers.rl.config import RLConfig
 
-__all__ = ["EpisodeJob", "RolloutResult", "RolloutWorker", "make_env", "training_split"]
+__all__ = ["EpisodeJob", "RolloutResult", "RolloutWorker", "make_env"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,31 +56,21 @@ class RolloutResult:
     errors: dict[str, int] = field(default_factory=dict)
 
 
-def training_split(config: RLConfig) -> str:
-    """The ``split`` RL trains on: ``env_kwargs.task_options.split``, default ``train``.
-
-    The periodic eval plays ``split: test``; training on ``test`` or ``all`` would make that
-    eval score trained-on tasks, so with ``eval_every`` set only ``train`` is accepted.
-    """
-    split = str(dict(config.env_kwargs.get("task_options") or {}).get("split", "train"))
-    if config.eval_every and split != "train":
-        raise ValueError(f"env_kwargs.task_options.split={split!r}: the periodic eval scores the "
-                         "held-out tasks (split=test), which must not be trained on; train on "
-                         "split=train or set eval_every=0")
-    return split
-
-
 def make_env(config: RLConfig, heldout: bool = False) -> Any:
-    """``gymnasium.make`` of the configured env id on its training tasks, or on its held-out
-    tasks with ``heldout`` (registers the coa ids on import)."""
+    """``gymnasium.make`` of the configured env id on its training tasks (``env.train_split``),
+    or with ``heldout`` on its held-out tasks (``split: test``, ``env.eval_kwargs`` merged over
+    ``env.kwargs``). Registers the coa ids on import."""
     import gymnasium as gym
 
     import coa_envs  # noqa: F401 - registers the ids
+    from trainers.common import deep_merge
 
-    kwargs = {"max_turns": config.max_turns, **config.env_kwargs}
-    split = "test" if heldout else training_split(config)
+    kwargs = {"max_turns": config.env.max_turns, **config.env.kwargs}
+    if heldout:
+        kwargs = deep_merge(kwargs, config.env.eval_kwargs)
+    split = "test" if heldout else config.env.train_split
     kwargs["task_options"] = {**dict(kwargs.get("task_options") or {}), "split": split}
-    return gym.make(config.env_id, **kwargs)
+    return gym.make(config.env.id, **kwargs)
 
 
 @dataclass
@@ -104,10 +94,10 @@ class RolloutWorker:
                  tokenizer: Any = None, overlap_tools: bool = True) -> None:
         self.config = config
         self.worker_index = worker_index
-        if config.torch_threads > 0:
+        if config.resources.torch_threads > 0:
             import torch
 
-            torch.set_num_threads(config.torch_threads)
+            torch.set_num_threads(config.resources.torch_threads)
         self.overlap_tools = overlap_tools
         if engine is None:
             engine, tokenizer = _build_engine(config)
@@ -115,7 +105,7 @@ class RolloutWorker:
         self.tokenizer = tokenizer if tokenizer is not None else engine.tokenizer
         self.weights_version = -1
         self._envs: dict[bool, list[Any]] = {False: [], True: []}  # heldout -> envs
-        self._pool = ThreadPoolExecutor(max_workers=config.tool_threads,
+        self._pool = ThreadPoolExecutor(max_workers=config.rollout.tool_threads,
                                         thread_name_prefix=f"rollout{worker_index}-env")
 
     # -- weights -------------------------------------------------------------------------
@@ -155,7 +145,7 @@ class RolloutWorker:
         The jobs of one call are all training jobs or all held-out jobs."""
         from agents.engines import GenerationRequest, SamplingParams
 
-        cfg = self.config
+        cfg = self.config.rollout
         started = time.perf_counter()
         heldout = bool(jobs) and jobs[0].heldout
         if any(job.heldout != heldout for job in jobs):
@@ -176,7 +166,7 @@ class RolloutWorker:
                     active[index] = self._start(job, env)
                 except Exception as exc:  # a broken task/env ends this episode only
                     done[index] = EpisodeRecorder.failed_start(
-                        cfg.env_id, f"index:{job.task_index}", EpisodeStatus.ERROR_ENV, exc,
+                        self.config.env.id, f"index:{job.task_index}", EpisodeStatus.ERROR_ENV, exc,
                         seed=job.seed, sample_index=job.sample_index,
                         extra_info={"group_id": job.group_id, "task_index": job.task_index})
                     free_envs.append(env)
@@ -262,7 +252,7 @@ class RolloutWorker:
         prompt_ids = list(self.tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=True, return_dict=False))
         recorder = EpisodeRecorder.start(
-            self.config.env_id, prompt, info, seed=job.seed, sample_index=job.sample_index,
+            self.config.env.id, prompt, info, seed=job.seed, sample_index=job.sample_index,
             prompt_ids=prompt_ids, messages=messages,
             extra_info={"group_id": job.group_id, "task_index": job.task_index, "env_s": 0.0,
                         "weights_version": self.weights_version},
@@ -271,7 +261,7 @@ class RolloutWorker:
 
     def _budget(self, episode: _Episode) -> int:
         used = len(episode.context) - len(episode.trajectory.prompt_ids)
-        return self.config.max_response_tokens - used
+        return self.config.rollout.max_response_tokens - used
 
     def _apply_step(self, episode: _Episode, future: Future) -> bool:
         """Record one env step's outcome; True when the episode is over."""
@@ -317,15 +307,16 @@ def _build_engine(config: RLConfig) -> tuple[Any, Any]:
     from agents.engines import build_engine
     from trainers.rl.models import load_tokenizer_and_policy
 
-    if config.rollout_engine == "vllm":
-        engine = build_engine("vllm", model=config.init_checkpoint or config.model)
+    if config.rollout.engine == "vllm":
+        engine = build_engine("vllm", model=config.model.init_checkpoint or config.model.path)
         return engine, engine.tokenizer
     tokenizer, model = load_tokenizer_and_policy(config)
     import torch
 
-    device = "cuda" if config.num_gpus > 0 and torch.cuda.is_available() else "cpu"
+    device = "cuda" if config.resources.num_gpus > 0 and torch.cuda.is_available() else "cpu"
     engine = build_engine("hf", model=model, tokenizer=tokenizer, device=device,
-                          dtype=config.dtype, max_batch_size=max(config.episodes_in_flight, 1))
+                          dtype=config.model.dtype,
+                          max_batch_size=max(config.rollout.episodes_in_flight, 1))
     return engine, tokenizer
 
 

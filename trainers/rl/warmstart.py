@@ -10,7 +10,9 @@ output directory. ``strip_roles`` keeps only the tool call and the answer of eac
 turn (a tiny model's token budget goes to what the reward depends on, not to prose).
 
 The stage is idempotent: its output carries a ``WARM_START_COMPLETE`` marker, and a run
-that was killed (during SFT or later) reuses a finished warm start on ``--resume``.
+that was killed (during SFT or later) reuses a finished warm start on ``--resume``. Its
+settings are ``model.warm_start`` (``trainers/rl/sections.py``: episodes, max_steps,
+learning_rate, ...); everything else of the SFT run follows from the RL config.
 """
 
 from __future__ import annotations
@@ -24,8 +26,6 @@ if TYPE_CHECKING:
 __all__ = ["oracle_trajectories", "strip_roles", "warm_start"]
 
 _DONE = "WARM_START_COMPLETE"
-# Keys of ``RLConfig.warm_start`` this module reads; every other key is an SFTConfig field.
-_OWN_KEYS = ("episodes", "strip_roles")
 
 
 def strip_roles(action: str) -> str:
@@ -53,18 +53,19 @@ def oracle_trajectories(config: RLConfig, path: str | Path, episodes: int,
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     env = make_env(config)
+    seed, env_id = config.bookkeeping.seed, config.env.id
     kept = 0
     partial = path.with_suffix(".part")
     try:
         tasks = env.unwrapped.tasks
         with open(partial, "w", encoding="utf-8") as handle:
             for index in range(episodes):
-                _, info = env.reset(seed=config.seed + index,
+                _, info = env.reset(seed=seed + index,
                                     options={"task_index": index % len(tasks)})
                 actions = env.unwrapped.task.metadata.get("oracle_actions") or []
-                trajectory = Trajectory(env_id=config.env_id, task_id=info["task_id"],
+                trajectory = Trajectory(env_id=env_id, task_id=info["task_id"],
                                         prompt_messages=info.get("messages", []),
-                                        seed=config.seed + index,
+                                        seed=seed + index,
                                         sample_index=index // len(tasks))
                 for action in actions:
                     text = action if roles else strip_roles(action)
@@ -83,40 +84,41 @@ def oracle_trajectories(config: RLConfig, path: str | Path, episodes: int,
         env.close()
     if kept == 0:
         partial.unlink(missing_ok=True)
-        raise ValueError(f"{config.env_id}: no task's oracle_actions solved it; the warm start "
+        raise ValueError(f"{env_id}: no task's oracle_actions solved it; the warm start "
                          "needs tasks with metadata['oracle_actions'] (SynthHop has them)")
     partial.replace(path)
     return path, kept
 
 
 def _sft_config(config: RLConfig, train_path: Path, out: Path) -> Any:
-    from trainers.sft.config import SFTConfig
+    from trainers.sft.config import SFTBookkeeping, SFTConfig, SFTData, SFTModel, SFTOptim
 
-    settings = {k: v for k, v in config.warm_start.items() if k not in _OWN_KEYS}
-    if config.model == "tiny" and "tiny" not in settings:
-        settings["tiny"] = {"vocab_size": 512, "hidden_size": 64, "layers": 2, "heads": 4,
-                            "kv_heads": 2, **config.model_config}
-    defaults: dict[str, Any] = {"model": config.model, "max_seq_len": 1024, "packing": True,
-                                "learning_rate": 3e-3, "max_steps": 40, "warmup_ratio": 0.05,
-                                "seed": config.seed, "tensorboard": False, "progress": False}
-    return SFTConfig(**{**defaults, **settings, "train_path": str(train_path),
-                        "output_dir": str(out)})
+    spec = config.model
+    warm = spec.warm_start
+    return SFTConfig(  # a tiny policy's sizes become the SFT model's (its own defaults fill in)
+        model=SFTModel(path=spec.path, tiny=dict(spec.config_overrides) if spec.path == "tiny"
+                       else {}),
+        data=SFTData(train_path=str(train_path), max_seq_len=warm.max_seq_len, packing=True),
+        optim=SFTOptim(precision=warm.precision, learning_rate=warm.learning_rate,
+                       max_steps=warm.max_steps, warmup_ratio=warm.warmup_ratio),
+        bookkeeping=SFTBookkeeping(output_dir=str(out), seed=config.bookkeeping.seed,
+                                   tensorboard=False, progress=False))
 
 
 def warm_start(config: RLConfig) -> Path | None:
     """Run (or reuse) the SFT warm start; returns the model directory RL starts from."""
-    if not config.warm_start:
+    warm = config.model.warm_start
+    if not warm.episodes:
         return None
-    out = Path(config.output_dir) / "warm_start"
+    out = Path(config.bookkeeping.output_dir) / "warm_start"
     final = out / "final"
     if (out / _DONE).exists() and final.is_dir():
         print(f"[rl] warm start: reusing {final}", flush=True)
         return final
     from trainers.sft import train as sft_train
 
-    episodes = int(config.warm_start.get("episodes", 64))
-    roles = not bool(config.warm_start.get("strip_roles", True))
-    data, kept = oracle_trajectories(config, out / "oracle.jsonl", episodes, roles=roles)
+    data, kept = oracle_trajectories(config, out / "oracle.jsonl", warm.episodes,
+                                     roles=not warm.strip_roles)
     print(f"[rl] warm start: SFT on {kept} oracle trajectories -> {final}", flush=True)
     result = sft_train(_sft_config(config, data, out))
     if result.final_dir is None:

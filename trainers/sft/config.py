@@ -1,7 +1,12 @@
-"""The SFT trainer's configuration: one dataclass, loadable from YAML, overridable by key=value.
+"""The SFT trainer's configuration: sections, loadable from YAML, overridable by ``key=value``.
 
-Validation lives in ``__post_init__`` and says what to change, so a bad combination fails
-before any model is loaded. Stdlib + PyYAML only.
+``SFTConfig`` has five sections: ``model``, ``data``, ``optim``, ``resources`` and
+``bookkeeping`` (shared with the RL trainer: ``trainers/common/sections.py``). Loading goes
+through the shared loader (``trainers/common/config.py``): YAML 1.1 exponent floats such as
+``learning_rate: 2e-5`` are numbers, unknown keys and bad choices fail with one
+``ConfigError`` naming the key, and a key of the old flat layout says where it moved.
+Validation lives in each section's ``__post_init__`` and says what to change, so a bad
+combination fails before any model is loaded. Stdlib + PyYAML only.
 """
 
 from __future__ import annotations
@@ -9,197 +14,230 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-import yaml
+from trainers.common.config import ConfigError, check_fields
+from trainers.common.config import load_config as _load
+from trainers.common.sections import Bookkeeping
 
-__all__ = ["SFTConfig", "load_config", "parse_overrides"]
+__all__ = ["ConfigError", "SFTBookkeeping", "SFTConfig", "SFTData", "SFTModel", "SFTOptim",
+           "SFTResources", "load_config"]
 
-_PRECISIONS = ("fp32", "bf16", "bf16_pure")
-_TRUNCATION = ("drop", "truncate_right", "error")
-_ATTENTION = ("varlen", "segment_sdpa", "sdpa", "eager", "flex_attention", "flash_attention_2")
-_TINY_DEFAULTS = {"vocab_size": 512, "hidden_size": 64, "layers": 2, "heads": 4, "kv_heads": 2}
+TINY_DEFAULTS = {"vocab_size": 512, "hidden_size": 64, "layers": 2, "heads": 4, "kv_heads": 2}
 
 
 @dataclass
-class SFTConfig:
-    """Masked SFT on CoA trajectories (loss only on model-generated tokens)."""
+class SFTModel:
+    """The model trained, and how it attends and adapts."""
 
-    # -- model ------------------------------------------------------------------------
-    model: str = "tiny"
+    path: str = "tiny"
     """``tiny`` (a small Qwen2 built from ``tiny`` with a tokenizer trained on the data), or a
     local directory / HF id for ``from_pretrained``."""
     tokenizer: str | None = None
-    """Tokenizer path/id when it differs from ``model``."""
-    tiny: dict[str, Any] = field(default_factory=lambda: dict(_TINY_DEFAULTS))
-    """Sizes for ``model: tiny``: vocab_size, hidden_size, layers, heads, kv_heads, ..."""
-    attention: str = "varlen"
+    """Tokenizer path/id when it differs from ``path`` (None: the model's own)."""
+    tiny: dict[str, Any] = field(default_factory=lambda: dict(TINY_DEFAULTS))
+    """Sizes for ``path: tiny`` (vocab_size, hidden_size, layers, heads, kv_heads, dropout,
+    ...); keys left out keep the defaults."""
+    attention: Literal["varlen", "segment_sdpa", "sdpa", "eager", "flex_attention",
+                       "flash_attention_2"] = "varlen"
     """How packed rows attend: ``varlen`` (per-sample; torch's varlen kernel on CUDA),
     ``segment_sdpa``, or a transformers implementation (``sdpa``, ``eager``, ...)."""
     lora: dict[str, Any] | None = None
-    """LoRA via peft, e.g. ``{r: 16, alpha: 32, dropout: 0.05, target_modules: all-linear}``."""
+    """LoRA via peft, e.g. ``{r: 16, alpha: 32, dropout: 0.05, target_modules: all-linear}``;
+    None trains every weight."""
     merge_lora_on_save: bool = True
     """Write the final model with the adapter merged, so plain ``from_pretrained`` loads it."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, ~30% more compute)."""
 
-    # -- data -------------------------------------------------------------------------
+    def __post_init__(self) -> None:
+        check_fields(self, "model.")
+        self.tiny = {**TINY_DEFAULTS, **self.tiny}
+        if self.path == "tiny" and self.tokenizer:
+            raise ConfigError("model.path=tiny trains its own tokenizer; drop model.tokenizer")
+
+
+@dataclass
+class SFTData:
+    """What is trained on, and how samples become packed rows."""
+
     train_path: str = ""
     """Trajectory JSONL, or the seed's ShareGPT/messages/alpaca JSON(L); file or directory."""
-    data_format: str = "auto"
+    format: Literal["auto", "trajectory", "sharegpt", "messages", "alpaca"] = "auto"
+    """The records' format (auto: recognised per record)."""
     eval_path: str | None = None
+    """Held-out data in the same formats (None: see eval_fraction)."""
     eval_fraction: float = 0.0
     """Hold out this share of ``train_path`` samples for eval when ``eval_path`` is unset."""
     generate: dict[str, Any] | None = None
     """Make ``train_path`` when it is missing: ``{env_id: coa/SynthHop-v0, agent: oracle,
     n: 300, seed: 0}`` runs the agent through the env and writes trajectories."""
     min_reward: float | None = None
-    """Keep only trajectories whose reward is at least this (rejection sampling)."""
+    """Keep only trajectories whose reward is at least this (rejection sampling; None: all)."""
     max_seq_len: int = 2048
-    truncation: str = "truncate_right"
-    """``drop`` | ``truncate_right`` | ``error`` for samples longer than ``max_seq_len``."""
+    """Longest sample in tokens; longer ones follow ``truncation``."""
+    truncation: Literal["drop", "truncate_right", "error"] = "truncate_right"
+    """What happens to a sample longer than ``max_seq_len``."""
     packing: bool = True
+    """Pack several samples per row (attention stays per sample)."""
     pack_len: int | None = None
-    """Tokens per packed row (= one micro-batch); defaults to ``max_seq_len``."""
+    """Tokens per packed row (= one micro-batch); None is resolved to ``max_seq_len``."""
 
-    # -- optimisation -----------------------------------------------------------------
-    precision: str = "fp32"
+    def __post_init__(self) -> None:
+        check_fields(self, "data.")
+        if not self.train_path:
+            raise ConfigError("data.train_path is required (a trajectory JSONL or SFT JSON file)")
+        if self.max_seq_len < 2:
+            raise ConfigError("data.max_seq_len must be at least 2")
+        if self.pack_len is None:
+            self.pack_len = self.max_seq_len
+        if self.pack_len < self.max_seq_len:
+            raise ConfigError(f"data.pack_len ({self.pack_len}) must be >= data.max_seq_len "
+                              f"({self.max_seq_len}) or every long sample would be unpackable")
+        if not 0.0 <= self.eval_fraction < 1.0:
+            raise ConfigError("data.eval_fraction must be in [0, 1)")
+        if self.eval_path and self.eval_fraction:
+            raise ConfigError("set data.eval_path or data.eval_fraction, not both")
+
+
+@dataclass
+class SFTOptim:
+    """Optimiser, schedule, precision and the length of the run."""
+
+    precision: Literal["fp32", "bf16", "bf16_pure"] = "fp32"
     """``fp32``; ``bf16`` (autocast, fp32 master weights); ``bf16_pure`` (bf16 weights)."""
     learning_rate: float = 1e-5
+    """Peak learning rate (AdamW) of the cosine schedule."""
     weight_decay: float = 0.0
+    """AdamW weight decay (not applied to biases and norms)."""
     adam_betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
     max_grad_norm: float = 1.0
+    """Gradient-norm clip of each optimiser step."""
     warmup_ratio: float = 0.0
+    """Share of the steps spent warming up linearly (ignored when warmup_steps is set)."""
     warmup_steps: int | None = None
-    """Overrides ``warmup_ratio`` when set."""
+    """Warm-up steps; overrides ``warmup_ratio`` when set."""
     num_epochs: int = 1
+    """Passes over the data (ignored when max_steps is set)."""
     max_steps: int | None = None
     """Total optimiser steps; overrides ``num_epochs`` when set."""
     grad_accum: int = 1
     """Packed rows per optimiser step (per process)."""
-    gradient_checkpointing: bool = False
     chunked_loss: bool = True
     """Compute the LM head and loss only on trained positions, in chunks (saves memory)."""
-    deepspeed: str | None = None
-    """Path to a DeepSpeed JSON config (ZeRO-2/3); needs the ``deepspeed`` package."""
 
-    # -- bookkeeping ------------------------------------------------------------------
-    output_dir: str = "runs/sft"
-    save_every: int = 0
-    """Checkpoint every N optimiser steps (0: only at the end)."""
-    save_total_limit: int | None = None
-    resume: str | None = None
-    """``latest`` or a checkpoint directory to resume from bit-exactly."""
-    halt_at_step: int | None = None
-    """Stop (after checkpointing) at this step without changing the schedule; for tests."""
-    log_every: int = 1
-    eval_every: int = 0
-    tensorboard: bool = True
-    progress: bool = True
-    seed: int = 0
+    def __post_init__(self) -> None:
+        check_fields(self, "optim.")
+        self.adam_betas = tuple(float(b) for b in self.adam_betas)  # type: ignore[assignment]
+        if self.grad_accum < 1 or self.num_epochs < 1:
+            raise ConfigError("optim.grad_accum and optim.num_epochs must be >= 1")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ConfigError("optim.max_steps must be >= 1 (or unset to train num_epochs)")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ConfigError("optim.warmup_ratio must be in [0, 1)")
+        if self.learning_rate <= 0:
+            raise ConfigError("optim.learning_rate must be > 0")
+
+
+@dataclass
+class SFTResources:
+    """Where the run computes."""
+
     device: str = "auto"
+    """``auto`` (CUDA when available), ``cuda``, ``cpu`` or a torch device string."""
     torch_threads: int = 0
     """CPU threads for torch (0: torch's default). On a shared CPU one thread can be several
     times faster than two: OpenMP workers spin-wait for a core another process holds."""
+    deepspeed: str | None = None
+    """Path to a DeepSpeed JSON config (ZeRO-2/3); needs the ``deepspeed`` package."""
 
     def __post_init__(self) -> None:
-        self.adam_betas = tuple(float(b) for b in self.adam_betas)  # type: ignore[assignment]
-        if self.precision not in _PRECISIONS:
-            raise ValueError(f"precision must be one of {_PRECISIONS}, not {self.precision!r}")
-        if self.truncation not in _TRUNCATION:
-            raise ValueError(f"truncation must be one of {_TRUNCATION}, not {self.truncation!r}")
-        if self.attention not in _ATTENTION:
-            raise ValueError(f"attention must be one of {_ATTENTION}, not {self.attention!r}")
-        if not self.train_path:
-            raise ValueError("train_path is required (a trajectory JSONL or SFT JSON file)")
-        if self.max_seq_len < 2:
-            raise ValueError("max_seq_len must be at least 2")
-        if self.pack_len is not None and self.pack_len < self.max_seq_len:
-            raise ValueError(f"pack_len ({self.pack_len}) must be >= max_seq_len "
-                             f"({self.max_seq_len}) or every long sample would be unpackable")
-        if self.grad_accum < 1 or self.num_epochs < 1:
-            raise ValueError("grad_accum and num_epochs must be >= 1")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError("max_steps must be >= 1 (or unset to train num_epochs)")
-        if not 0.0 <= self.eval_fraction < 1.0:
-            raise ValueError("eval_fraction must be in [0, 1)")
-        if self.eval_path and self.eval_fraction:
-            raise ValueError("set eval_path or eval_fraction, not both")
-        if not 0.0 <= self.warmup_ratio < 1.0:
-            raise ValueError("warmup_ratio must be in [0, 1)")
-        if self.learning_rate <= 0:
-            raise ValueError("learning_rate must be > 0")
-        if self.model == "tiny" and self.tokenizer:
-            raise ValueError("model: tiny trains its own tokenizer; drop `tokenizer`")
-        if self.deepspeed and self.precision == "bf16_pure":
-            raise ValueError("with deepspeed set precision in the DeepSpeed JSON; use bf16 or fp32")
+        check_fields(self, "resources.")
         if self.torch_threads < 0:
-            raise ValueError("torch_threads must be >= 0 (0 keeps torch's default)")
+            raise ConfigError("resources.torch_threads must be >= 0 (0 keeps torch's default)")
+
+
+@dataclass
+class SFTBookkeeping(Bookkeeping):
+    """Run directory, checkpoints, resume, logging and eval cadence."""
+
+    output_dir: str = "runs/sft"
+    keep_checkpoints: int = 0
+    halt_at_step: int | None = None
+    """Stop (after checkpointing) at this step without changing the schedule; for tests."""
+    log_every: int = 1
+    """Log the training loss every N steps."""
+    eval_every: int = 0
+    """Eval loss on the held-out data every N steps (0: only at the end)."""
+    progress: bool = True
+    """Show a progress bar with loss and tokens/s."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         if self.halt_at_step is not None and self.halt_at_step < 1:
-            raise ValueError("halt_at_step must be >= 1")
+            raise ConfigError("bookkeeping.halt_at_step must be >= 1")
+        if self.log_every < 1 or self.eval_every < 0:
+            raise ConfigError("bookkeeping.log_every must be >= 1 and eval_every >= 0")
+
+
+@dataclass
+class SFTConfig:
+    """Masked SFT on CoA trajectories (loss only on model-generated tokens)."""
+
+    data: SFTData = field(default_factory=SFTData)
+    """Training (and eval) data; ``data.train_path`` is required."""
+    model: SFTModel = field(default_factory=SFTModel)
+    """The model, attention and LoRA."""
+    optim: SFTOptim = field(default_factory=SFTOptim)
+    """Optimiser, schedule, precision, run length."""
+    resources: SFTResources = field(default_factory=SFTResources)
+    """Device, threads, DeepSpeed."""
+    bookkeeping: SFTBookkeeping = field(default_factory=SFTBookkeeping)
+    """Run directory, checkpoints, resume, logging."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.resources.deepspeed and self.optim.precision == "bf16_pure":
+            raise ConfigError("with resources.deepspeed set precision in the DeepSpeed JSON; "
+                              "use optim.precision bf16 or fp32")
 
     @property
     def effective_pack_len(self) -> int | None:
-        if not self.packing:
-            return None
-        return self.pack_len or self.max_seq_len
+        """Tokens per packed row, or None when packing is off (one sample per row)."""
+        return self.data.pack_len if self.data.packing else None
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
-        data["adam_betas"] = list(self.adam_betas)
+        data["optim"]["adam_betas"] = list(self.optim.adam_betas)
         return data
 
 
-def _coerce(value: str) -> Any:
-    """Parse a command-line value as YAML (numbers, bools, null, lists, dicts) or keep text."""
-    try:
-        return yaml.safe_load(value)
-    except yaml.YAMLError:
-        return value
+_MOVED_TO = {
+    "model": ("tokenizer", "tiny", "attention", "lora", "merge_lora_on_save",
+              "gradient_checkpointing"),
+    "data": ("train_path", "eval_path", "eval_fraction", "generate", "min_reward",
+             "max_seq_len", "truncation", "packing", "pack_len"),
+    "optim": ("precision", "learning_rate", "weight_decay", "adam_betas", "max_grad_norm",
+              "warmup_ratio", "warmup_steps", "num_epochs", "max_steps", "grad_accum",
+              "chunked_loss"),
+    "resources": ("device", "torch_threads", "deepspeed"),
+    "bookkeeping": ("output_dir", "save_every", "resume", "halt_at_step", "log_every",
+                    "eval_every", "tensorboard", "progress", "seed"),
+}
+MOVED: dict[str, str] = {old: f"{section}.{old}" for section, olds in _MOVED_TO.items()
+                         for old in olds}
+MOVED.update({"data_format": "data.format", "save_total_limit": "bookkeeping.keep_checkpoints"})
 
 
-def parse_overrides(pairs: list[str]) -> dict[str, Any]:
-    """``["lr=1e-4", "tiny.layers=4"]`` -> nested dict; dotted keys reach into dict fields."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise ValueError(f"override {pair!r} is not key=value")
-        key, value = pair.split("=", 1)
-        node = out
-        *parents, leaf = key.strip().split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = _coerce(value)
-    return out
-
-
-def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
+def _check_layout(data: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(data.get("model"), str):
+        raise ConfigError(f"model is a section: write `model: {{path: {data['model']}}}` "
+                          f"(or model.path={data['model']})")
+    return data
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
-                **values: Any) -> SFTConfig:
-    """YAML file, then keyword values, then ``key=value`` overrides (last wins).
-
-    Relative data and output paths in a YAML file stay relative to the working directory
-    (as a user typing them on the command line would expect).
-    """
-    data: dict[str, Any] = {}
-    if path is not None:
-        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{path}: the top level must be a mapping of config keys")
-        data = loaded
-    data = _merge(data, values)
-    data = _merge(data, parse_overrides(overrides or []))
-    known = {f.name for f in dataclasses.fields(SFTConfig)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(f"unknown SFT config keys: {unknown}; known keys: {sorted(known)}")
-    if "tiny" in data:
-        data["tiny"] = {**_TINY_DEFAULTS, **(data["tiny"] or {})}
-    return SFTConfig(**data)
+                values: dict[str, Any] | None = None) -> SFTConfig:
+    """YAML file, then ``values`` (nested or dotted keys), then ``key=value`` overrides."""
+    return _load(SFTConfig, path, overrides, values, resolve=_check_layout, moved=MOVED)

@@ -25,17 +25,18 @@ def load_tokenizer(config: SFTConfig, texts: Iterable[str] = (), source: str | N
 
     if source is not None:
         return AutoTokenizer.from_pretrained(source)
-    if config.model == "tiny":
+    spec = config.model
+    if spec.path == "tiny":
         from agents.tiny import train_tiny_tokenizer
 
-        return train_tiny_tokenizer(list(texts), vocab_size=int(config.tiny["vocab_size"]))
-    return AutoTokenizer.from_pretrained(config.tokenizer or config.model)
+        return train_tiny_tokenizer(list(texts), vocab_size=int(spec.tiny["vocab_size"]))
+    return AutoTokenizer.from_pretrained(spec.tokenizer or spec.path)
 
 
 def _dtype(config: SFTConfig) -> Any:
     import torch
 
-    return torch.bfloat16 if config.precision == "bf16_pure" else torch.float32
+    return torch.bfloat16 if config.optim.precision == "bf16_pure" else torch.float32
 
 
 def load_model(config: SFTConfig, tokenizer: Any, source: str | None = None) -> Any:
@@ -47,33 +48,34 @@ def load_model(config: SFTConfig, tokenizer: Any, source: str | None = None) -> 
     import torch
     from transformers import AutoModelForCausalLM
 
+    spec, seed = config.model, config.bookkeeping.seed
     adapter = source is not None and (Path(source) / "adapter_config.json").exists()
     weights = source if source is not None and not adapter else None
     if weights is not None:
         model = AutoModelForCausalLM.from_pretrained(weights, dtype=_dtype(config))
-    elif config.model == "tiny":
+    elif spec.path == "tiny":
         from agents.tiny import build_tiny_model
 
         # Everything but the tokenizer's vocab size is a model setting (sizes, dropout, ...).
-        sizes = {k: v for k, v in config.tiny.items() if k != "vocab_size"}
-        model = build_tiny_model(tokenizer, seed=config.seed, **sizes).to(_dtype(config))
+        sizes = {k: v for k, v in spec.tiny.items() if k != "vocab_size"}
+        model = build_tiny_model(tokenizer, seed=seed, **sizes).to(_dtype(config))
     else:
-        model = AutoModelForCausalLM.from_pretrained(config.model, dtype=_dtype(config))
-    set_attention(model, config.attention)
+        model = AutoModelForCausalLM.from_pretrained(spec.path, dtype=_dtype(config))
+    set_attention(model, spec.attention)
     model.config.use_cache = False
-    if config.gradient_checkpointing:
+    if spec.gradient_checkpointing:
         if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 name
             model.activation_checkpointing_enable({"use_reentrant": False})
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if config.lora is not None:
+    if spec.lora is not None:
         from peft import LoraConfig, PeftModel, get_peft_model
 
         if adapter:
             model = PeftModel.from_pretrained(model, source, is_trainable=True)
         else:
-            torch.manual_seed(config.seed)  # LoRA's A matrices are drawn from the global RNG
-            lora = dict(config.lora)
+            torch.manual_seed(seed)  # LoRA's A matrices are drawn from the global RNG
+            lora = dict(spec.lora)
             model = get_peft_model(model, LoraConfig(
                 r=int(lora.get("r", 16)),
                 lora_alpha=int(lora.get("alpha", 32)),
@@ -81,7 +83,7 @@ def load_model(config: SFTConfig, tokenizer: Any, source: str | None = None) -> 
                 target_modules=lora.get("target_modules", "all-linear"),
                 task_type="CAUSAL_LM",
             ))
-    torch.manual_seed(config.seed)  # the first step's RNG does not depend on how we loaded
+    torch.manual_seed(seed)  # the first step's RNG does not depend on how we loaded
     return model.train()
 
 

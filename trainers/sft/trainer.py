@@ -16,6 +16,7 @@ DeepSpeed when ``deepspeed`` names a JSON config).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainers.common import Checkpointer, MetricsLogger
 from trainers.data import (
     PreparedData,
     TruncationReport,
@@ -33,19 +35,14 @@ from trainers.data import (
     prepare_packs,
     split_eval,
 )
-from trainers.sft.checkpoint import (
-    TrainerPosition,
-    find_checkpoint,
-    load_state,
-    restore_rng,
-    rotate_checkpoints,
-    save_state,
-)
 from trainers.sft.config import SFTConfig, load_config
-from trainers.sft.metrics import MetricsLogger
 from trainers.sft.model import load_model, load_tokenizer, loss_sum, save_for_inference
+from trainers.sft.progress import ProgressBar
 
-__all__ = ["SFTConfig", "SFTResult", "load_config", "train"]
+__all__ = ["SFTConfig", "SFTResult", "TrainerPosition", "load_config", "train"]
+
+# Optimiser and scheduler state inside a checkpoint directory (DeepSpeed keeps its own).
+_OPTIMIZER_FILE = "optimizer.pt"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +57,19 @@ class SFTResult:
     train_report: TruncationReport
     tokens_per_s: float
     halted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TrainerPosition:
+    """Where the loop is: optimiser steps done, and rows consumed in the current epoch.
+
+    The data order is a function of (seed, epoch), so this is all a resume needs to feed
+    the same rows in the same order.
+    """
+
+    step: int = 0
+    epoch: int = 0
+    rows_in_epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,24 +131,25 @@ def _all_sum(value: float, dist: _Dist, device: Any) -> float:
 
 
 def _load_data(config: SFTConfig, dist: _Dist) -> tuple[list[Any], list[Any]]:
-    train_path = Path(config.train_path)
+    spec = config.data
+    train_path = Path(spec.train_path)
     if not train_path.exists():
-        if not config.generate:
+        if not spec.generate:
             raise FileNotFoundError(f"train_path {train_path} does not exist (set `generate` "
                                     "to make it from an env, e.g. the oracle on SynthHop)")
         if dist.main:
             from trainers.data.generate import generate_trajectories
 
-            spec = dict(config.generate)
-            generate_trajectories(spec.pop("env_id"), train_path, int(spec.pop("n", 300)),
-                                  **spec)
+            generate = dict(spec.generate)
+            generate_trajectories(generate.pop("env_id"), train_path,
+                                  int(generate.pop("n", 300)), **generate)
         _barrier(dist)
-    samples = load_samples(train_path, config.data_format)
-    if config.min_reward is not None:
-        samples = [s for s in samples if s.meta.get("reward", 1.0) >= config.min_reward]
-    if config.eval_path:
-        return samples, load_samples(config.eval_path, config.data_format)
-    return split_eval(samples, config.eval_fraction, config.seed)
+    samples = load_samples(train_path, spec.format)
+    if spec.min_reward is not None:
+        samples = [s for s in samples if s.meta.get("reward", 1.0) >= spec.min_reward]
+    if spec.eval_path:
+        return samples, load_samples(spec.eval_path, spec.format)
+    return split_eval(samples, spec.eval_fraction, config.bookkeeping.seed)
 
 
 def _make_loss_module(model: Any, chunked: bool) -> Any:
@@ -162,10 +173,10 @@ def _optimizer(config: SFTConfig, model: Any, device: Any) -> Any:
 
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
-        {"params": [p for p in params if p.ndim >= 2], "weight_decay": config.weight_decay},
+        {"params": [p for p in params if p.ndim >= 2], "weight_decay": config.optim.weight_decay},
         {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=config.learning_rate, betas=config.adam_betas,
+    return torch.optim.AdamW(groups, lr=config.optim.learning_rate, betas=config.optim.adam_betas,
                              fused=device.type == "cuda")
 
 
@@ -186,14 +197,15 @@ def _deepspeed_engine(config: SFTConfig, module: Any, optimizer: Any, scheduler:
     try:
         import deepspeed
     except ImportError as error:
-        raise RuntimeError("config.deepspeed is set but the `deepspeed` package is not installed "
-                           "(pip install 'coa-envs[deepspeed]')") from error
+        raise RuntimeError("resources.deepspeed is set but the `deepspeed` package is not "
+                           "installed (pip install 'coa-envs[deepspeed]')") from error
     import json
 
-    ds_config = json.loads(Path(config.deepspeed or "").read_text(encoding="utf-8"))
-    ds_config.update(train_micro_batch_size_per_gpu=1, gradient_accumulation_steps=config.grad_accum,
-                     gradient_clipping=config.max_grad_norm)
-    if config.precision == "bf16":
+    ds_config = json.loads(Path(config.resources.deepspeed or "").read_text(encoding="utf-8"))
+    ds_config.update(train_micro_batch_size_per_gpu=1,
+                     gradient_accumulation_steps=config.optim.grad_accum,
+                     gradient_clipping=config.optim.max_grad_norm)
+    if config.optim.precision == "bf16":
         ds_config["bf16"] = {"enabled": True}
     engine, *_ = deepspeed.initialize(model=module, optimizer=optimizer, lr_scheduler=scheduler,
                                       config=ds_config)
@@ -215,8 +227,8 @@ def train(config: SFTConfig) -> SFTResult:
     import torch
 
     threads = torch.get_num_threads()
-    if config.torch_threads:
-        torch.set_num_threads(config.torch_threads)
+    if config.resources.torch_threads:
+        torch.set_num_threads(config.resources.torch_threads)
     try:
         return _train(config)
     finally:  # a process-wide setting: give the caller back what it had
@@ -227,42 +239,44 @@ def _train(config: SFTConfig) -> SFTResult:
     import torch
     from transformers import get_cosine_schedule_with_warmup
 
-    dist, device = _init_dist(config.device, need_group=bool(config.deepspeed))
-    output_dir = Path(config.output_dir)
-    checkpoint = find_checkpoint(output_dir, config.resume)
+    spec, optim, book = config.data, config.optim, config.bookkeeping
+    dist, device = _init_dist(config.resources.device, need_group=bool(config.resources.deepspeed))
+    output_dir = Path(book.output_dir)
+    checkpoints = Checkpointer(output_dir, keep=book.keep_checkpoints, main=dist.main)
+    checkpoint = checkpoints.resolve(book.resume)
 
     # -- data and model ---------------------------------------------------------------
     train_samples, eval_samples = _load_data(config, dist)
     texts = [t for s in train_samples for t in s.texts()]
     tokenizer = load_tokenizer(config, texts, source=str(checkpoint) if checkpoint else None)
     model = load_model(config, tokenizer, source=str(checkpoint) if checkpoint else None).to(device)
-    data = prepare_packs(train_samples, tokenizer, max_seq_len=config.max_seq_len,
-                         truncation=config.truncation, pack_len=config.effective_pack_len)
-    eval_data = prepare_packs(eval_samples, tokenizer, max_seq_len=config.max_seq_len,
+    data = prepare_packs(train_samples, tokenizer, max_seq_len=spec.max_seq_len,
+                         truncation=spec.truncation, pack_len=config.effective_pack_len)
+    eval_data = prepare_packs(eval_samples, tokenizer, max_seq_len=spec.max_seq_len,
                               truncation="truncate_right", pack_len=config.effective_pack_len)
     if dist.main:
         print(f"[sft] train data: {data.report.summary()}", flush=True)
     rows_per_rank = len(data.packs) // dist.world
     if rows_per_rank == 0:
         raise ValueError(f"{len(data.packs)} packed rows cannot feed {dist.world} processes")
-    use_ds = bool(config.deepspeed)
-    steps_per_epoch = (rows_per_rank // config.grad_accum if use_ds
-                       else math.ceil(rows_per_rank / config.grad_accum))
-    total_steps = config.max_steps or steps_per_epoch * config.num_epochs
-    warmup = config.warmup_steps if config.warmup_steps is not None else \
-        int(config.warmup_ratio * total_steps)
+    use_ds = bool(config.resources.deepspeed)
+    steps_per_epoch = (rows_per_rank // optim.grad_accum if use_ds
+                       else math.ceil(rows_per_rank / optim.grad_accum))
+    total_steps = optim.max_steps or steps_per_epoch * optim.num_epochs
+    warmup = optim.warmup_steps if optim.warmup_steps is not None else \
+        int(optim.warmup_ratio * total_steps)
 
     # -- optimiser, schedule, wrappers ------------------------------------------------
     optimizer = _optimizer(config, model, device)
     scheduler = get_cosine_schedule_with_warmup(optimizer, warmup, total_steps)
     position = TrainerPosition()
-    state = load_state(checkpoint) if checkpoint else None
-    if state is not None and not use_ds:
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-    if state is not None:
-        position = state["position"]
-    module = _make_loss_module(model, config.chunked_loss)
+    if checkpoint is not None:
+        position = TrainerPosition(**checkpoints.read_state(checkpoint)["position"])
+        if not use_ds:
+            saved = torch.load(checkpoint / _OPTIMIZER_FILE, map_location="cpu", weights_only=False)
+            optimizer.load_state_dict(saved["optimizer"])
+            scheduler.load_state_dict(saved["scheduler"])
+    module = _make_loss_module(model, optim.chunked_loss)
     engine = None
     if use_ds:
         engine = _deepspeed_engine(config, module, optimizer, scheduler)
@@ -276,25 +290,30 @@ def _train(config: SFTConfig) -> SFTResult:
 
     def autocast() -> Any:
         return torch.autocast(device.type, dtype=torch.bfloat16,
-                              enabled=config.precision == "bf16" and not use_ds)
+                              enabled=optim.precision == "bf16" and not use_ds)
 
-    logger = MetricsLogger(output_dir, enabled=dist.main, tensorboard=config.tensorboard,
-                           progress=config.progress, total_steps=total_steps,
+    logger = MetricsLogger(output_dir, enabled=dist.main, tensorboard=book.tensorboard,
+                           resume_step=position.step if checkpoint is not None else None,
+                           tag_prefix="sft/")
+    progress = ProgressBar(enabled=dist.main and book.progress, total_steps=total_steps,
                            initial_step=position.step)
-    if state is not None:
-        restore_rng(state["rng"])  # last: nothing above may draw from the restored streams
+    if checkpoint is not None:  # last: nothing above may draw from the restored streams
+        checkpoints.restore_rng(checkpoint)
 
-    def save(step_dir: Path) -> None:
+    def save(step: int) -> None:
+        staging = checkpoints.staging(step)
         if engine is not None:
-            engine.save_checkpoint(str(step_dir), tag="deepspeed")
+            engine.save_checkpoint(str(staging), tag="deepspeed")
         with _full_weights(engine, model):
             if dist.main:
-                save_for_inference(model, tokenizer, step_dir, attention=config.attention)
+                save_for_inference(model, tokenizer, staging, attention=config.model.attention)
+        if dist.main and engine is None:
+            torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+                       staging / _OPTIMIZER_FILE)
+        _barrier(dist)
         if dist.main:
-            save_state(step_dir, optimizer=None if engine else optimizer,
-                       scheduler=None if engine else scheduler, position=position,
-                       config=config.to_dict())
-            rotate_checkpoints(output_dir, config.save_total_limit)
+            checkpoints.commit(step, {"position": dataclasses.asdict(position),
+                                      "config": config.to_dict()})
         _barrier(dist)
 
     # -- the loop ---------------------------------------------------------------------
@@ -302,16 +321,16 @@ def _train(config: SFTConfig) -> SFTResult:
     eval_losses: list[tuple[int, float]] = []
     started, tokens_seen, halted = time.perf_counter(), 0, False
     epoch, rows_done = position.epoch, position.rows_in_epoch
-    if eval_data.packs and config.eval_every and position.step == 0:
+    if eval_data.packs and book.eval_every and position.step == 0:
         eval_losses.append((0, _evaluate(module, eval_data, device, autocast)))
-        logger.log({"step": 0, "eval_loss": eval_losses[-1][1]})
-    order = epoch_order(len(data.packs), config.seed, epoch)[dist.rank::dist.world][:rows_per_rank]
+        logger.log(0, {"eval_loss": eval_losses[-1][1]})
+    order = epoch_order(len(data.packs), book.seed, epoch)[dist.rank::dist.world][:rows_per_rank]
     while position.step < total_steps:
-        if rows_done >= rows_per_rank or (use_ds and rows_done + config.grad_accum > rows_per_rank):
+        if rows_done >= rows_per_rank or (use_ds and rows_done + optim.grad_accum > rows_per_rank):
             epoch, rows_done = epoch + 1, 0
-            order = epoch_order(len(data.packs), config.seed, epoch)[dist.rank::dist.world]
+            order = epoch_order(len(data.packs), book.seed, epoch)[dist.rank::dist.world]
             order = order[:rows_per_rank]
-        rows = [data.packs[i] for i in order[rows_done:rows_done + config.grad_accum]]
+        rows = [data.packs[i] for i in order[rows_done:rows_done + optim.grad_accum]]
         step_tokens = _all_sum(float(sum(p.num_trained for p in rows)), dist, device)
         step_loss = 0.0
         for index, pack in enumerate(rows):
@@ -329,7 +348,7 @@ def _train(config: SFTConfig) -> SFTResult:
             step_loss += float(loss.detach()) / dist.world
             tokens_seen += len(pack)
         if engine is None:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm))
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(trainable, optim.max_grad_norm))
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
@@ -341,17 +360,18 @@ def _train(config: SFTConfig) -> SFTResult:
         losses.append(step_loss)
         elapsed = time.perf_counter() - started
         tokens_per_s = tokens_seen * dist.world / max(elapsed, 1e-9)
-        if position.step % config.log_every == 0 or position.step == total_steps:
-            logger.log({"step": position.step, "epoch": epoch, "loss": step_loss,
-                        "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm,
-                        "trained_tokens": step_tokens, "tokens_per_s": tokens_per_s,
-                        "tokens": tokens_seen * dist.world, "elapsed_s": elapsed})
-        if eval_data.packs and config.eval_every and position.step % config.eval_every == 0:
+        if position.step % book.log_every == 0 or position.step == total_steps:
+            logger.log(position.step, {"epoch": epoch, "loss": step_loss,
+                                       "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm,
+                                       "trained_tokens": step_tokens, "tokens_per_s": tokens_per_s,
+                                       "tokens": tokens_seen * dist.world, "elapsed_s": elapsed})
+            progress.update(position.step, step_loss, tokens_per_s)
+        if eval_data.packs and book.eval_every and position.step % book.eval_every == 0:
             eval_losses.append((position.step, _evaluate(module, eval_data, device, autocast)))
-            logger.log({"step": position.step, "eval_loss": eval_losses[-1][1]})
-        halted = config.halt_at_step is not None and position.step >= config.halt_at_step
-        if (config.save_every and position.step % config.save_every == 0) or halted:
-            save(output_dir / f"checkpoint-{position.step}")
+            logger.log(position.step, {"eval_loss": eval_losses[-1][1]})
+        halted = book.halt_at_step is not None and position.step >= book.halt_at_step
+        if (book.save_every and position.step % book.save_every == 0) or halted:
+            save(position.step)
         if halted:
             break
 
@@ -359,14 +379,17 @@ def _train(config: SFTConfig) -> SFTResult:
     if not halted:
         if eval_data.packs and (not eval_losses or eval_losses[-1][0] != position.step):
             eval_losses.append((position.step, _evaluate(module, eval_data, device, autocast)))
-            logger.log({"step": position.step, "eval_loss": eval_losses[-1][1]})
+            logger.log(position.step, {"eval_loss": eval_losses[-1][1]})
         final_dir = output_dir / "final"
+        spec_model = config.model
         with _full_weights(engine, model):
             if dist.main:
-                save_for_inference(model, tokenizer, final_dir, attention=config.attention,
-                                   merge_lora=config.lora is not None and config.merge_lora_on_save)
+                save_for_inference(model, tokenizer, final_dir, attention=spec_model.attention,
+                                   merge_lora=spec_model.lora is not None
+                                   and spec_model.merge_lora_on_save)
         _barrier(dist)
     logger.close()
+    progress.close()
     elapsed = time.perf_counter() - started
     return SFTResult(output_dir, final_dir, position.step, tuple(losses), tuple(eval_losses),
                      data.report, tokens_seen * dist.world / max(elapsed, 1e-9), halted)

@@ -18,8 +18,9 @@ def test_gpu_config_runs_a_few_steps(tmp_path):
     from trainers.rl.config import load_config
     from trainers.rl.loop import train
 
-    cfg = load_config(CONFIG, [f"output_dir={tmp_path}", "total_steps=2", "save_every=1",
-                               "warm_start.max_steps=5", "warm_start.episodes=32"])
+    cfg = load_config(CONFIG, [f"bookkeeping.output_dir={tmp_path}", "algorithm.total_steps=2",
+                               "bookkeeping.save_every=1", "model.warm_start.max_steps=5",
+                               "model.warm_start.episodes=32"])
     last = train(cfg)
     assert last["perf/rollout_tokens_per_s"] > 0 and last["perf/learner_tokens_per_s"] > 0
-    assert (tmp_path / "checkpoints" / "step_000002" / "COMPLETE").exists()
+    assert (tmp_path / "checkpoint-2" / "COMPLETE").exists()

@@ -9,7 +9,7 @@ pytest.importorskip("transformers")
 
 from agents.trajectory import Trajectory  # noqa: E402
 from trainers.rl.batch import collate, shaped_rewards  # noqa: E402
-from trainers.rl.config import RLConfig  # noqa: E402
+from trainers.rl.config import load_config  # noqa: E402
 
 
 def _trajectory(prompt, turns, reward=1.0, group=0):
@@ -48,9 +48,11 @@ def test_overlong_shaping_counts_generated_tokens_only():
 @pytest.fixture(scope="module")
 def tiny_setup():
     torch.set_num_threads(1)
-    cfg = RLConfig(algorithm="ppo", model="tiny", model_config={"hidden_size": 32, "layers": 1},
-                   group_size=1, prompts_per_step=4, minibatch_size=4, micro_batch_size=2,
-                   lr=1e-2, use_ray=False, temperature=0.8)
+    cfg = load_config(values={
+        "algorithm": {"name": "ppo", "group_size": 1, "prompts_per_step": 4, "minibatch_size": 4,
+                      "lr": 1e-2},
+        "model": {"path": "tiny", "config_overrides": {"hidden_size": 32, "layers": 1}},
+        "rollout.temperature": 0.8, "resources": {"use_ray": False, "micro_batch_size": 2}})
     from trainers.rl.learner import Learner
 
     return cfg, Learner(cfg)
@@ -65,7 +67,7 @@ def _sampled_batch(cfg, learner, n=4, seed=0):
         tokenize=True, return_dict=False)
     trajectories = []
     for i in range(n):
-        params = SamplingParams(max_new_tokens=6, temperature=cfg.temperature, seed=seed + i,
+        params = SamplingParams(max_new_tokens=6, temperature=cfg.rollout.temperature, seed=seed + i,
                                 stop=())
         done = engine.generate([GenerationRequest(token_ids=tuple(prompt))], params)[0]
         obs = [5, 6, 7]
@@ -131,7 +133,7 @@ def test_update_raises_logprob_of_rewarded_samples(tiny_setup):
         with torch.no_grad():
             out = forward_tokens(learner.policy, prepared_batch.input_ids[row:row + 1],
                                  prepared_batch.attention_mask[row:row + 1],
-                                 temperature=cfg.temperature)
+                                 temperature=cfg.rollout.temperature)
         return float((out.logprobs * prepared_batch.mask[row:row + 1]).sum())
 
     rewarded = [i for i, t in enumerate(trajectories) if t.reward > 0]

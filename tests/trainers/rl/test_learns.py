@@ -19,7 +19,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from trainers.rl.config import RLConfig  # noqa: E402
+from trainers.common import deep_merge  # noqa: E402
+from trainers.rl.config import RLConfig, load_config  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -34,19 +35,20 @@ MARGIN = 0.05
 
 
 def _config(out: Path, **overrides) -> RLConfig:
-    base = dict(
-        algorithm="dapo", model="tiny", model_config={"hidden_size": 128, "layers": 2},
-        env_id="coa/SynthHop-v0", env_kwargs=ENV_KWARGS, use_ray=False, torch_threads=1,
-        max_turns=3, max_new_tokens=32, max_response_tokens=160, total_steps=STEPS,
-        prompts_per_step=8, group_size=8, minibatch_size=32, micro_batch_size=8, lr=3e-4,
-        episodes_in_flight=32, save_every=100, output_dir=str(out), tensorboard=False,
-        plot=False,
+    """The test run's config; ``overrides`` are dotted keys (``algorithm.name``)."""
+    base = {
+        "algorithm": {"name": "dapo", "total_steps": STEPS, "prompts_per_step": 8,
+                      "group_size": 8, "minibatch_size": 32, "lr": 3e-4},
+        "model": {"path": "tiny", "config_overrides": {"hidden_size": 128, "layers": 2}},
+        "env": {"id": "coa/SynthHop-v0", "kwargs": ENV_KWARGS, "max_turns": 3},
+        "rollout": {"max_new_tokens": 32, "max_response_tokens": 160, "episodes_in_flight": 32},
+        "resources": {"use_ray": False, "torch_threads": 1, "micro_batch_size": 8},
         # the loop's own eval: every held-out task x 8 sampling seeds, before step 1 (the
         # warm-started policy) and after the last step
-        eval_every=STEPS, eval_episodes=8 * HELD_OUT,
-    )
-    base.update(overrides)
-    return RLConfig(**base)
+        "bookkeeping": {"save_every": 100, "output_dir": str(out), "tensorboard": False,
+                        "plot": False, "eval_every": STEPS, "eval_episodes": 8 * HELD_OUT},
+    }
+    return load_config(values=deep_merge(base, overrides))
 
 
 @pytest.fixture(scope="module")
@@ -55,12 +57,12 @@ def warm(tmp_path_factory):
 
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("warm")
-    return warm_start(_config(out, warm_start={"episodes": 64, "max_steps": 150,
-                                               "learning_rate": 5e-3}))
+    return warm_start(_config(out, **{"model.warm_start": {"episodes": 64, "max_steps": 150,
+                                                            "learning_rate": 5e-3}}))
 
 
 def _eval_rewards(out: Path) -> dict[int, float]:
-    from trainers.rl.metrics import read_metrics
+    from trainers.common import read_metrics
 
     return {int(r["step"]): r["eval/heldout_reward_mean"] for r in read_metrics(out / "metrics.jsonl")
             if "eval/heldout_reward_mean" in r}
@@ -71,12 +73,12 @@ def test_rl_raises_reward_over_the_warm_started_policy(warm, tmp_path, algorithm
     from trainers.rl.loop import train
 
     extra = {"dapo": {},
-             "ppo": {"algorithm": "ppo", "prompts_per_step": 16, "group_size": 4,
-                     "critic_lr": 1e-3}}[algorithm]
+             "ppo": {"algorithm": {"name": "ppo", "prompts_per_step": 16, "group_size": 4,
+                                   "critic_lr": 1e-3}}}[algorithm]
     gains = []
     for seed in (0, 1):
         out = tmp_path / f"{algorithm}{seed}"
-        train(_config(out, model=str(warm), seed=seed, **extra))
+        train(_config(out, **{"model.path": str(warm), "bookkeeping.seed": seed}, **extra))
         evals = _eval_rewards(out)
         before, after = evals[0], evals[STEPS]
         assert 0.05 < before < 0.9, f"the warm start left nothing to learn (reward {before:.2f})"

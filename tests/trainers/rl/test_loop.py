@@ -15,7 +15,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from trainers.rl.config import RLConfig  # noqa: E402
+from trainers.common import deep_merge  # noqa: E402
+from trainers.rl.config import RLConfig, load_config  # noqa: E402
 
 ENV_KWARGS = {"task_options": {"difficulty": "easy", "num_tasks": 16},
               "tools": {"wiki_search": {"backend": "bm25", "top_k": 1}},
@@ -23,18 +24,21 @@ ENV_KWARGS = {"task_options": {"difficulty": "easy", "num_tasks": 16},
 
 
 def _config(out: Path, **overrides) -> RLConfig:
-    base = dict(
-        algorithm="dapo", model="tiny", model_config={"hidden_size": 32, "layers": 1},
-        env_id="coa/SynthHop-v0", env_kwargs=ENV_KWARGS, use_ray=False, torch_threads=1,
-        total_steps=4, prompts_per_step=2, group_size=2, minibatch_size=4, micro_batch_size=2,
-        max_new_tokens=8, max_response_tokens=48, max_turns=2, lr=1e-3,
+    """The test run's config; ``overrides`` are dotted keys (``algorithm.name``)."""
+    base = {
         # random weights earn no reward; the entropy bonus still moves them every step, so
         # a resumed run that restored anything wrongly ends with different weights
-        dynamic_sampling=False, entropy_coef=0.01, save_every=2, output_dir=str(out),
-        tensorboard=False, plot=True, eval_every=2, eval_episodes=4,
-    )
-    base.update(overrides)
-    return RLConfig(**base)
+        "algorithm": {"name": "dapo", "total_steps": 4, "prompts_per_step": 2, "group_size": 2,
+                      "minibatch_size": 4, "lr": 1e-3, "dynamic_sampling": False,
+                      "entropy_coef": 0.01},
+        "model": {"path": "tiny", "config_overrides": {"hidden_size": 32, "layers": 1}},
+        "env": {"id": "coa/SynthHop-v0", "kwargs": ENV_KWARGS, "max_turns": 2},
+        "rollout": {"max_new_tokens": 8, "max_response_tokens": 48},
+        "resources": {"use_ray": False, "torch_threads": 1, "micro_batch_size": 2},
+        "bookkeeping": {"save_every": 2, "output_dir": str(out), "tensorboard": False,
+                        "plot": True, "eval_every": 2, "eval_episodes": 4},
+    }
+    return load_config(values=deep_merge(base, overrides))
 
 
 def _weights(directory: Path) -> dict:
@@ -68,13 +72,13 @@ def test_train_writes_metrics_checkpoints_and_curve_and_resume_is_exact(tmp_path
     assert [e["step"] for e in evals] == [0, 2, 4]
     assert all(e["eval/heldout_episodes"] == 4 and e["eval/heldout_tasks"] == 3 for e in evals)
     assert (straight / "reward_curve.png").stat().st_size > 1000
-    assert sorted(p.name for p in (straight / "checkpoints").iterdir()) == [
-        "step_000002", "step_000004"]
+    assert sorted(p.name for p in straight.glob("checkpoint-*")) == [
+        "checkpoint-2", "checkpoint-4"]
 
     interrupted = tmp_path / "interrupted"
     train(_config(interrupted), stop_after=2)
     assert not (interrupted / "final").exists()
-    train(_config(interrupted, resume=True))
+    train(_config(interrupted, **{"bookkeeping.resume": "latest"}))
     assert _steps(interrupted) == [0, 1, 2, 3, 4]
     a, b = _weights(straight / "final"), _weights(interrupted / "final")
     assert a.keys() == b.keys()
@@ -85,14 +89,14 @@ def test_train_writes_metrics_checkpoints_and_curve_and_resume_is_exact(tmp_path
 def test_cli_resumes_after_kill_9(tmp_path):
     """``coa train rl`` killed with SIGKILL mid-run continues from its last checkpoint."""
     config = tmp_path / "rl.yaml"
-    cfg = _config(tmp_path / "run", total_steps=8).to_dict()
+    cfg = _config(tmp_path / "run", **{"algorithm.total_steps": 8}).to_dict()
     import yaml
 
     config.write_text(yaml.safe_dump(cfg))
     command = [sys.executable, "-m", "coa_cli.main", "train", "rl", "--config", str(config)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    marker = tmp_path / "run" / "checkpoints" / "step_000002" / "COMPLETE"
+    marker = tmp_path / "run" / "checkpoint-2" / "COMPLETE"
     deadline = time.monotonic() + 240
     while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -114,9 +118,10 @@ def test_pipelined_ppo_with_a_separate_critic(tmp_path):
     from trainers.rl.loop import train
 
     out = tmp_path / "ppo"
-    last = train(_config(out, algorithm="ppo", critic="separate", group_size=1,
-                         prompts_per_step=4, pipeline=True, total_steps=3, eval_every=0,
-                         entropy_coef=0.0, plot=False))
+    last = train(_config(out, **{
+        "algorithm": {"name": "ppo", "critic": "separate", "group_size": 1,
+                      "prompts_per_step": 4, "total_steps": 3, "entropy_coef": 0.0},
+        "rollout.pipeline": True, "bookkeeping.eval_every": 0, "bookkeeping.plot": False}))
     assert _steps(out) == [1, 2, 3]
     for key in ("critic/value_mean", "critic/return_mean", "loss/value", "critic/vf_clip_frac"):
         assert key in last, key
@@ -142,7 +147,8 @@ def test_an_env_that_crashes_drops_its_whole_group_and_counts_it(tmp_path, monke
                 raise RuntimeError("tool backend died")
             return self.env.step(action)
 
-    monkeypatch.setattr(rollout_mod, "make_env", lambda config, heldout=False: Crashing(make(config, heldout)))
+    monkeypatch.setattr(rollout_mod, "make_env",
+                        lambda config, heldout=False: Crashing(make(config, heldout)))
 
     class TwoTasks:  # the sampler's surface collect_groups uses
         def __init__(self):
@@ -154,7 +160,7 @@ def test_an_env_that_crashes_drops_its_whole_group_and_counts_it(tmp_path, monke
         def state_dict(self):
             return {"left": len(self.order)}
 
-    cfg = _config(tmp_path, prompts_per_step=2, group_size=2, max_sampling_rounds=0)
+    cfg = _config(tmp_path, **{"algorithm.max_sampling_rounds": 0})
     rollouts = LocalRollouts(cfg)
     try:
         batch = collect_groups(cfg, TwoTasks(), rollouts, step=1)
@@ -171,7 +177,8 @@ def test_rollout_worker_runs_more_jobs_than_envs_in_order(tmp_path, overlap):
     """Jobs beyond episodes_in_flight wait for a free env, in both step modes."""
     from trainers.rl.rollout import EpisodeJob, RolloutWorker
 
-    worker = RolloutWorker(_config(tmp_path, episodes_in_flight=2), overlap_tools=overlap)
+    worker = RolloutWorker(_config(tmp_path, **{"rollout.episodes_in_flight": 2}),
+                           overlap_tools=overlap)
     try:
         jobs = [EpisodeJob(i % 3, i, 0, 50 + i) for i in range(5)]
         result = worker.run(jobs)
@@ -182,17 +189,21 @@ def test_rollout_worker_runs_more_jobs_than_envs_in_order(tmp_path, overlap):
 
 
 def test_rl_trains_on_training_tasks_and_evaluates_on_held_out_ones(tmp_path):
-    from trainers.rl.rollout import make_env, training_split
+    from trainers.rl.config import ConfigError
+    from trainers.rl.rollout import make_env
 
-    train_env, eval_env = make_env(_config(tmp_path)), make_env(_config(tmp_path), heldout=True)
+    cfg = _config(tmp_path, **{"env.eval_kwargs": {"task_options": {"num_tasks": 11}}})
+    train_env, eval_env = make_env(cfg), make_env(cfg, heldout=True)
     try:
         train_ids = {t.task_id for t in train_env.unwrapped.tasks}
         eval_ids = {t.task_id for t in eval_env.unwrapped.tasks}
         assert train_ids and eval_ids and not train_ids & eval_ids
+        # env.eval_kwargs reaches the held-out env only (11 tasks: 2 held out, vs 3 of 16)
+        assert len(eval_ids) == 2 and len(train_ids) == 13
     finally:
         train_env.close()
         eval_env.close()
-    everything = {"task_options": {**ENV_KWARGS["task_options"], "split": "all"}}
-    with pytest.raises(ValueError, match="must not be trained on"):
-        training_split(_config(tmp_path, env_kwargs={**ENV_KWARGS, **everything}))
-    assert training_split(_config(tmp_path, env_kwargs={**ENV_KWARGS, **everything}, eval_every=0)) == "all"
+    everything = {"env.kwargs.task_options.split": "all"}
+    with pytest.raises(ConfigError, match="must not be trained on"):
+        _config(tmp_path, **everything)
+    assert _config(tmp_path, **everything, **{"bookkeeping.eval_every": 0}).env.train_split == "all"

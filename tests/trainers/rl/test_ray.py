@@ -13,7 +13,8 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("ray.rllib")
 torch = pytest.importorskip("torch")
 
-from trainers.rl.config import RLConfig  # noqa: E402
+from trainers.common import deep_merge  # noqa: E402
+from trainers.rl.config import RLConfig, load_config  # noqa: E402
 
 ENV_KWARGS = {"task_options": {"difficulty": "easy", "num_tasks": 16},
               "tools": {"wiki_search": {"backend": "bm25", "top_k": 1}},
@@ -21,17 +22,19 @@ ENV_KWARGS = {"task_options": {"difficulty": "easy", "num_tasks": 16},
 
 
 def _config(out, **overrides) -> RLConfig:
-    base = dict(
-        algorithm="grpo", kl_coef=0.01, model="tiny", model_config={"hidden_size": 32,
-                                                                    "layers": 1},
-        env_id="coa/SynthHop-v0", env_kwargs=ENV_KWARGS, use_ray=True, torch_threads=1,
-        num_rollout_workers=1, cpus_per_worker=1, total_steps=2, prompts_per_step=2,
-        group_size=2, minibatch_size=4, micro_batch_size=4, max_new_tokens=8,
-        max_response_tokens=48, max_turns=2, save_every=1, output_dir=str(out),
-        tensorboard=False, plot=False,
-    )
-    base.update(overrides)
-    return RLConfig(**base)
+    """The test run's config; ``overrides`` are dotted keys (``algorithm.name``)."""
+    base = {
+        "algorithm": {"name": "grpo", "kl_coef": 0.01, "total_steps": 2, "prompts_per_step": 2,
+                      "group_size": 2, "minibatch_size": 4},
+        "model": {"path": "tiny", "config_overrides": {"hidden_size": 32, "layers": 1}},
+        "env": {"id": "coa/SynthHop-v0", "kwargs": ENV_KWARGS, "max_turns": 2},
+        "rollout": {"max_new_tokens": 8, "max_response_tokens": 48},
+        "resources": {"use_ray": True, "torch_threads": 1, "num_rollout_workers": 1,
+                      "cpus_per_worker": 1, "micro_batch_size": 4},
+        "bookkeeping": {"save_every": 1, "output_dir": str(out), "tensorboard": False,
+                        "plot": False},
+    }
+    return load_config(values=deep_merge(base, overrides))
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +55,7 @@ def test_ray_loop_runs_with_actors_and_a_reference_model(local_ray, tmp_path):
     assert last["rollout/dropped_episodes"] == 0
     assert "kl/ref" in last  # grpo with kl_coef loads the reference in the learner actor
     assert last["mismatch/logprob_abs_diff"] < 1e-3  # weights reached the worker actor
-    assert (tmp_path / "checkpoints" / "step_000002" / "COMPLETE").exists()
+    assert (tmp_path / "checkpoint-2" / "COMPLETE").exists()
 
 
 @pytest.mark.slow
@@ -63,8 +66,9 @@ def test_killed_rollout_worker_is_restarted_and_its_episodes_retried_or_counted(
     from trainers.rl.learner import Learner
     from trainers.rl.rollout import EpisodeJob
 
-    cfg = _config(tmp_path, max_new_tokens=32, max_turns=3, max_response_tokens=200,
-                  max_episode_retries=retries)
+    cfg = _config(tmp_path, **{"rollout": {"max_new_tokens": 32, "max_response_tokens": 200,
+                                           "max_episode_retries": retries},
+                               "env.max_turns": 3})
     rollouts = RayRollouts(cfg)
     rollouts.set_weights(Learner(cfg).policy_state(), 0)
     (actor,) = rollouts.manager.actors().values()
@@ -120,16 +124,17 @@ def test_two_ddp_learner_ranks_update_like_one_process(local_ray, tmp_path, algo
     from trainers.rl.actors import RayLearner
     from trainers.rl.learner import Learner
 
-    cfg = _config(tmp_path, algorithm=algorithm, kl_coef=0.0, group_size=4, prompts_per_step=2,
-                  minibatch_size=8, micro_batch_size=2, lr=1e-2, ppo_epochs=2)
+    settings = {"algorithm": {"name": algorithm, "kl_coef": 0.0, "group_size": 4,
+                              "prompts_per_step": 2, "minibatch_size": 8, "lr": 1e-2,
+                              "ppo_epochs": 2},
+                "resources.micro_batch_size": 2}
+    cfg = _config(tmp_path, **settings)
     single = Learner(cfg)
     batch = _random_batch(single.policy.config.vocab_size)
     initial = {k: v.clone() for k, v in single.policy_state().items()}
     prepared, _ = single.prepare(batch)
     single.update(prepared)
-    ranks = RayLearner(_config(tmp_path, algorithm=algorithm, kl_coef=0.0, group_size=4,
-                               prompts_per_step=2, minibatch_size=8, micro_batch_size=2, lr=1e-2,
-                               ppo_epochs=2, learner_workers=2))
+    ranks = RayLearner(_config(tmp_path, **settings, **{"resources.learner_workers": 2}))
     prepared_ddp, _ = ranks.prepare(batch)
     ranks.update(prepared_ddp)
     expected, got = single.policy_state(), ranks.policy_state()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from trainers.rl.config import ConfigError, RLConfig, load_config
+from trainers.rl.config import ConfigError, load_config
 from trainers.rl.warmstart import oracle_trajectories, strip_roles
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -25,8 +25,9 @@ def test_strip_roles_keeps_the_tool_call_and_the_answer():
 def test_oracle_trajectories_are_solved_episodes_of_the_rl_env(tmp_path):
     from agents.trajectory import read_trajectories
 
-    cfg = RLConfig(env_id="coa/SynthHop-v0", env_kwargs=ENV_KWARGS, max_turns=3, use_ray=False,
-                   group_size=2, minibatch_size=2, micro_batch_size=2)
+    cfg = load_config(values={"env": {"id": "coa/SynthHop-v0", "kwargs": ENV_KWARGS,
+                                      "max_turns": 3},
+                              "resources.use_ray": False})
     path, kept = oracle_trajectories(cfg, tmp_path / "oracle.jsonl", episodes=6)
     rows = list(read_trajectories(path))
     assert kept == len(rows) == 6
@@ -44,10 +45,12 @@ def test_oracle_trajectories_are_solved_episodes_of_the_rl_env(tmp_path):
 
 def test_warm_start_and_init_checkpoint_exclude_each_other():
     with pytest.raises(ConfigError, match="init_checkpoint"):
-        RLConfig(warm_start={"max_steps": 5}, init_checkpoint="somewhere")
+        load_config(values={"model": {"warm_start": {"episodes": 8},
+                                      "init_checkpoint": "somewhere"}})
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("rl_*.yaml")), ids=lambda p: p.name)
 def test_shipped_rl_configs_load(path):
     cfg = load_config(path)
-    assert cfg.total_steps > 0 and cfg.episodes_per_step >= cfg.minibatch_size
+    assert cfg.algorithm.total_steps > 0
+    assert cfg.episodes_per_step >= cfg.algorithm.minibatch_size

@@ -51,8 +51,11 @@ def test_bf16_training_on_cuda_lowers_the_loss(tmp_path):
             for i, text in enumerate(synthetic_coa_texts(64, seed=4))]
     data = tmp_path / "sft.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
-    result = train(load_config(None, model="tiny", train_path=str(data), output_dir=str(tmp_path / "o"),
-                               tiny={"vocab_size": 512, "hidden_size": 128}, max_seq_len=512,
-                               pack_len=2048, precision="bf16", device="cuda", num_epochs=4,
-                               learning_rate=3e-3, progress=False, tensorboard=False))
+    result = train(load_config(values={
+        "model": {"path": "tiny", "tiny": {"vocab_size": 512, "hidden_size": 128}},
+        "data": {"train_path": str(data), "max_seq_len": 512, "pack_len": 2048},
+        "optim": {"precision": "bf16", "num_epochs": 4, "learning_rate": 3e-3},
+        "resources": {"device": "cuda"},
+        "bookkeeping": {"output_dir": str(tmp_path / "o"), "progress": False,
+                        "tensorboard": False}}))
     assert result.losses[-1] < 0.7 * result.losses[0]

@@ -24,9 +24,10 @@ def trained_run(synthhop_trajectories, synthhop_heldout, tmp_path_factory) -> Pa
 
     out = tmp_path_factory.mktemp("sft_tiny")
     result = CliRunner().invoke(app, [
-        "train", "sft", "--config", str(EXAMPLE), f"train_path={synthhop_trajectories}",
-        f"eval_path={synthhop_heldout}", "eval_fraction=0", f"output_dir={out}",
-        "progress=false", "tensorboard=false",
+        "train", "sft", "--config", str(EXAMPLE), f"data.train_path={synthhop_trajectories}",
+        f"data.eval_path={synthhop_heldout}", "data.eval_fraction=0",
+        f"bookkeeping.output_dir={out}", "bookkeeping.progress=false",
+        "bookkeeping.tensorboard=false",
     ])
     assert result.exit_code == 0, result.output
     assert f"model: {out / 'final'}" in result.output

@@ -29,11 +29,13 @@ def config_file(tmp_path_factory, write_messages_data) -> Path:
     data = write_messages_data(work / "sft.jsonl", 40, 9)
     config = work / "sft.yaml"
     config.write_text(
-        f"model: tiny\ntrain_path: {data}\n"
-        "tiny: {vocab_size: 384, hidden_size: 32, layers: 2, heads: 4, kv_heads: 2, "
+        "model:\n  path: tiny\n"
+        "  tiny: {vocab_size: 384, hidden_size: 32, layers: 2, heads: 4, kv_heads: 2, "
         "attention_dropout: 0.1}\n"
-        "max_seq_len: 200\npack_len: 200\nlearning_rate: 3.0e-3\nwarmup_steps: 2\n"
-        "progress: false\ntensorboard: false\ntorch_threads: 1\nseed: 5\n", encoding="utf-8")
+        f"data: {{train_path: {data}, max_seq_len: 200, pack_len: 200}}\n"
+        "optim: {learning_rate: 3e-3, warmup_steps: 2}\n"
+        "resources: {torch_threads: 1}\n"
+        "bookkeeping: {progress: false, tensorboard: false, seed: 5}\n", encoding="utf-8")
     return config
 
 
@@ -63,40 +65,41 @@ def test_torchrun_two_processes_match_one_process_with_twice_the_accumulation(co
                 "--master_addr=127.0.0.1", f"--master_port={_free_port()}", "-m",
                 "coa_cli.main", "train", "sft"]
     # no dropout here: each rank draws its own masks, so only a dropout-free run can match
-    common = ["max_steps=4", "tiny.attention_dropout=0.0"]
-    ddp = subprocess.run([*launcher, "--config", str(config_file), *common, "grad_accum=1",
-                          f"output_dir={tmp_path / 'ddp'}"], env=_env(), cwd=tmp_path,
+    common = ["optim.max_steps=4", "model.tiny.attention_dropout=0.0"]
+    ddp = subprocess.run([*launcher, "--config", str(config_file), *common, "optim.grad_accum=1",
+                          f"bookkeeping.output_dir={tmp_path / 'ddp'}"], env=_env(), cwd=tmp_path,
                          capture_output=True, text=True, timeout=600)
     assert ddp.returncode == 0, ddp.stderr[-3000:]
-    single = train(load_config(config_file, [*common, "grad_accum=2",
-                                             f"output_dir={tmp_path / 'single'}"]))
+    single = train(load_config(config_file, [*common, "optim.grad_accum=2",
+                                             f"bookkeeping.output_dir={tmp_path / 'single'}"]))
     ddp_losses = _losses(tmp_path / "ddp" / "metrics.jsonl")
     assert [ddp_losses[s] for s in (1, 2, 3, 4)] == pytest.approx(single.losses, rel=1e-5)
     assert ddp.stdout.count("model: ") == 1, "only rank 0 reports"
 
 
 def test_a_run_killed_with_sigkill_resumes_like_an_uninterrupted_one(config_file, tmp_path):
-    straight = train(load_config(config_file, ["max_steps=24", f"output_dir={tmp_path / 'a'}"]))
+    straight = train(load_config(config_file, ["optim.max_steps=24",
+                                               f"bookkeeping.output_dir={tmp_path / 'a'}"]))
 
     out = tmp_path / "b"
-    process = subprocess.Popen(_cli("--config", str(config_file), "max_steps=24", "save_every=2",
-                                    f"output_dir={out}"), env=_env(), cwd=tmp_path,
+    run = ["--config", str(config_file), "optim.max_steps=24", "bookkeeping.save_every=2",
+           f"bookkeeping.output_dir={out}"]
+    process = subprocess.Popen(_cli(*run), env=_env(), cwd=tmp_path,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
-    while not (out / "checkpoint-6" / "trainer_state.pt").exists():
+    while not (out / "checkpoint-6" / "COMPLETE").exists():
         assert process.poll() is None, process.stderr.read()[-3000:]
         assert time.monotonic() < deadline, "no checkpoint-6 within 300 s"
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=60)
     assert not (out / "final").exists(), "the run finished before it could be killed"
-    # a save torn by the kill (weights written, no trainer state yet) must not be resumed from
+    # a save torn by the kill (weights written, no COMPLETE marker yet) must not be resumed from
     torn = out / "checkpoint-1000"
     torn.mkdir()
     (torn / "config.json").write_text("{}", encoding="utf-8")
 
-    resumed = train(load_config(config_file, ["max_steps=24", "save_every=2",
-                                              f"output_dir={out}", "resume=latest"]))
+    resumed = train(load_config(config_file, [*run[2:], "bookkeeping.resume=latest"]))
     start = 24 - len(resumed.losses)
     assert start >= 6 and start % 2 == 0
     assert resumed.losses == straight.losses[start:], "resumed losses must equal the straight run's"

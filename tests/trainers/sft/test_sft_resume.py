@@ -23,28 +23,32 @@ def sharegpt_file(tmp_path_factory):
 
 
 def _config(data, out, **overrides):
-    values = dict(
-        train_path=str(data), output_dir=str(out), model="tiny",
+    """The run's config; ``overrides`` use dotted keys (``optim.max_steps``)."""
+    values = {
+        "data": {"train_path": str(data), "max_seq_len": 160, "pack_len": 320},
         # attention dropout makes the RNG matter: a resume that lost it would diverge
-        tiny={"vocab_size": 384, "hidden_size": 32, "layers": 2, "heads": 4, "kv_heads": 2,
-              "attention_dropout": 0.1},
-        max_seq_len=160, pack_len=320, grad_accum=2, max_steps=5, learning_rate=3e-3,
-        warmup_steps=2, weight_decay=0.01, progress=False, tensorboard=False, seed=11,
-    )
-    values.update(overrides)
-    return load_config(None, **values)
+        "model": {"path": "tiny", "tiny": {"vocab_size": 384, "hidden_size": 32, "layers": 2,
+                                           "heads": 4, "kv_heads": 2, "attention_dropout": 0.1}},
+        "optim": {"grad_accum": 2, "max_steps": 5, "learning_rate": 3e-3, "warmup_steps": 2,
+                  "weight_decay": 0.01},
+        "bookkeeping": {"output_dir": str(out), "progress": False, "tensorboard": False,
+                        "seed": 11},
+    }
+    return load_config(values={**values, **overrides})
 
 
 @pytest.mark.parametrize("variant", ["full", "lora"])
 def test_resume_continues_bit_exactly(sharegpt_file, tmp_path, variant):
-    extra = {"lora": {"r": 4, "alpha": 8, "dropout": 0.1}} if variant == "lora" else {}
+    extra = {"model.lora": {"r": 4, "alpha": 8, "dropout": 0.1}} if variant == "lora" else {}
     straight = train(_config(sharegpt_file, tmp_path / "a", **extra))
     assert straight.steps == 5
 
-    first = train(_config(sharegpt_file, tmp_path / "b", halt_at_step=2, **extra))
+    first = train(_config(sharegpt_file, tmp_path / "b", **{"bookkeeping.halt_at_step": 2},
+                          **extra))
     assert first.halted and first.final_dir is None
-    assert (tmp_path / "b" / "checkpoint-2" / "trainer_state.pt").exists()
-    resumed = train(_config(sharegpt_file, tmp_path / "b", resume="latest", **extra))
+    assert (tmp_path / "b" / "checkpoint-2" / "COMPLETE").exists()
+    resumed = train(_config(sharegpt_file, tmp_path / "b", **{"bookkeeping.resume": "latest"},
+                            **extra))
 
     assert first.losses == straight.losses[:2]
     assert resumed.losses == straight.losses[2:], "resumed losses must equal the straight run's"
@@ -55,8 +59,8 @@ def test_resume_continues_bit_exactly(sharegpt_file, tmp_path, variant):
 def test_final_and_intermediate_checkpoints_load_with_from_pretrained(sharegpt_file, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    result = train(_config(sharegpt_file, tmp_path / "run", max_steps=4, save_every=2,
-                           save_total_limit=1))
+    result = train(_config(sharegpt_file, tmp_path / "run", **{
+        "optim.max_steps": 4, "bookkeeping.save_every": 2, "bookkeeping.keep_checkpoints": 1}))
     assert [p.name for p in (tmp_path / "run").glob("checkpoint-*")] == ["checkpoint-4"]
     for directory in (result.final_dir, tmp_path / "run" / "checkpoint-4"):
         tokenizer = AutoTokenizer.from_pretrained(directory)
@@ -75,12 +79,13 @@ def test_final_and_intermediate_checkpoints_load_with_from_pretrained(sharegpt_f
 def test_lora_final_model_is_merged_and_matches_the_trained_adapter(sharegpt_file, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    result = train(_config(sharegpt_file, tmp_path / "lora", max_steps=3,
-                           lora={"r": 4, "alpha": 8}, tiny={"attention_dropout": 0.0}))
+    result = train(_config(sharegpt_file, tmp_path / "lora", **{
+        "optim.max_steps": 3, "model.lora": {"r": 4, "alpha": 8},
+        "model.tiny.attention_dropout": 0.0}))
     merged = AutoModelForCausalLM.from_pretrained(result.final_dir)
     assert not any("lora" in name for name, _ in merged.named_parameters())
-    base = train(_config(sharegpt_file, tmp_path / "base", max_steps=1, learning_rate=1e-12,
-                         tiny={"attention_dropout": 0.0}))
+    base = train(_config(sharegpt_file, tmp_path / "base", **{
+        "optim.max_steps": 1, "optim.learning_rate": 1e-12, "model.tiny.attention_dropout": 0.0}))
     untouched = AutoModelForCausalLM.from_pretrained(base.final_dir)
     diffs = [not torch.allclose(a, b) for a, b in zip(merged.parameters(),
                                                       untouched.parameters(), strict=True)]

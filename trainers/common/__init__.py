@@ -1,0 +1,15 @@
+"""Plumbing every trainer shares: the config loader, the checkpointer, the metrics logger.
+
+``config`` (YAML + ``key=value`` into sectioned dataclasses, one :class:`ConfigError`),
+``checkpoint`` (atomic ``checkpoint-<step>`` directories, ``resume: latest``, RNG),
+``metrics`` (``metrics.jsonl`` + TensorBoard), ``sections`` (the shared ``bookkeeping``
+section). Stdlib + PyYAML at import time; torch loads inside the functions that need it.
+"""
+
+from trainers.common.checkpoint import Checkpointer
+from trainers.common.config import ConfigError, build_section, check_fields, deep_merge, load_config
+from trainers.common.metrics import MetricsLogger, read_metrics
+from trainers.common.sections import Bookkeeping
+
+__all__ = ["Bookkeeping", "Checkpointer", "ConfigError", "MetricsLogger", "build_section",
+           "check_fields", "deep_merge", "load_config", "read_metrics"]
