@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,11 @@ class WorkerProcess:
     """Parent-side handle of one worker process."""
 
     def __init__(self, python: str, config: dict[str, Any], start_timeout_s: float) -> None:
-        env = clean_environment("/tmp")
+        # Unjailed runs work in host directories: below one this handle removes, even when
+        # the worker had to be killed before it could clean up.
+        self.scratch_root = None if config.get("jail", True) else tempfile.mkdtemp(prefix="coa-sandbox-")
+        config = {**config, "scratch_root": self.scratch_root}
+        env = clean_environment()  # already the runs': their children need not rebuild it
         self.proc = subprocess.Popen(
             [python, "-I", "-B", "-c", _BOOT, _ROOT],
             stdin=subprocess.PIPE,
@@ -79,6 +85,8 @@ class WorkerProcess:
         for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe is not None:
                 pipe.close()
+        if self.scratch_root is not None:
+            shutil.rmtree(self.scratch_root, ignore_errors=True)
 
     def stop(self) -> None:
         """Ask politely (EOF on its request pipe), then kill."""
