@@ -20,7 +20,15 @@ from sandbox._limits import apply_rlimits, scratch_profile
 from sandbox._wire import FrameError, read_frame, write_frame
 from sandbox.types import Limits
 
-__all__ = ["close_all_except", "install_standard_streams", "prepare_run", "run_once", "serve_cells", "wait_for_parent"]
+__all__ = [
+    "close_all_except",
+    "install_standard_streams",
+    "open_stdin",
+    "prepare_run",
+    "run_once",
+    "serve_cells",
+    "wait_for_parent",
+]
 
 
 def close_all_except(keep: set[int]) -> None:
@@ -60,19 +68,24 @@ def _vm_size_bytes() -> int:
         os.close(fd)
 
 
-def _install_stdin(text: str) -> None:
-    _empty_stdin(new_stream=True)
-    _fill_stdin(text)
+def open_stdin() -> None:
+    """An empty in-memory file on fd 0, the run's stdin once :func:`_fill_stdin` wrote it.
 
-
-def _empty_stdin(new_stream: bool = False) -> None:
-    """An empty in-memory file on fd 0 (see :func:`_fill_stdin`) under ``sys.stdin``; a new
-    ``sys.stdin`` object only for a session's cells (the previous cell may have read some)."""
+    Made while the child is still privileged: the seccomp filter refuses ``memfd_create`` to
+    the code (anonymous files no quota counts), so a session's cells reuse this one.
+    """
     stdin_fd = os.memfd_create("stdin")
     os.dup2(stdin_fd, 0)
     os.close(stdin_fd)
-    if new_stream:
-        sys.stdin = sys.__stdin__ = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+
+
+def _install_stdin(text: str) -> None:
+    """A session cell's stdin: the memfd emptied and refilled, and a new ``sys.stdin`` over it
+    (the previous cell may have read, and buffered, some of the old one)."""
+    os.ftruncate(0, 0)
+    os.lseek(0, 0, os.SEEK_SET)
+    _fill_stdin(text)
+    sys.stdin = sys.__stdin__ = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
 
 
 def _fill_stdin(text: str) -> None:
@@ -125,9 +138,8 @@ def prepare_run(out_w: int, err_w: int) -> int:
     """Everything a run child can do before its request arrives; returns its mapped size.
 
     Set-up (streams, seeding) that would otherwise sit between the request and the code's
-    first line.
+    first line. fd 0 is already the empty stdin file (see :func:`open_stdin`).
     """
-    _empty_stdin()
     _reset_process_state(out_w, err_w)
     return _vm_size_bytes()
 

@@ -8,8 +8,10 @@ request is answered by handing the code to that child, so the fork and the names
 paid between runs rather than during one. The forked child keeps the worker's imported modules
 in memory, which is how an unprivileged child uses numpy that lives under an unreadable ``/root``.
 
-The scratch space's quotas (``Limits.disk_mb``, ``Limits.max_files``) are mounted before the
-request is known: the child is prepared with the last request's quotas, and a request asking for
+Run children are not forked from the worker but from its zygote (see :mod:`sandbox._zygote`),
+which never holds a request or an answer: a run cannot find earlier runs' data in the memory
+it inherits. The scratch space's quotas (``Limits.disk_mb``, ``Limits.max_files``) are mounted
+before the request is known: the child is prepared with the last request's quotas, and a request asking for
 other ones is handed back (``X`` on the status pipe) and given to a child prepared for it.
 """
 
@@ -22,32 +24,24 @@ import json
 import os
 import select
 import signal
-import struct
 import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from sandbox import _jail
-from sandbox._child import (
-    close_all_except,
-    install_standard_streams,
-    prepare_run,
-    run_once,
-    serve_cells,
-    wait_for_parent,
-)
+from sandbox._child import install_standard_streams
 from sandbox._collect import Collected, classify, collect, hard_output_cap, quota_note, to_text
 from sandbox._harness import install_process_limit_markers
 from sandbox._limits import count_processes_of, scratch_profile, shares_process_budget_in_user_namespace
-from sandbox._lockdown import SCRATCH, WORKDIR
 from sandbox._root import RootPolicy
 from sandbox._wire import FrameError, read_frame, write_frame
+from sandbox._zygote import READY, ChildMaker, Zygote
 from sandbox.types import Limits
 
 __all__ = ["main"]
 
-_READY, _FAILED, _STARTED, _REDO = b"R", b"F", b"S", b"X"
+_STARTED, _REDO = b"S", b"X"
 _PREPARE_TIMEOUT_S = 10.0
 # A child past its end record is only exiting (a few ms): killing it then costs nothing, and a run
 # that forged the record to stop being watched gets no more than this before it dies.
@@ -115,122 +109,47 @@ class Worker:
                 self.notes.append(f"preload {name} skipped: {type(exc).__name__}: {exc}")
         install_process_limit_markers()  # once here rather than in every child
         install_standard_streams()
-        self.isolation += ["rlimits", "wall-clock kill"]
-        self.pid_ns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-        self.setns_works = self.jail
-        self.worker_pid = os.getpid()
+        self.isolation += ["rlimits", "wall-clock kill", "runs forked from a zygote that never sees run data"]
         self.prepared: _Prepared | None = None
         self.current: _Prepared | None = None  # the live session child, between cells
         self.exiting: _Prepared | None = None  # answered for, not yet reaped
         self.lost_state = False  # the last session child died: the next cell starts afresh
-        if self.jail:
-            _jail.become_subreaper()
         gc.freeze()  # keep the collector from touching (and so copying) inherited objects
+        maker = ChildMaker(
+            jail=self.jail,
+            session=self.session,
+            uid=self.uid,
+            carry=self.carry,
+            seccomp=self.seccomp,
+            control_in=control_in,
+            pid_ns_fd=os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC),
+            setns_works=self.jail,
+        )
+        self.zygote = Zygote.start(maker, keep={control_in})  # before any run: its memory stays clean
+        os.close(maker.pid_ns_fd)
 
     # -- the jailed child ---------------------------------------------------------------
     def prepare(self, private_request: bool = False) -> _Prepared:
         # A run child reads its request straight from the pool's pipe (one hop fewer on every
         # run); a session child, or one taking over a handed-back request, through its own.
-        if self.session or private_request:
-            req_r, req_w = os.pipe()
-        else:
-            req_r, req_w = self.control_in, -1
+        private = self.session or private_request
+        req_r, req_w = os.pipe() if private else (-1, -1)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         status_r, status_w = os.pipe()
         done_r, done_w = os.pipe() if self.session else (-1, -1)
-        fds = (req_r, out_w, err_w, status_w, done_w)
+        fds = [fd for fd in (out_w, err_w, status_w, req_r, done_w) if fd >= 0]
         workdir = None if self.jail else tempfile.mkdtemp(prefix="run-", dir=self.scratch_root)
         # Counted here, between runs: the child's own /proc shows only its namespace.
         process_base = count_processes_of(os.getuid()) if self.shared_uid else 0
-        profile = self.profile
-        pid = self._fork_in_new_pid_namespace(lambda: self._child(*fds, process_base, profile, workdir))
-        for fd in fds:
-            if fd >= 0 and fd != self.control_in:
+        meta = {"profile": list(self.profile), "process_base": process_base, "workdir": workdir,
+                "private_request": private}  # fmt: skip
+        try:
+            pid = self.zygote.spawn(meta, fds)
+        finally:
+            for fd in fds:
                 os.close(fd)
         return _Prepared(pid, os.pidfd_open(pid), req_w, out_r, err_r, status_r, done_r, workdir=workdir)
-
-    def _fork_in_new_pid_namespace(self, child: Any) -> int:
-        """Fork ``child`` as PID 1 of a new PID namespace; return its pid here.
-
-        As real root one fork does it (``setns`` back to our namespace, then ``unshare``).
-        Inside a user namespace ``setns`` is refused, so an intermediate process unshares,
-        forks the child and exits; being a subreaper, we inherit the child and can wait on it.
-        """
-        if self.setns_works:
-            try:
-                _jail.new_pid_namespace_for_children(self.pid_ns_fd)
-            except _jail.JailError:
-                self.setns_works = False
-        if self.setns_works:
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover - runs in the child
-                try:
-                    child()
-                finally:
-                    os._exit(70)
-            return pid
-        if not self.jail:
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover - runs in the child
-                try:
-                    child()
-                finally:
-                    os._exit(70)
-            return pid
-        relay_r, relay_w = os.pipe()
-        middle = os.fork()
-        if middle == 0:  # pragma: no cover - runs in the intermediate process
-            try:
-                _jail.unshare_pid()
-                pid = os.fork()
-                if pid == 0:
-                    os.close(relay_r)
-                    os.close(relay_w)
-                    child()
-                os.write(relay_w, struct.pack("=i", pid))
-            finally:
-                os._exit(0)
-        os.close(relay_w)
-        os.waitpid(middle, 0)
-        data = os.read(relay_r, 4)
-        os.close(relay_r)
-        if len(data) != 4:
-            raise RuntimeError("could not fork into a new PID namespace")
-        return struct.unpack("=i", data)[0]
-
-    def _child(
-        self,
-        req_r: int,
-        out_w: int,
-        err_w: int,
-        status_w: int,
-        done_w: int,
-        process_base: int,
-        profile: tuple[int, int],
-        workdir: str | None,
-    ) -> None:
-        try:  # fds 0-2 are /dev/null already (see main)
-            close_all_except({req_r, out_w, err_w, status_w, done_w})
-            if self.jail:
-                if not self.setns_works:
-                    wait_for_parent(self.worker_pid)  # see _fork_in_new_pid_namespace
-                _jail.enter_run(self.uid, *profile, self.carry)
-                os.chdir(WORKDIR)
-                _jail.drop_privileges(self.uid, self.seccomp)
-            else:
-                assert workdir is not None
-                os.environ.update(HOME=workdir, TMPDIR=workdir)
-                os.chdir(workdir)
-            address_space_base = 0 if self.session else prepare_run(out_w, err_w)
-            os.write(status_w, _READY)
-        except BaseException as exc:
-            os.write(status_w, _FAILED + f"{type(exc).__name__}: {exc}".encode()[:1000])
-            os._exit(70)
-        if self.session:
-            serve_cells(req_r, out_w, err_w, status_w, done_w, process_base, SCRATCH if self.jail else None)
-            os._exit(0)
-        run_once(req_r, status_w, address_space_base, process_base, profile, SCRATCH if self.jail else None)
 
     def _take_prepared(self, private_request: bool = False) -> _Prepared:
         for attempt in range(2):
@@ -242,7 +161,7 @@ class Worker:
                 return prepared
             if select.select([prepared.status_r], [], [], _PREPARE_TIMEOUT_S)[0]:
                 first = os.read(prepared.status_r, 1)
-                if first == _READY:
+                if first == READY:
                     prepared.ready = True
                     return prepared
                 detail = os.read(prepared.status_r, 1000).decode(errors="replace")
@@ -256,7 +175,7 @@ class Worker:
     def _discard(self, prepared: _Prepared) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(prepared.pid, signal.SIGKILL)
-        os.waitpid(prepared.pid, 0)
+        self.zygote.reap(prepared.pid)
         prepared.close()
 
     # -- requests -----------------------------------------------------------------------
@@ -322,14 +241,14 @@ class Worker:
                 self.exiting = child
                 returncode, cpu_s = collected.end
                 return _result(collected, returncode, cpu_s, limits, started)
-            _, wait_status, usage = os.wait4(child.pid, 0)
+            select.select([child.pidfd], [], [])  # exited (collect waited for it or killed it)
+            wait_status, cpu_s = self.zygote.reap(child.pid)
         except BaseException:
             self.exiting = None
             self._discard(child)
             raise
         child.close()
-        returncode = os.waitstatus_to_exitcode(wait_status)
-        return _result(collected, returncode, usage.ru_utime + usage.ru_stime, limits, started)
+        return _result(collected, os.waitstatus_to_exitcode(wait_status), cpu_s, limits, started)
 
     def finish_exiting(self) -> None:
         """Reap the child answered for by its end record; kill it if it lingers (its namespace
@@ -340,8 +259,8 @@ class Worker:
         if not select.select([child.pidfd], [], [], _EXIT_GRACE_S)[0]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child.pid, signal.SIGKILL)
-        os.waitpid(child.pid, 0)
-        child.close()
+            select.select([child.pidfd], [], [])  # gone before the next child is forked
+        child.close()  # the zygote reaps it before its next fork
 
     def _collect(
         self,
@@ -380,10 +299,10 @@ class Worker:
         if done is None:  # the cell killed the session (or we did): report how it died
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child.pid, signal.SIGKILL)
-            _, wait_status, usage = os.wait4(child.pid, 0)
+            wait_status, cpu_s = self.zygote.reap(child.pid)
             child.close()
             self.current, self.lost_state = None, True
-            returncode, cpu_s = os.waitstatus_to_exitcode(wait_status), usage.ru_utime + usage.ru_stime
+            returncode = os.waitstatus_to_exitcode(wait_status)
         else:
             returncode, cpu_s = int(done["rc"]), float(done["cpu_s"])
         response = _result(collected, returncode, cpu_s, limits, started)
@@ -485,4 +404,7 @@ def main() -> None:
         control_out,
         {"ready": True, "pid": os.getpid(), "isolation": worker.isolation, "notes": worker.notes},
     )
-    worker.serve(control_out)
+    try:
+        worker.serve(control_out)
+    finally:
+        worker.zygote.close()

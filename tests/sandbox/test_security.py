@@ -245,3 +245,35 @@ def test_background_process_does_not_outlive_the_run(pool, leftovers):  # see te
 def test_pool_still_answers_after_the_attacks(pool):
     result = pool.run("import numpy as np\nprint(int(np.arange(10).sum()), input())", stdin="ok\n")
     assert (result.status, result.stdout) == (Status.OK, "45 ok\n")
+
+
+SCAN_OWN_MEMORY = r"""
+import re
+found = set()
+with open("/proc/self/maps") as maps:
+    regions = [line.split() for line in maps]
+with open("/proc/self/mem", "rb", buffering=0) as mem:
+    for fields in regions:
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        if not fields[1].startswith("r") or end - start > 256 * 2**20 or fields[-1].startswith("[v"):
+            continue
+        try:
+            mem.seek(start)
+            data = mem.read(end - start)
+        except (OSError, ValueError, OverflowError):
+            continue
+        found.update(m.group().decode() for m in re.finditer(rb"PREFIX[0-9a-f]{32}", data))
+print(sorted(found))
+"""
+
+
+def test_a_run_cannot_read_earlier_runs_data_in_the_memory_it_inherits(fresh_pool):
+    # Run children used to be forked from the worker, whose heap held earlier answers; a run
+    # reading its own memory found them. They now come from a zygote that never sees run data.
+    secret = f"s3cr3t-{uuid.uuid4().hex}"
+    first = fresh_pool.run(f"print({secret!r} * 50)\nprint(input())", stdin=secret)
+    assert first.stdout.count(secret) == 51
+    for _ in range(2):  # the same (only) worker, one run after the other
+        scan = fresh_pool.run(SCAN_OWN_MEMORY.replace("PREFIX", "s3cr3t-"), limits=Limits(cpu_s=20, wall_s=30))
+        assert scan.status is Status.OK, scan
+        assert secret not in scan.stdout, "a later run found an earlier run's output in its memory"
