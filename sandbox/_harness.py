@@ -83,22 +83,22 @@ def is_denial(exc: BaseException) -> bool:
     return False
 
 
-def _scratch_exhausted(quota_dir: str | None) -> bytes | None:
-    """``N``/``Q`` when the run's scratch tmpfs has no inode / no byte left, else None."""
-    if quota_dir is None:
-        return None
-    try:
-        usage = os.statvfs(quota_dir)
-    except OSError:
-        return None
-    if usage.f_files and usage.f_ffree == 0:
-        return STATUS_FILES
-    if usage.f_bavail == 0:
-        return STATUS_DISK
+def _scratch_exhausted(quota_dir: str | tuple[str, ...] | None) -> bytes | None:
+    """``N``/``Q`` when the run's scratch tmpfs (or any of them: Docker mounts ``/dev/shm``
+    apart) has no inode / no byte left, else None."""
+    for directory in (quota_dir,) if isinstance(quota_dir, str) else quota_dir or ():
+        try:
+            usage = os.statvfs(directory)
+        except OSError:
+            continue
+        if usage.f_files and usage.f_ffree == 0:
+            return STATUS_FILES
+        if usage.f_bavail == 0:
+            return STATUS_DISK
     return None
 
 
-def quota_tag(exc: BaseException, quota_dir: str | None) -> bytes | None:
+def quota_tag(exc: BaseException, quota_dir: str | tuple[str, ...] | None) -> bytes | None:
     """The quota tag ``exc`` means (a file grew past RLIMIT_FSIZE, the scratch space is full)."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:

@@ -38,7 +38,8 @@ _QUOTA_EXITS = {214 + index: tag for index, tag in enumerate(QUOTA_TAGS)}
 _BOOT = (
     _HARNESS_SOURCE.replace('if __name__ == "__main__":\n    _main(sys.argv)', "")
     + f"\nos.makedirs({WORKDIR!r}, exist_ok=True)\nos.makedirs('/tmp/.shm', exist_ok=True)\nos.chdir({WORKDIR!r})\n"
-    + f"_r, _w = os.pipe()\n_rc = execute(sys.argv[1], _w, quota_dir={SCRATCH!r})\nos.set_blocking(_r, False)\n"
+    + f"_r, _w = os.pipe()\n_rc = execute(sys.argv[1], _w, quota_dir=({SCRATCH!r}, '/dev/shm'))\n"
+    + "os.set_blocking(_r, False)\n"
     "try:\n    _tag = os.read(_r, 1)\nexcept BlockingIOError:\n    _tag = b''\n"
     f"_quota = {{tag: code for code, tag in {_QUOTA_EXITS!r}.items()}}\n"
     f"os._exit({_DENIED_EXIT} if _tag == STATUS_DENIED else {_MEMORY_EXIT} if _tag == STATUS_MEMORY "
@@ -123,7 +124,9 @@ class DockerBackend:
                 self._docker.types.Ulimit(name="fsize", soft=limits.max_file_mb << 20, hard=limits.max_file_mb << 20),
             ],
             stdin_open=True,
-            detach=True,
+            # Not detached: only then is StdinOnce set, so closing our end of the attached
+            # stdin gives the program its EOF (detached, input() without a newline hung).
+            detach=False,
         )
         try:
             return self._run_container(container, stdin or "", limits, started)

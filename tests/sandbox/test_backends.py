@@ -145,16 +145,20 @@ def test_nsjail_enforces_time_memory_and_process_limits(nsjail):
 
 
 def test_docker_backend_when_a_daemon_is_reachable(tmp_path):
+    granted = tmp_path / "granted"  # readable by the container's uid (tmp_path itself is 0700)
+    granted.mkdir(mode=0o755)
+    (granted / "granted.txt").write_text("granted")
     try:
-        backend = get_backend("docker", read_only_paths=[str(tmp_path)])
+        backend = get_backend("docker", read_only_paths=[str(granted)])
     except BackendUnavailable as exc:
         pytest.skip(f"docker backend unavailable: {exc}")
-    (tmp_path / "granted.txt").write_text("granted")
     try:
         result = backend.run("import os\nprint(input(), os.getcwd())", stdin="from docker")
         assert (result.status, result.stdout) == (Status.OK, "from docker /tmp/work\n"), result
         assert backend.run("import socket\nsocket.getaddrinfo('example.com', 80)").status is Status.VIOLATION
-        assert backend.run(f"print(open({str(tmp_path / 'granted.txt')!r}).read())").stdout == "granted\n"
+        assert backend.run(f"print(open({str(granted / 'granted.txt')!r}).read())").stdout == "granted\n"
+        refused = backend.run(f"open({str(granted / 'granted.txt')!r}, 'a')")
+        assert refused.status is Status.VIOLATION, refused
         flood_code = "n = 0\nwhile True:\n    open(f'f{n}', 'w').close()\n    n += 1"
         flood = backend.run(flood_code, limits=Limits(max_files=50))
         assert flood.status is Status.OUTPUT_LIMIT and "file quota used up: 50" in flood.stderr, flood

@@ -90,7 +90,8 @@ def test_host_files_outside_the_root_cannot_be_read_by_any_path(jail, host_secre
     found = json.loads(result.stdout)
     assert secret not in result.stdout
     environ = found.pop("environ")
-    assert found == {}  # /etc/passwd and friends do not exist in the jail either
+    if hasattr(jail, "root"):  # (a container has its image's /etc: not the host's, but there)
+        assert found == {}  # /etc/passwd and friends do not exist in the jail either
     assert "HOME=/tmp/work" in environ and "COA_" not in environ
 
 
