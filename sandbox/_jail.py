@@ -291,13 +291,20 @@ _DENIED_SYSCALLS = (
 )
 
 
+#: Answered with EPERM: memory a run could fill that neither its address-space limit nor its
+#: scratch quotas count (anonymous in-memory files, System V segments and message queues,
+#: which outlive every mapping of them until the run's IPC namespace goes).
+_REFUSED_SYSCALLS = ("memfd_create", "memfd_secret", "shmget", "msgget")
+
+
 def build_seccomp(allow_network: bool) -> Any | None:
     """A seccomp filter (pyseccomp) that kills the process on a denied call; None if absent.
 
     Killing (SIGSYS) rather than failing the call is deliberate: the run then reports
     ``violation`` instead of looking like an ordinary bug in the code. ``socket(AF_UNIX)`` is
     the exception: it fails with EACCES (C libraries probe for nscd or syslog that way and must
-    carry on), which a run that does not handle it reports as a violation too.
+    carry on), which a run that does not handle it reports as a violation too; so do the calls in
+    ``_REFUSED_SYSCALLS`` (EPERM).
     """
     try:
         import pyseccomp as sc
@@ -313,6 +320,9 @@ def build_seccomp(allow_network: bool) -> Any | None:
     # back to clone, whose flags the rules above do check.
     filt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
     filt.add_rule(sc.ERRNO(errno.EACCES), "socket", sc.Arg(0, sc.EQ, socket.AF_UNIX))
+    for name in _REFUSED_SYSCALLS:
+        with contextlib.suppress(ValueError, OSError):
+            filt.add_rule(sc.ERRNO(errno.EPERM), name)
     if not allow_network:
         filt.add_rule(sc.KILL_PROCESS, "socket", sc.Arg(0, sc.NE, socket.AF_UNIX))
         filt.add_rule(sc.KILL_PROCESS, "socketpair", sc.Arg(0, sc.NE, socket.AF_UNIX))

@@ -24,7 +24,7 @@ import os
 import shutil
 from pathlib import Path
 
-from sandbox._jail import _CLONE_NEW_FLAGS, _DENIED_SYSCALLS
+from sandbox._jail import _CLONE_NEW_FLAGS, _DENIED_SYSCALLS, _REFUSED_SYSCALLS
 from sandbox._limits import clean_environment
 from sandbox._lockdown import SCRATCH, scratch_options
 from sandbox._root import Grants, RootPolicy, root_policy
@@ -51,7 +51,8 @@ def kafel_policy(allow_network: bool) -> str:
         rules += ["socket(domain) { domain != 1 }", "socketpair(domain) { domain != 1 }"]  # only AF_UNIX
     # clone3 hides its flags from seccomp: ENOSYS makes libc fall back to clone. A Unix socket
     # fails with EACCES (host IPC; see sandbox._jail), socketpair keeps working.
-    errors = "ERRNO(38) { clone3 }, ERRNO(13) { socket(domain) { domain == 1 } }"
+    refused = ", ".join(name for name in _REFUSED_SYSCALLS if name != "memfd_secret")  # (unknown to kafel)
+    errors = f"ERRNO(38) {{ clone3 }}, ERRNO(13) {{ socket(domain) {{ domain == 1 }} }}, ERRNO(1) {{ {refused} }}"
     return f"POLICY coa {{ KILL {{ {', '.join(rules)} }}, {errors} }} USE coa DEFAULT ALLOW"
 
 

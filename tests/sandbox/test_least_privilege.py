@@ -371,6 +371,28 @@ def test_byte_floods_stop_at_the_disk_quota(jail, target):
     assert big_file.status is Status.OUTPUT_LIMIT and "file size limit reached: 1 MB" in big_file.stderr, big_file
 
 
+UNCOUNTED_MEMORY = {
+    "memfd": "import os\nfds = [os.memfd_create(f'm{i}') for i in range(60)]\n"
+    "for fd in fds:\n    os.ftruncate(fd, 16 * 2**20)\n    os.write(fd, b'x' * 2**20)\nprint('filled')",
+    "sysv-shm": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nids = []\nfor i in range(64):\n"
+    "    ident = libc.shmget(0, 256 * 2**20, 0o1600)\n    if ident < 0:\n"
+    "        raise PermissionError(ctypes.get_errno(), 'shmget refused')\n    ids.append(ident)\nprint('made')",
+    "sysv-msg": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+    "if libc.msgget(0, 0o1600) < 0:\n    raise PermissionError(ctypes.get_errno(), 'msgget refused')\nprint('made')",
+}
+
+
+@pytest.mark.parametrize("kind", list(UNCOUNTED_MEMORY))
+def test_memory_no_limit_counts_is_refused(jail, kind):
+    # In-memory files and System V segments hold memory that neither RLIMIT_AS (once unmapped)
+    # nor the scratch quotas count: the seccomp filter refuses to make them at all.
+    if jail.name == "docker":
+        pytest.skip("docker: the daemon's own seccomp profile and cgroup memory limit apply")
+    result = jail.run(UNCOUNTED_MEMORY[kind], limits=QUICK)
+    assert result.status is Status.VIOLATION, result
+    assert result.stdout == ""
+
+
 # -- processes ----------------------------------------------------------------------------------
 DAEMONS = {
     "double-fork-setsid": "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
