@@ -394,17 +394,25 @@ def main() -> None:
         os.set_inheritable(fd, False)
     config = read_frame(control_in)
     try:
-        worker = Worker(config, control_in)
-        worker.prepared = worker.prepare()
-        worker.prepared = worker._take_prepared()  # proves the jail works on this kernel
-    except Exception as exc:
-        write_frame(control_out, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
-        return
-    write_frame(
-        control_out,
-        {"ready": True, "pid": os.getpid(), "isolation": worker.isolation, "notes": worker.notes},
-    )
-    try:
-        worker.serve(control_out)
+        try:
+            worker = Worker(config, control_in)
+            worker.prepared = worker.prepare()
+            worker.prepared = worker._take_prepared()  # proves the jail works on this kernel
+        except Exception as exc:
+            write_frame(control_out, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
+            return
+        write_frame(
+            control_out,
+            {"ready": True, "pid": os.getpid(), "isolation": worker.isolation, "notes": worker.notes},
+        )
+        try:
+            worker.serve(control_out)
+        finally:
+            worker.zygote.close()
     finally:
-        worker.zygote.close()
+        # Unjailed runs worked below this host directory; the handle removes it too, but not if
+        # its process is gone first (a spare worker still starting when its caller exits).
+        if config.get("scratch_root"):
+            import shutil
+
+            shutil.rmtree(config["scratch_root"], ignore_errors=True)

@@ -38,15 +38,20 @@ class WorkerProcess:
         self.scratch_root = None if config.get("jail", True) else tempfile.mkdtemp(prefix="coa-sandbox-")
         config = {**config, "scratch_root": self.scratch_root}
         env = clean_environment()  # already the runs': their children need not rebuild it
-        self.proc = subprocess.Popen(
-            [python, "-I", "-B", "-c", _BOOT, _ROOT],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=None if os.environ.get("COA_SANDBOX_DEBUG") else subprocess.DEVNULL,
-            env=env,
-            bufsize=0,
-            start_new_session=True,  # a terminal's Ctrl-C goes to the caller, not the jail
-        )
+        try:
+            self.proc = subprocess.Popen(
+                [python, "-I", "-B", "-c", _BOOT, _ROOT],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=None if os.environ.get("COA_SANDBOX_DEBUG") else subprocess.DEVNULL,
+                env=env,
+                bufsize=0,
+                start_new_session=True,  # a terminal's Ctrl-C goes to the caller, not the jail
+            )
+        except OSError as exc:
+            if self.scratch_root is not None:
+                shutil.rmtree(self.scratch_root, ignore_errors=True)
+            raise BackendUnavailable(f"sandbox worker did not start: {exc}") from exc
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._in, self._out = self.proc.stdin.fileno(), self.proc.stdout.fileno()
         self.config = config
@@ -54,7 +59,7 @@ class WorkerProcess:
             write_frame(self._in, config)
             hello = read_frame(self._out, time.monotonic() + start_timeout_s)
         except (OSError, FrameError) as exc:
-            self.kill()
+            self.kill()  # (removes the scratch root too)
             raise BackendUnavailable(f"sandbox worker did not start: {exc}") from exc
         if not hello.get("ready"):
             self.kill()

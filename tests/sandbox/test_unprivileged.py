@@ -84,6 +84,19 @@ print(json.dumps(report))
 """
 
 
+def _unjailed_scratch_left(settle_s: float = 5.0) -> list[str]:
+    """Host directories of the unjailed session (uid 65534) still there after ``settle_s``: its
+    workers remove them when their caller is gone, a spare still starting at exit included."""
+    import time
+
+    deadline = time.monotonic() + settle_s
+    while True:
+        left = [str(p) for p in Path("/tmp").glob("coa-sandbox-*") if p.stat().st_uid == NOBODY]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
 def _readable_by_others(path: Path) -> bool:
     for part in [path, *path.parents]:
         mode = part.stat().st_mode
@@ -119,6 +132,7 @@ def report(tmp_path_factory):
     assert out.returncode == 0, out.stderr[-2000:]
     data = json.loads(out.stdout.strip().splitlines()[-1])
     data["_files"] = [target.exists(), host_tmp.exists()]
+    data["_scratch_dirs"] = _unjailed_scratch_left()
     data["_secret"] = secret
     for leftover in (target, host_tmp):
         leftover.unlink(missing_ok=True)
@@ -166,4 +180,5 @@ def test_unprivileged_runs_see_only_the_allowlist_root(report):
 def test_unprivileged_runs_leave_the_host_untouched(report):
     # /tmp inside a run is a private tmpfs: the write may succeed there, never on the host.
     assert report["_files"] == [False, False]
+    assert report["_scratch_dirs"] == []  # the unjailed session's host directories are gone
     assert report["_secret"] not in report["environ"][1] and "COA_TEST_SECRET" not in report["environ"][1]
