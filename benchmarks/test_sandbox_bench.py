@@ -1,9 +1,11 @@
 """Sandbox latency and throughput, each figure against a baseline measured in the same run.
 
-* trivial snippet round trip, p50/p95: plain ``subprocess.run([sys.executable, "-c", code])``
-  (baseline), the warm pool (default backend) back-to-back and with requests 10 ms apart,
-  bubblewrap when installed;
-  target: pool p50 <= 3 ms and >= 10x faster than the baseline;
+* trivial snippet round trip: the warm pool (default backend) back-to-back (sequential) and
+  with requests 10 ms apart (paced), against plain ``python -c`` — the three arms interleaved
+  over several rounds (see :func:`coa_envs.bench.bench_sandbox`), the ratios' spread and the
+  CPU per run across the caller, the workers and their run children reported;
+  targets: sequential >= 10x faster than ``python -c``, paced p50 <= 2 ms;
+* p50/p95 of plain ``python -c``, bubblewrap and nsjail when installed;
 * throughput: 1,000 snippets from 64 concurrent callers, zero lost or duplicated results;
 * a snippet importing numpy: warm pool vs a cold subprocess;
 * extras: nsjail when installed, a stateful session cell, and the code reward on a
@@ -80,41 +82,13 @@ def test_baseline_bare_interpreter_start(benchmark):
     _record(benchmark, "bare_python")
 
 
-def _busy_cpu_s() -> float:
-    """CPU seconds spent by every process and the kernel so far (all cores), from /proc/stat:
-    machine-wide, so run it on an otherwise quiet machine."""
-    with open("/proc/stat") as handle:
-        ticks = [int(x) for x in handle.readline().split()[1:9]]  # guest time is inside user already
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+def test_pool_sequential_and_paced_against_python_c(pool):
+    """Back-to-back and paced round trips and ``python -c`` starts, interleaved over 5 rounds."""
+    from coa_envs.bench import bench_sandbox
 
-
-def test_warm_pool_round_trip(benchmark, pool):
-    """Back-to-back requests. Also measures the machine's CPU per run (client, worker, child,
-    kernel: set-up and teardown included), which bounds back-to-back latency from below at
-    CPU per run / cores once the pool's background work cannot keep up."""
-
-    def once() -> None:
-        assert pool.run(TRIVIAL, limits=Limits()).stdout == "2\n"
-
-    rounds = 400
-    before = _busy_cpu_s() if os.path.exists("/proc/stat") else None
-    benchmark.pedantic(once, rounds=rounds, warmup_rounds=20)
-    _record(benchmark, "pool")
-    if before is not None:
-        time.sleep(0.3)  # the last runs' teardown and set-up
-        RESULTS["pool"]["cpu_ms_per_run"] = (_busy_cpu_s() - before) * 1e3 / (rounds + 20)
-
-
-def test_warm_pool_paced_round_trip(benchmark, pool):
-    """Requests 10 ms apart, as tool calls arrive between model turns: each finds a prepared
-    child, and the previous run's teardown and the next child's set-up (about 8 ms of worker
-    time per run, see sandbox._worker) are not competing for the same two cores."""
-
-    def once() -> None:
-        assert pool.run(TRIVIAL, limits=Limits()).stdout == "2\n"
-
-    benchmark.pedantic(once, setup=lambda: time.sleep(0.01), rounds=300, warmup_rounds=20)
-    _record(benchmark, "pool_paced")
+    report = bench_sandbox(runs=200, repeats=5, backend=pool)
+    RESULTS["interleaved"] = report
+    assert report["sequential_p50_ms"] > 0 and report["python_c_p50_ms"] > 0
 
 
 def test_bubblewrap_round_trip(benchmark):
@@ -189,10 +163,17 @@ def test_peer_gem_code_tool(benchmark, sandbox_type, tmp_path, monkeypatch):
     # GEM runs `python` from PATH: put the real interpreter first, not a pyenv shim script.
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
     tool = PythonCodeTool(sandbox_type=sandbox_type)
+    expected = "Code execution result: 2\n\n"
+    try:
+        probe = tool.execute_action(f"<python>{TRIVIAL}</python>")[2]
+    except Exception as exc:  # e.g. bwrap or python missing where GEM looks for them
+        probe = f"{type(exc).__name__}: {exc}"
+    if probe != expected:  # a peer that cannot run here is skipped with its own words, never a failure
+        pytest.skip(f"GEM's code tool ({sandbox_type}) cannot run here: {probe.strip()[-300:]!r}")
 
     def once() -> None:
         observation = tool.execute_action(f"<python>{TRIVIAL}</python>")[2]
-        assert observation == "Code execution result: 2\n\n"
+        assert observation == expected
 
     benchmark.pedantic(once, rounds=40, warmup_rounds=3)
     _record(benchmark, f"gem_{sandbox_type}")
@@ -232,36 +213,31 @@ def test_numpy_snippet_warm_pool(benchmark, pool):
 
 
 def test_summary():
-    if "pool" not in RESULTS or "subprocess" not in RESULTS:
+    if "interleaved" not in RESULTS:
         pytest.skip("run the whole module to get the summary")
+    report = RESULTS["interleaved"]
     lines = ["", "sandbox benchmark (same run, same machine):"]
-    names = ("subprocess", "bare_python", "gem_none", "gem_bwrap", "pool", "pool_paced", "bwrap", "nsjail", "session")
+    names = ("subprocess", "bare_python", "gem_none", "gem_bwrap", "bwrap", "nsjail", "session")
     for name in (*names, "numpy_cold", "numpy_warm", "reward_serial", "reward_parallel"):
         if name in RESULTS:
             r = RESULTS[name]
             lines.append(f"  {name:<15} p50 {r['p50_ms']:8.2f} ms   p95 {r['p95_ms']:8.2f} ms   (n={r['n']:.0f})")
-    speedup = RESULTS["subprocess"]["p50_ms"] / RESULTS["pool"]["p50_ms"]
-    lines.append(f"  pool vs plain subprocess (p50): {speedup:.1f}x faster (target >= 10x, pool p50 <= 3 ms)")
-    if "cpu_ms_per_run" in RESULTS["pool"]:
-        cpu = RESULTS["pool"]["cpu_ms_per_run"]
-        lines.append(f"  pool CPU per run, all processes: {cpu:.1f} ms -> sustained back-to-back runs on "
-                     f"{os.cpu_count()} cores average at least ~{cpu / (os.cpu_count() or 1):.1f} ms each")
-    if "pool_paced" in RESULTS:
-        paced = RESULTS["pool_paced"]["p50_ms"]
-        ratio = RESULTS["subprocess"]["p50_ms"] / paced
-        lines.append(f"  pool, requests 10 ms apart: p50 {paced:.2f} ms, {ratio:.1f}x faster than plain subprocess "
-                     "(back-to-back requests share 2 cores with the pool's set-up work)")
-    if "bare_python" in RESULTS:
-        ratio = RESULTS["bare_python"]["p50_ms"] / RESULTS["pool"]["p50_ms"]
-        lines.append(f"  pool vs bare `python -I -S -c` start (p50): {ratio:.1f}x faster")
-    for peer, label in (("gem_none", "GEM code tool (no sandbox)"), ("gem_bwrap", "GEM code tool (bwrap)")):
+    base = report["python_c_p50_ms"]
+    lines.append(f"  interleaved over {report['repeats']} rounds of {report['runs']} runs ({report['backend']}), "
+                 f"python -c p50 {base:.1f} ms:")
+    for arm, what, target in (("sequential", "back-to-back", "target >= 10x"), ("paced", "10 ms apart", "p50 <= 2 ms")):
+        spread = report[f"{arm}_speedup"]
+        lines.append(f"    {what:<13} p50 {report[f'{arm}_p50_ms']:6.2f} ms, {spread['median']:5.1f}x faster than "
+                     f"python -c (rounds {spread['min']:.1f}-{spread['max']:.1f}; {target})")
+    cpu, machine = report["cpu_ms_per_run"], report["machine_cpu_ms_per_run"]
+    lines.append(f"    CPU per run, caller + workers + run children: {cpu['median']:.1f} ms "
+                 f"({cpu['min']:.1f}-{cpu['max']:.1f}); machine-wide {machine['median']:.1f} ms (other load included)")
+    sequential = report["sequential_p50_ms"]
+    for peer, label in (("gem_none", "GEM code tool (no sandbox)"), ("gem_bwrap", "GEM code tool (bwrap)"),
+                        ("bwrap", "bubblewrap"), ("nsjail", "nsjail"), ("bare_python", "bare `python -I -S -c`")):
         if peer in RESULTS:
-            lines.append(f"  pool vs {label} (p50): {RESULTS[peer]['p50_ms'] / RESULTS['pool']['p50_ms']:.1f}x faster")
-    if "bwrap" in RESULTS:
-        lines.append(f"  pool vs bubblewrap (p50): {RESULTS['bwrap']['p50_ms'] / RESULTS['pool']['p50_ms']:.1f}x")
-    if "nsjail" in RESULTS:
-        lines.append(f"  pool vs nsjail (p50): {RESULTS['nsjail']['p50_ms'] / RESULTS['pool']['p50_ms']:.1f}x")
-    if "session" in RESULTS:
+            lines.append(f"  pool (sequential) vs {label} (p50): {RESULTS[peer]['p50_ms'] / sequential:.1f}x faster")
+    if "session" in RESULTS and "subprocess" in RESULTS:
         ratio = RESULTS["subprocess"]["p50_ms"] / RESULTS["session"]["p50_ms"]
         lines.append(f"  stateful session cell vs plain subprocess (p50): {ratio:.1f}x faster")
     if "reward_serial" in RESULTS and "reward_parallel" in RESULTS:

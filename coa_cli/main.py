@@ -40,6 +40,16 @@ def list_envs(
 
         rows, title, caption = env_rows(), "coa-envs environments", SPLIT_LEGEND
         columns = ("id", "family", "tools", "reward", "max turns", "split")
+    from sandbox import unisolated_warning
+
+    warning = unisolated_warning()  # the default backend: only ever unisolated by explicit choice
+    if not (tools or options):
+        unisolated = [row["id"] for row in rows if row["tools"].get("code") == "subprocess"]
+        if unisolated:
+            note = f"the code tool of {unisolated} runs unisolated (backend subprocess)"
+            warning = f"{warning}; {note}" if warning else note
+    if warning:
+        typer.echo(f"WARNING: {warning}", err=True)
     if as_json:
         typer.echo(json.dumps(rows, indent=2, default=str))
         return

@@ -4,9 +4,12 @@ One API whatever the backend: ``run(code, stdin=None, limits=Limits()) -> ExecRe
 ``await arun(...)`` twin, and :class:`Session` for notebook-style multi-cell execution
 (``with Session() as s: s.run("x = 1"); s.run("print(x)")``).
 The backend comes from :func:`configure` or the ``COA_SANDBOX_BACKEND`` environment
-variable (``pool`` | ``subprocess`` | ``bwrap`` | ``nsjail`` | ``docker`` | ``auto``); the
-pool's size and preloaded modules from ``configure("pool", size=..., preload=...)`` or
-``COA_SANDBOX_POOL_SIZE`` / ``COA_SANDBOX_PRELOAD`` (comma-separated, ``+sympy`` appends).
+variable (``auto`` | ``pool`` | ``bwrap`` | ``nsjail`` | ``docker`` | ``subprocess``; ``auto``
+never picks the unisolated ``subprocess``); the pool's size and preloaded modules from
+``configure("pool", size=..., preload=...)`` or ``COA_SANDBOX_POOL_SIZE`` / ``COA_SANDBOX_PRELOAD``
+(comma-separated, ``+sympy`` appends). Runs see an allowlist root (see :mod:`sandbox._root`);
+:class:`Grants` (``read_only_paths``/``writable_paths``, backend or session options) add host
+paths. A backend refuses with :class:`UnsupportedLimits` what it cannot enforce.
 This package imports nothing from the rest of the project.
 """
 
@@ -15,23 +18,27 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from sandbox.backends import BackendUnavailable, configure, default_backend, get_backend
+from sandbox._root import Grants
+from sandbox.backends import BackendUnavailable, configure, default_backend, get_backend, unisolated_warning
 from sandbox.session import Session
-from sandbox.types import NSJAIL_SEED_PRESET, PRESETS, ExecResult, Limits, Status
+from sandbox.types import NSJAIL_SEED_PRESET, PRESETS, ExecResult, Limits, Status, UnsupportedLimits
 
 __all__ = [
     "NSJAIL_SEED_PRESET",
     "PRESETS",
     "BackendUnavailable",
     "ExecResult",
+    "Grants",
     "Limits",
     "Session",
     "Status",
+    "UnsupportedLimits",
     "arun",
     "configure",
     "default_backend",
     "get_backend",
     "run",
+    "unisolated_warning",
 ]
 
 if TYPE_CHECKING:

@@ -12,16 +12,23 @@ import contextlib
 import json
 import os
 import resource
-import signal
 import sys
 import time
 
-from sandbox._harness import execute, execute_cell, install_process_limit_markers, new_main_module, report_end
-from sandbox._limits import apply_rlimits, clean_environment
+from sandbox._harness import execute, execute_cell, new_main_module, report_end
+from sandbox._limits import apply_rlimits, scratch_profile
 from sandbox._wire import FrameError, read_frame, write_frame
 from sandbox.types import Limits
 
-__all__ = ["close_all_except", "prepare_run", "run_once", "serve_cells", "wait_for_parent"]
+__all__ = [
+    "close_all_except",
+    "install_standard_streams",
+    "open_stdin",
+    "prepare_run",
+    "run_once",
+    "serve_cells",
+    "wait_for_parent",
+]
 
 
 def close_all_except(keep: set[int]) -> None:
@@ -30,6 +37,9 @@ def close_all_except(keep: set[int]) -> None:
         if fd >= low:
             os.closerange(low, fd)
             low = fd + 1
+
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
 def wait_for_parent(worker_pid: int, timeout_s: float = 5.0) -> None:
@@ -51,23 +61,30 @@ def wait_for_parent(worker_pid: int, timeout_s: float = 5.0) -> None:
 
 
 def _vm_size_bytes() -> int:
-    with open("/proc/self/status", "rb") as handle:  # binary: no codec import in the child
-        for line in handle:
-            if line.startswith(b"VmSize:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    fd = os.open("/proc/self/statm", os.O_RDONLY)
+    try:
+        return int(os.read(fd, 128).split(None, 1)[0]) * _PAGE_SIZE
+    finally:
+        os.close(fd)
 
 
-def _install_stdin(text: str) -> None:
-    _empty_stdin()
-    _fill_stdin(text)
+def open_stdin() -> None:
+    """An empty in-memory file on fd 0, the run's stdin once :func:`_fill_stdin` wrote it.
 
-
-def _empty_stdin() -> None:
-    """An empty in-memory file on fd 0 with ``sys.stdin`` over it (see :func:`_fill_stdin`)."""
+    Made while the child is still privileged: the seccomp filter refuses ``memfd_create`` to
+    the code (anonymous files no quota counts), so a session's cells reuse this one.
+    """
     stdin_fd = os.memfd_create("stdin")
     os.dup2(stdin_fd, 0)
     os.close(stdin_fd)
+
+
+def _install_stdin(text: str) -> None:
+    """A session cell's stdin: the memfd emptied and refilled, and a new ``sys.stdin`` over it
+    (the previous cell may have read, and buffered, some of the old one)."""
+    os.ftruncate(0, 0)
+    os.lseek(0, 0, os.SEEK_SET)
+    _fill_stdin(text)
     sys.stdin = sys.__stdin__ = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
 
 
@@ -77,50 +94,80 @@ def _fill_stdin(text: str) -> None:
     os.lseek(0, 0, os.SEEK_SET)
 
 
-def _reset_process_state(out_w: int, err_w: int, workdir: str) -> None:
-    """Make the forked child look like a fresh interpreter to the code it runs."""
+def install_standard_streams() -> None:
+    """In the worker, once: the ``sys.stdin/stdout/stderr`` objects every run child inherits.
+
+    A child then only points fds 0-2 at its own memfd and pipes; building three text streams
+    in every child cost more than the rest of its set-up. stdout and stderr are created while
+    their fds are pipes, so that they know they cannot seek (as a run's pipes cannot).
+    """
+    read_end, write_end = os.pipe()
+    saved = (os.dup(1), os.dup(2))
+    try:
+        os.dup2(write_end, 1)
+        os.dup2(write_end, 2)
+        sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stderr = sys.__stderr__ = open(  # noqa: SIM115
+            2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False
+        )
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, read_end, write_end):
+            os.close(fd)
+    sys.stdin = sys.__stdin__ = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+
+
+def _reset_process_state(out_w: int, err_w: int) -> None:
+    """Make the forked child look like a fresh interpreter to the code it runs.
+
+    Streams come from :func:`install_standard_streams`, the environment is the worker's
+    (already the run's, see ``_limits.clean_environment``), ``random`` was reseeded by
+    ``os.fork`` itself, and SIGINT's handler is Python's default.
+    """
     for source, target in ((out_w, 1), (err_w, 2)):
         os.dup2(source, target)
         os.close(source)
-    sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
-    sys.stderr = sys.__stderr__ = open(  # noqa: SIM115
-        2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False
-    )
-    os.environ.clear()
-    os.environ.update(clean_environment(workdir))
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    if "random" in sys.modules:
-        sys.modules["random"].seed()
     if "numpy.random" in sys.modules:  # only when preloaded: importing it costs ~30 ms
+        # An integer seed: seed() without one goes through SeedSequence, ~0.4 ms per run.
         with contextlib.suppress(Exception):
-            sys.modules["numpy.random"].seed()
+            sys.modules["numpy.random"].seed(int.from_bytes(os.urandom(4), "little"))
 
 
-def prepare_run(out_w: int, err_w: int, workdir: str) -> int:
+def prepare_run(out_w: int, err_w: int) -> int:
     """Everything a run child can do before its request arrives; returns its mapped size.
 
-    About 2 ms of set-up (streams, environment, seeding, the process-limit hooks) that
-    would otherwise sit between the request and the code's first line.
+    Set-up (streams, seeding) that would otherwise sit between the request and the code's
+    first line. fd 0 is already the empty stdin file (see :func:`open_stdin`).
     """
-    _empty_stdin()
-    _reset_process_state(out_w, err_w, workdir)
-    install_process_limit_markers()
+    _reset_process_state(out_w, err_w)
     return _vm_size_bytes()
 
 
-def run_once(req_r: int, status_w: int, address_space_base: int, process_base: int = 0) -> None:
+def run_once(
+    req_r: int,
+    status_w: int,
+    address_space_base: int,
+    process_base: int = 0,
+    profile: tuple[int, int] | None = None,
+    quota_dir: str | None = None,
+) -> None:
     """Wait for one request on the pool's pipe, run it, exit with its exit code.
 
     Called after :func:`prepare_run`. The pipe is closed before any of the request's code
     runs, and the worker learns the request's id and limits from the ``S`` line written
     here, before the code can write. The end record written after the code lets the worker
-    answer without waiting for this process's exit.
+    answer without waiting for this process's exit. A request whose scratch quotas differ from
+    ``profile`` (what this child mounted) is handed back whole on an ``X`` line instead.
     """
     try:
         request = read_frame(req_r)
     except FrameError:
         os.write(status_w, b"E")
         os._exit(0)  # the pool closed the pipe
+    if profile is not None and scratch_profile(Limits(**request["limits"])) != tuple(profile):
+        os.write(status_w, b"X" + json.dumps(request).encode() + b"\n")
+        os._exit(0)
     try:
         os.close(req_r)
         meta = {"id": request.get("id"), "limits": request["limits"]}
@@ -130,7 +177,7 @@ def run_once(req_r: int, status_w: int, address_space_base: int, process_base: i
     except BaseException as exc:  # a sandbox bug, not the code's: say so on stderr
         os.write(2, f"sandbox setup failed: {exc!r}\n".encode())
         os._exit(70)
-    rc = execute(request["code"], status_w)
+    rc = execute(request["code"], status_w, quota_dir=quota_dir)
     if os.getpid() == 1 and _no_process_left():
         report_end(status_w, rc)  # the worker answers now; the exit's teardown is off the clock
     os._exit(rc)
@@ -159,10 +206,10 @@ def _cpu_used() -> float:
 
 
 def serve_cells(
-    req_r: int, out_w: int, err_w: int, status_w: int, done_w: int, workdir: str, process_base: int = 0
+    req_r: int, out_w: int, err_w: int, status_w: int, done_w: int, process_base: int = 0, quota_dir: str | None = None
 ) -> None:
     """Session child: run cells in one namespace until the request pipe closes."""
-    _reset_process_state(out_w, err_w, workdir)
+    _reset_process_state(out_w, err_w)
     main = new_main_module("<cell>")
     limited = False
     number = 0
@@ -182,5 +229,5 @@ def serve_cells(
         resource.setrlimit(resource.RLIMIT_CPU, (min(soft, hard), hard))
         _install_stdin(request.get("stdin", ""))
         number += 1
-        rc = execute_cell(request["code"], main, status_w, f"<cell {number}>")
+        rc = execute_cell(request["code"], main, status_w, f"<cell {number}>", quota_dir)
         write_frame(done_w, {"rc": rc, "cpu_s": _cpu_used() - before})

@@ -14,10 +14,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sandbox._harness import END_RECORD, STATUS_DENIED, STATUS_END, STATUS_MEMORY
+from sandbox._harness import (
+    END_RECORD,
+    QUOTA_TAGS,
+    STATUS_DENIED,
+    STATUS_DISK,
+    STATUS_END,
+    STATUS_FILE_SIZE,
+    STATUS_FILES,
+    STATUS_MEMORY,
+)
 from sandbox.types import Limits, Status
 
-__all__ = ["TRUNCATION_MARKER", "Collected", "classify", "collect", "hard_output_cap", "to_text"]
+__all__ = ["TRUNCATION_MARKER", "Collected", "classify", "collect", "hard_output_cap", "quota_note", "to_text"]
 
 TRUNCATION_MARKER = "\n[... output truncated at {limit} characters]"
 _CHUNK = 65536
@@ -150,6 +159,21 @@ def to_text(raw: bytes, max_chars: int) -> tuple[str, bool]:
     return text[:max_chars] + TRUNCATION_MARKER.format(limit=max_chars), True
 
 
+def quota_note(tags: bytes, limits: Limits, returncode: int = 0) -> bytes:
+    """The line appended to a run's stderr when it used up a quota (empty when it did not)."""
+    tag = tags[:1]
+    if tag == STATUS_DISK:
+        text = f"disk quota used up: {limits.disk_mb} MB for /tmp, the workdir and /dev/shm (Limits.disk_mb)"
+    elif tag == STATUS_FILES:
+        text = (f"file quota used up: {limits.max_files} files and directories in /tmp, the workdir and "
+                "/dev/shm (Limits.max_files)")
+    elif tag == STATUS_FILE_SIZE or returncode == -signal.SIGXFSZ:
+        text = f"file size limit reached: {limits.max_file_mb} MB per file (Limits.max_file_mb)"
+    else:
+        return b""
+    return f"\nsandbox: {text}\n".encode()
+
+
 def classify(
     returncode: int,
     collected: Collected,
@@ -180,6 +204,8 @@ def classify(
         return Status.ERROR
     if STATUS_MEMORY in collected.tags[:1]:
         return Status.MEMORY
+    if collected.tags[:1] in QUOTA_TAGS:
+        return Status.OUTPUT_LIMIT
     if STATUS_DENIED in collected.tags[:1]:
         return Status.VIOLATION
     return Status.OK if returncode == 0 else Status.ERROR

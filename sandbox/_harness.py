@@ -1,12 +1,14 @@
 """Child-side runner: executes untrusted code as ``__main__`` and reports how it ended.
 
 Used by every Python-based backend, either imported by a forked pool child or run as a
-script (``python -I _harness.py CODE_FILE STATUS_FD``). It must import nothing from the
-project, because it runs inside a jail that may not see the project.
+script (``python -I _harness.py CONFIG_JSON``, see :func:`_main`). It must import nothing from
+the project, because it runs inside a jail that may not see the project; under bubblewrap it
+loads :mod:`sandbox._lockdown` from the file bound beside it.
 
 Why a harness instead of ``python -c``: it can tell a *denied* operation (the sandbox said
 no: ``PermissionError``, read-only file system, unreachable network) and a ``MemoryError``
-from an ordinary crash, and report that on a private status descriptor. The code under test
+or a used-up quota (disk, files, file size) from an ordinary crash, and report that on a private
+status descriptor. The code under test
 can write to that descriptor too. A denial or memory tag only makes its own result look worse.
 A forged end record (see :data:`STATUS_END`) makes the pool answer at once with an exit code
 and CPU time of the code's choosing, as ``os._exit`` could, and stop reading its output; the
@@ -25,6 +27,7 @@ import types
 
 __all__ = [
     "END_RECORD",
+    "QUOTA_TAGS",
     "STATUS_DENIED",
     "STATUS_END",
     "STATUS_MEMORY",
@@ -38,6 +41,9 @@ __all__ = [
 
 STATUS_DENIED = b"V"
 STATUS_MEMORY = b"M"
+#: A quota was used up: the scratch space's bytes (``Q``), its inodes (``N``), a file's size (``F``).
+STATUS_DISK, STATUS_FILES, STATUS_FILE_SIZE = b"Q", b"N", b"F"
+QUOTA_TAGS = (STATUS_DISK, STATUS_FILES, STATUS_FILE_SIZE)
 #: Last record a pool run child writes on its status pipe: b"D", exit code (int32), CPU
 #: seconds (float64). It lets the worker answer before the child's exit, whose teardown
 #: (the forked address space, the namespaces) costs milliseconds nobody needs to wait for.
@@ -75,6 +81,34 @@ def is_denial(exc: BaseException) -> bool:
             return True
         exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
     return False
+
+
+def _scratch_exhausted(quota_dir: str | tuple[str, ...] | None) -> bytes | None:
+    """``N``/``Q`` when the run's scratch tmpfs (or any of them: Docker mounts ``/dev/shm``
+    apart) has no inode / no byte left, else None."""
+    for directory in (quota_dir,) if isinstance(quota_dir, str) else quota_dir or ():
+        try:
+            usage = os.statvfs(directory)
+        except OSError:
+            continue
+        if usage.f_files and usage.f_ffree == 0:
+            return STATUS_FILES
+        if usage.f_bavail == 0:
+            return STATUS_DISK
+    return None
+
+
+def quota_tag(exc: BaseException, quota_dir: str | tuple[str, ...] | None) -> bytes | None:
+    """The quota tag ``exc`` means (a file grew past RLIMIT_FSIZE, the scratch space is full)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+            return STATUS_FILE_SIZE
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return _scratch_exhausted(quota_dir)
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return None
 
 
 def _mark_process_limit(function):  # type: ignore[no-untyped-def]
@@ -141,7 +175,7 @@ def _print_traceback(exc: BaseException) -> None:
         traceback.print_exception(type(exc), exc, tb)
 
 
-def _run_in(namespace: dict, code: str, status_fd: int | None, filename: str) -> int:
+def _run_in(namespace: dict, code: str, status_fd: int | None, filename: str, quota_dir: str | None) -> int:
     """Execute ``code`` in ``namespace``; classify how it ended; return an exit code."""
     import linecache
 
@@ -155,7 +189,10 @@ def _run_in(namespace: dict, code: str, status_fd: int | None, filename: str) ->
         _print_traceback(exc)
         return 1
     except BaseException as exc:
-        if is_denial(exc):
+        tag = quota_tag(exc, quota_dir)
+        if tag is not None:
+            _report(status_fd, tag)
+        elif is_denial(exc):
             _report(status_fd, STATUS_DENIED)
         _print_traceback(exc)
         return 1
@@ -181,17 +218,19 @@ def new_main_module(filename: str = "<sandbox>") -> types.ModuleType:
     return main
 
 
-def execute(code: str, status_fd: int | None = None, filename: str = "<sandbox>") -> int:
+def execute(code: str, status_fd: int | None = None, filename: str = "<sandbox>", quota_dir: str | None = None) -> int:
     """Run ``code`` as a fresh ``__main__`` module; return the process exit code to use.
 
     Mirrors ``python -c``: ``SystemExit`` sets the exit code, an uncaught exception prints a
     traceback and gives 1, non-daemon threads and ``atexit`` handlers run before the end.
+    ``quota_dir``: the run's scratch tmpfs; a run that used up its bytes or inodes is tagged
+    even if it caught the error (it hit the limit all the same).
     """
     import atexit
 
     atexit._clear()  # handlers inherited from a forked worker are not the run's business
     main = new_main_module(filename)
-    rc = _run_in(main.__dict__, code, status_fd, filename)
+    rc = _run_in(main.__dict__, code, status_fd, filename, quota_dir)
     try:
         threading = sys.modules.get("threading")
         if threading is not None:
@@ -199,33 +238,83 @@ def execute(code: str, status_fd: int | None = None, filename: str = "<sandbox>"
         atexit._run_exitfuncs()
     except BaseException as exc:
         _print_traceback(exc)
-    return _flush(rc)
+    rc = _flush(rc)
+    exhausted = _scratch_exhausted(quota_dir)
+    if exhausted is not None:
+        _report(status_fd, exhausted)
+    return rc
 
 
-def execute_cell(code: str, main: types.ModuleType, status_fd: int | None, filename: str) -> int:
+def execute_cell(
+    code: str, main: types.ModuleType, status_fd: int | None, filename: str, quota_dir: str | None = None
+) -> int:
     """One notebook cell: like :func:`execute` but the namespace outlives it.
 
     ``SystemExit`` ends the cell, not the session.
     """
-    return _flush(_run_in(main.__dict__, code, status_fd, filename))
+    return _flush(_run_in(main.__dict__, code, status_fd, filename, quota_dir))
+
+
+def _load_lockdown():  # type: ignore[no-untyped-def]
+    """:mod:`sandbox._lockdown` from the file bound beside this one (the jail has no project)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lockdown.py")
+    spec = importlib.util.spec_from_file_location("_coa_lockdown", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
 
 
 def _main(argv: list[str]) -> None:
-    """``_harness.py CODE_FILE STATUS_FD [CPU AS NPROC FSIZE NOFILE]``: limit self, then run.
+    """``_harness.py CONFIG_JSON``: set up, limit self, run the code, clean up.
 
-    The limits are applied here, in the child, rather than with ``preexec_fn`` because the
-    latter is unsafe when the parent has threads (many callers submit runs at once).
+    The config says where the code is (``code_fd``, read and closed first), where to report
+    (``status_fd``), the five rlimits (CPU, AS, NPROC, FSIZE, NOFILE), and optionally:
+    ``scratch`` (mount the run's quota'd ``/tmp`` and drop to ``uid`` with the seccomp program
+    read from ``seccomp_fd``: the bubblewrap path), ``scratch_dirs`` (only lay out a ``/tmp``
+    a wrapper mounted: nsjail), ``reap`` (become a subreaper and kill every descendant at the
+    end, daemons included: the unjailed subprocess path). The limits are applied here rather
+    than with ``preexec_fn``, which is unsafe when the parent has threads.
     """
+    import json
     import resource
 
-    code_file, status_fd = argv[1], int(argv[2])
+    config = json.loads(argv[1])
+    code_fd, status_fd = config["code_fd"], config["status_fd"]
+    chunks = []
+    while chunk := os.read(code_fd, 1 << 20):
+        chunks.append(chunk)
+    os.close(code_fd)
+    code = b"".join(chunks).decode("utf-8")
+    quota_dir = None
+    lockdown = _load_lockdown() if config.get("scratch") or config.get("scratch_dirs") or config.get("reap") else None
+    if config.get("scratch") or config.get("scratch_dirs"):
+        quota_dir = lockdown.SCRATCH
+        if config.get("scratch"):
+            scratch = config["scratch"]
+            carry = [(path, writable) for path, writable in scratch.get("carry", [])]
+            lockdown.make_scratch(scratch["disk_mb"], scratch["max_files"], scratch["uid"], carry)
+            seccomp = None
+            if config.get("seccomp_fd") is not None:
+                program = os.pread(config["seccomp_fd"], 1 << 20, 0)
+                os.close(config["seccomp_fd"])
+                seccomp = lockdown.CompiledFilter(program)
+            os.chdir(lockdown.WORKDIR)
+            lockdown.drop_privileges(scratch["uid"], seccomp)
+        else:
+            lockdown.make_scratch_dirs()
+        os.chdir(lockdown.WORKDIR)
+    elif config.get("reap"):
+        lockdown.become_subreaper()
+        os.chdir(os.environ.get("HOME") or "/")
     names = ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_NOFILE")
-    for name, value in zip(names, argv[3:8], strict=False):
+    for name, value in zip(names, config["rlimits"], strict=False):
         resource.setrlimit(getattr(resource, name), (int(value), int(value)))
-    with open(code_file, encoding="utf-8") as handle:
-        code = handle.read()
-    os.chdir(os.environ.get("HOME") or os.path.dirname(os.path.abspath(code_file)))
-    os._exit(execute(code, status_fd))
+    rc = execute(code, status_fd, quota_dir=quota_dir)
+    if config.get("reap"):
+        lockdown.kill_children()
+    os._exit(rc)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,16 @@ import math
 import os
 import resource
 
+from sandbox._lockdown import WORKDIR
 from sandbox.types import Limits
 
-__all__ = ["apply_rlimits", "clean_environment", "count_processes_of", "shares_process_budget_in_user_namespace"]
+__all__ = [
+    "apply_rlimits",
+    "clean_environment",
+    "count_processes_of",
+    "scratch_profile",
+    "shares_process_budget_in_user_namespace",
+]
 
 
 def apply_rlimits(limits: Limits, address_space_base: int = 0, process_base: int = 0) -> None:
@@ -34,7 +41,12 @@ def apply_rlimits(limits: Limits, address_space_base: int = 0, process_base: int
         resource.setrlimit(which, (value, value))
 
 
-def clean_environment(workdir: str) -> dict[str, str]:
+def scratch_profile(limits: Limits) -> tuple[int, int]:
+    """The quotas a run's scratch tmpfs is mounted with, (``disk_mb``, ``max_files``)."""
+    return (limits.disk_mb, limits.max_files)
+
+
+def clean_environment(workdir: str = WORKDIR) -> dict[str, str]:
     """The whole environment a run sees: nothing inherited, so no host secret can leak."""
     return {
         "PATH": "/usr/local/bin:/usr/bin:/bin",

@@ -3,10 +3,16 @@
 Started by :mod:`sandbox.backends.pool` as ``python -I -c ...`` with two pipes (requests on
 stdin, answers on stdout, JSON frames). At start it enters its jail (see :mod:`sandbox._jail`),
 imports the preloaded modules once, then keeps one child *prepared*: forked into fresh
-namespaces, privileges dropped, seccomp loaded, waiting for code. A request is answered by
-handing the code to that child, so the fork and the namespace setup are paid between runs
-rather than during one. The forked child keeps the worker's imported modules in memory,
-which is how an unprivileged child uses numpy that lives under an unreadable ``/root``.
+namespaces, scratch space mounted, privileges dropped, seccomp loaded, waiting for code. A
+request is answered by handing the code to that child, so the fork and the namespace setup are
+paid between runs rather than during one. The forked child keeps the worker's imported modules
+in memory, which is how an unprivileged child uses numpy that lives under an unreadable ``/root``.
+
+Run children are not forked from the worker but from its zygote (see :mod:`sandbox._zygote`),
+which never holds a request or an answer: a run cannot find earlier runs' data in the memory
+it inherits. The scratch space's quotas (``Limits.disk_mb``, ``Limits.max_files``) are mounted
+before the request is known: the child is prepared with the last request's quotas, and a request asking for
+other ones is handed back (``X`` on the status pipe) and given to a child prepared for it.
 """
 
 from __future__ import annotations
@@ -18,22 +24,24 @@ import json
 import os
 import select
 import signal
-import struct
-import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from sandbox import _jail
-from sandbox._child import close_all_except, prepare_run, run_once, serve_cells, wait_for_parent
-from sandbox._collect import Collected, classify, collect, hard_output_cap, to_text
-from sandbox._limits import count_processes_of, shares_process_budget_in_user_namespace
+from sandbox._child import install_standard_streams
+from sandbox._collect import Collected, classify, collect, hard_output_cap, quota_note, to_text
+from sandbox._harness import install_process_limit_markers
+from sandbox._limits import count_processes_of, scratch_profile, shares_process_budget_in_user_namespace
+from sandbox._root import RootPolicy
 from sandbox._wire import FrameError, read_frame, write_frame
+from sandbox._zygote import READY, ChildMaker, Zygote
 from sandbox.types import Limits
 
 __all__ = ["main"]
 
-_READY, _FAILED, _STARTED = b"R", b"F", b"S"
+_STARTED, _REDO = b"S", b"X"
 _PREPARE_TIMEOUT_S = 10.0
 # A child past its end record is only exiting (a few ms): killing it then costs nothing, and a run
 # that forged the record to stop being watched gets no more than this before it dies.
@@ -50,11 +58,16 @@ class _Prepared:
     status_r: int
     done_r: int = -1  # session children only: one frame per finished cell
     ready: bool = False
+    workdir: str | None = None  # unjailed children only: a host directory removed after the run
 
     def close(self) -> None:
         for fd in (self.req_w, self.out_r, self.err_r, self.status_r, self.done_r, self.pidfd):
             with contextlib.suppress(OSError):
                 os.close(fd)
+        if self.workdir is not None:
+            import shutil
+
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 class Worker:
@@ -63,150 +76,92 @@ class Worker:
     def __init__(self, config: dict[str, Any], control_in: int) -> None:
         self.control_in = control_in
         self.uid = int(config.get("uid", 0))
-        self.workdir = config.get("workdir", "/tmp/work")
-        self.workdir_mb = int(config.get("workdir_mb", 64))
         self.session = config.get("mode") == "session"
         self.jail = bool(config.get("jail", True))
+        self.scratch_root = config.get("scratch_root")  # unjailed only: where run workdirs go
+        #: (disk_mb, max_files) the next child's scratch space is mounted with.
+        self.profile: tuple[int, int] = tuple(config.get("profile", scratch_profile(Limits())))  # type: ignore[assignment]
         self.notes: list[str] = []
         self.seccomp = None
         # Not root: every run keeps the caller's real uid, whose other processes count against
         # the runs' RLIMIT_NPROC too (see _limits.shares_process_budget for user namespaces).
         self.shared_uid = os.geteuid() != 0
         if self.jail:
-            keep = [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path, *config.get("keep", [])]
-            self.isolation = _jail.isolate_worker(config.get("hide", _jail.HIDDEN_DIRS), keep)
+            policy = RootPolicy(**{k: _tuples(v) for k, v in config["policy"].items()})
+            self.carry = policy.below_scratch()
+            # Compiled before the root is swapped: libseccomp is found through ldconfig.
+            self.seccomp = _jail.compile_seccomp(allow_network=False) if config.get("seccomp") else None
+            self.isolation = _jail.isolate_worker(policy)
             # Entered by every run child (see _jail.enter_run); the first prepared child proves it.
-            self.isolation += [*_jail.PER_RUN_LAYERS, f"private {self.workdir_mb} MB workdir per run"]
+            self.isolation += [*_jail.PER_RUN_LAYERS, "private /tmp and workdir per run (byte and inode quotas)"]
             if "user namespace" in self.isolation:
                 self.uid = 0  # only our own uid is mapped: runs keep it, minus every capability
                 self.shared_uid = shares_process_budget_in_user_namespace()
+            self.isolation.append("seccomp filter" if self.seccomp else "no seccomp (pyseccomp absent)")
+            self.isolation += [f"uid {self.uid}" if self.uid else "no capabilities", "no_new_privs"]
         else:
+            self.carry = ()
             self.isolation = ["no isolation (rlimits and wall-clock kill only)"]
         for name in config.get("preload", []):
             try:
                 importlib.import_module(name)
             except Exception as exc:  # a missing optional module must not stop the pool
                 self.notes.append(f"preload {name} skipped: {type(exc).__name__}: {exc}")
-        if self.jail:
-            rules = _jail.build_seccomp(allow_network=False) if config.get("seccomp") else None
-            self.seccomp = _jail.CompiledFilter.from_pyseccomp(rules) if rules is not None else None
-            self.isolation.append("seccomp filter" if self.seccomp else "no seccomp (pyseccomp absent)")
-            self.isolation += [f"uid {self.uid}" if self.uid else "no capabilities", "no_new_privs"]
-        self.isolation += ["rlimits", "wall-clock kill"]
-        self.pid_ns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-        self.setns_works = self.jail
-        self.worker_pid = os.getpid()
+        install_process_limit_markers()  # once here rather than in every child
+        install_standard_streams()
+        self.isolation += ["rlimits", "wall-clock kill", "runs forked from a zygote that never sees run data"]
         self.prepared: _Prepared | None = None
         self.current: _Prepared | None = None  # the live session child, between cells
         self.exiting: _Prepared | None = None  # answered for, not yet reaped
         self.lost_state = False  # the last session child died: the next cell starts afresh
-        if self.jail:
-            _jail.become_subreaper()
         gc.freeze()  # keep the collector from touching (and so copying) inherited objects
+        maker = ChildMaker(
+            jail=self.jail,
+            session=self.session,
+            uid=self.uid,
+            carry=self.carry,
+            seccomp=self.seccomp,
+            control_in=control_in,
+            pid_ns_fd=os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC),
+            setns_works=self.jail,
+        )
+        self.zygote = Zygote.start(maker, keep={control_in})  # before any run: its memory stays clean
+        os.close(maker.pid_ns_fd)
 
     # -- the jailed child ---------------------------------------------------------------
-    def prepare(self) -> _Prepared:
-        # A run child reads its request straight from the pool's pipe (one hop fewer on
-        # every run); a session child gets its cells from us through a pipe of its own.
-        if self.session:
-            req_r, req_w = os.pipe()
-        else:
-            req_r, req_w = self.control_in, -1
+    def prepare(self, private_request: bool = False) -> _Prepared:
+        # A run child reads its request straight from the pool's pipe (one hop fewer on every
+        # run); a session child, or one taking over a handed-back request, through its own.
+        private = self.session or private_request
+        req_r, req_w = os.pipe() if private else (-1, -1)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         status_r, status_w = os.pipe()
         done_r, done_w = os.pipe() if self.session else (-1, -1)
-        fds = (req_r, out_w, err_w, status_w, done_w)
+        fds = [fd for fd in (out_w, err_w, status_w, req_r, done_w) if fd >= 0]
+        workdir = None if self.jail else tempfile.mkdtemp(prefix="run-", dir=self.scratch_root)
         # Counted here, between runs: the child's own /proc shows only its namespace.
         process_base = count_processes_of(os.getuid()) if self.shared_uid else 0
-        pid = self._fork_in_new_pid_namespace(lambda: self._child(*fds, process_base))
-        for fd in fds:
-            if fd >= 0 and fd != self.control_in:
-                os.close(fd)
-        return _Prepared(pid, os.pidfd_open(pid), req_w, out_r, err_r, status_r, done_r)
-
-    def _fork_in_new_pid_namespace(self, child: Any) -> int:
-        """Fork ``child`` as PID 1 of a new PID namespace; return its pid here.
-
-        As real root one fork does it (``setns`` back to our namespace, then ``unshare``).
-        Inside a user namespace ``setns`` is refused, so an intermediate process unshares,
-        forks the child and exits; being a subreaper, we inherit the child and can wait on it.
-        """
-        if self.setns_works:
-            try:
-                _jail.new_pid_namespace_for_children(self.pid_ns_fd)
-            except _jail.JailError:
-                self.setns_works = False
-        if self.setns_works:
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover - runs in the child
-                try:
-                    child()
-                finally:
-                    os._exit(70)
-            return pid
-        if not self.jail:
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover - runs in the child
-                try:
-                    child()
-                finally:
-                    os._exit(70)
-            return pid
-        relay_r, relay_w = os.pipe()
-        middle = os.fork()
-        if middle == 0:  # pragma: no cover - runs in the intermediate process
-            try:
-                _jail.unshare_pid()
-                pid = os.fork()
-                if pid == 0:
-                    os.close(relay_r)
-                    os.close(relay_w)
-                    child()
-                os.write(relay_w, struct.pack("=i", pid))
-            finally:
-                os._exit(0)
-        os.close(relay_w)
-        os.waitpid(middle, 0)
-        data = os.read(relay_r, 4)
-        os.close(relay_r)
-        if len(data) != 4:
-            raise RuntimeError("could not fork into a new PID namespace")
-        return struct.unpack("=i", data)[0]
-
-    def _child(self, req_r: int, out_w: int, err_w: int, status_w: int, done_w: int, process_base: int) -> None:
+        meta = {"profile": list(self.profile), "process_base": process_base, "workdir": workdir,
+                "private_request": private}  # fmt: skip
         try:
-            null = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(null, fd)
-            close_all_except({req_r, out_w, err_w, status_w, done_w})
-            if self.jail:
-                if not self.setns_works:
-                    wait_for_parent(self.worker_pid)  # see _fork_in_new_pid_namespace
-                _jail.enter_run(self.workdir, self.uid, self.workdir_mb)
-            else:
-                os.makedirs(self.workdir, exist_ok=True)
-            os.chdir(self.workdir)
-            if self.jail:
-                _jail.drop_privileges(self.uid, self.seccomp)
-            address_space_base = 0 if self.session else prepare_run(out_w, err_w, self.workdir)
-            os.write(status_w, _READY)
-        except BaseException as exc:
-            os.write(status_w, _FAILED + f"{type(exc).__name__}: {exc}".encode()[:1000])
-            os._exit(70)
-        if self.session:
-            serve_cells(req_r, out_w, err_w, status_w, done_w, self.workdir, process_base)
-            os._exit(0)
-        run_once(req_r, status_w, address_space_base, process_base)
+            pid = self.zygote.spawn(meta, fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return _Prepared(pid, os.pidfd_open(pid), req_w, out_r, err_r, status_r, done_r, workdir=workdir)
 
-    def _take_prepared(self) -> _Prepared:
+    def _take_prepared(self, private_request: bool = False) -> _Prepared:
         for attempt in range(2):
-            prepared, self.prepared = self.prepared or self.prepare(), None
+            if private_request:
+                prepared = self.prepare(private_request=True)
+            else:
+                prepared, self.prepared = self.prepared or self.prepare(), None
             if prepared.ready:
                 return prepared
             if select.select([prepared.status_r], [], [], _PREPARE_TIMEOUT_S)[0]:
                 first = os.read(prepared.status_r, 1)
-                if first == _READY:
+                if first == READY:
                     prepared.ready = True
                     return prepared
                 detail = os.read(prepared.status_r, 1000).decode(errors="replace")
@@ -220,31 +175,57 @@ class Worker:
     def _discard(self, prepared: _Prepared) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(prepared.pid, signal.SIGKILL)
-        os.waitpid(prepared.pid, 0)
+        self.zygote.reap(prepared.pid)
         prepared.close()
 
     # -- requests -----------------------------------------------------------------------
-    def _await_start(self, child: _Prepared) -> tuple[dict[str, Any], bytes] | None:
-        """Block until the child has read a request (its ``S`` line) or has exited.
+    def _await_start(self, child: _Prepared) -> tuple[bytes, dict[str, Any], bytes] | None:
+        """Block until the child has read a request (its ``S`` or ``X`` line) or has exited.
 
-        Returns the line's request metadata and whatever the run already wrote after it on
-        the status pipe: a fast run may tag itself (``V``, ``M``) before we read the line.
+        Returns the marker, the line's JSON (``S``: the request's id and limits; ``X``: the whole
+        request, handed back because it asks for other scratch quotas than the child has) and
+        whatever the run already wrote after it on the status pipe: a fast run may tag itself
+        (``V``, ``M``) before we read the line.
         """
         select.select([child.status_r, child.pidfd], [], [])
         try:
             marker = os.read(child.status_r, 1)
         except BlockingIOError:
             marker = b""
-        if marker != _STARTED:
+        if marker not in (_STARTED, _REDO):
             return None  # "E": the pool closed our pipe; nothing: the child died
         data = b""
         while b"\n" not in data:
-            chunk = os.read(child.status_r, 4096)
+            chunk = os.read(child.status_r, 1 << 16)
             if not chunk:
                 return None
             data += chunk
         line, _, rest = data.partition(b"\n")
-        return json.loads(line), rest
+        return marker, json.loads(line), rest
+
+    def _start_run(self) -> tuple[_Prepared, dict[str, Any], bytes] | None:
+        """The child that took the next request, with its start line; None when the pool left.
+
+        A request handed back for other quotas goes to a child prepared with them; later
+        children keep them (a caller usually sends the same limits every time).
+        """
+        child = self._take_prepared()  # it now blocks on the pool's pipe, not us
+        started = self._await_start(child)
+        if started is None:
+            self._discard(child)
+            return None
+        marker, payload, early_tags = started
+        if marker == _STARTED:
+            return child, payload, early_tags
+        self._discard(child)
+        self.profile = scratch_profile(Limits(**payload["limits"]))
+        child = self._take_prepared(private_request=True)
+        write_frame(child.req_w, payload)
+        started = self._await_start(child)
+        if started is None or started[0] != _STARTED:
+            self._discard(child)
+            raise RuntimeError("a child prepared for the request's quotas did not start it")
+        return child, started[1], started[2]
 
     def run(self, child: _Prepared, start: dict[str, Any], early_tags: bytes = b"") -> dict[str, Any]:
         """Watch a run the child has started: output, wall clock, then reap it.
@@ -260,14 +241,14 @@ class Worker:
                 self.exiting = child
                 returncode, cpu_s = collected.end
                 return _result(collected, returncode, cpu_s, limits, started)
-            _, wait_status, usage = os.wait4(child.pid, 0)
+            select.select([child.pidfd], [], [])  # exited (collect waited for it or killed it)
+            wait_status, cpu_s = self.zygote.reap(child.pid)
         except BaseException:
             self.exiting = None
             self._discard(child)
             raise
         child.close()
-        returncode = os.waitstatus_to_exitcode(wait_status)
-        return _result(collected, returncode, usage.ru_utime + usage.ru_stime, limits, started)
+        return _result(collected, os.waitstatus_to_exitcode(wait_status), cpu_s, limits, started)
 
     def finish_exiting(self) -> None:
         """Reap the child answered for by its end record; kill it if it lingers (its namespace
@@ -278,8 +259,8 @@ class Worker:
         if not select.select([child.pidfd], [], [], _EXIT_GRACE_S)[0]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child.pid, signal.SIGKILL)
-        os.waitpid(child.pid, 0)
-        child.close()
+            select.select([child.pidfd], [], [])  # gone before the next child is forked
+        child.close()  # the zygote reaps it before its next fork
 
     def _collect(
         self,
@@ -318,10 +299,10 @@ class Worker:
         if done is None:  # the cell killed the session (or we did): report how it died
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child.pid, signal.SIGKILL)
-            _, wait_status, usage = os.wait4(child.pid, 0)
+            wait_status, cpu_s = self.zygote.reap(child.pid)
             child.close()
             self.current, self.lost_state = None, True
-            returncode, cpu_s = os.waitstatus_to_exitcode(wait_status), usage.ru_utime + usage.ru_stime
+            returncode = os.waitstatus_to_exitcode(wait_status)
         else:
             returncode, cpu_s = int(done["rc"]), float(done["cpu_s"])
         response = _result(collected, returncode, cpu_s, limits, started)
@@ -341,12 +322,15 @@ class Worker:
             self._serve_session(control_out)
             return
         while True:
-            child = self._take_prepared()  # it now blocks on the pool's pipe, not us
-            started = self._await_start(child)
-            if started is None:
-                self._discard(child)
+            try:
+                started = self._start_run()
+            except RuntimeError as exc:  # cannot prepare a child: the pool replaces us
+                with contextlib.suppress(OSError):
+                    write_frame(control_out, {"id": None, "internal_error": str(exc)})
                 break
-            start, early_tags = started
+            if started is None:
+                break
+            child, start, early_tags = started
             response: dict[str, Any] = {"id": start.get("id")}
             try:
                 response.update(self.run(child, start, early_tags))
@@ -381,12 +365,17 @@ class Worker:
                 self._discard(child)
 
 
+def _tuples(value: Any) -> Any:
+    """JSON lists back into the tuples a frozen dataclass holds."""
+    return tuple(_tuples(item) for item in value) if isinstance(value, list) else value
+
+
 def _result(collected: Collected, returncode: int, cpu_s: float, limits: Limits, started: float) -> dict[str, Any]:
     stdout, cut_out = to_text(collected.stdout, limits.max_output_chars)
     stderr, cut_err = to_text(collected.stderr, limits.max_output_chars)
     return {
         "stdout": stdout,
-        "stderr": stderr,
+        "stderr": stderr + quota_note(collected.tags, limits, returncode).decode(),
         "exit_code": returncode,
         "status": classify(returncode, collected, cpu_s, limits).value,
         "wall_s": time.monotonic() - started,
@@ -405,14 +394,25 @@ def main() -> None:
         os.set_inheritable(fd, False)
     config = read_frame(control_in)
     try:
-        worker = Worker(config, control_in)
-        worker.prepared = worker.prepare()
-        worker.prepared = worker._take_prepared()  # proves the jail works on this kernel
-    except Exception as exc:
-        write_frame(control_out, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
-        return
-    write_frame(
-        control_out,
-        {"ready": True, "pid": os.getpid(), "isolation": worker.isolation, "notes": worker.notes},
-    )
-    worker.serve(control_out)
+        try:
+            worker = Worker(config, control_in)
+            worker.prepared = worker.prepare()
+            worker.prepared = worker._take_prepared()  # proves the jail works on this kernel
+        except Exception as exc:
+            write_frame(control_out, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
+            return
+        write_frame(
+            control_out,
+            {"ready": True, "pid": os.getpid(), "isolation": worker.isolation, "notes": worker.notes},
+        )
+        try:
+            worker.serve(control_out)
+        finally:
+            worker.zygote.close()
+    finally:
+        # Unjailed runs worked below this host directory; the handle removes it too, but not if
+        # its process is gone first (a spare worker still starting when its caller exits).
+        if config.get("scratch_root"):
+            import shutil
+
+            shutil.rmtree(config["scratch_root"], ignore_errors=True)

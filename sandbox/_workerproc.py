@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,16 +33,25 @@ class WorkerProcess:
     """Parent-side handle of one worker process."""
 
     def __init__(self, python: str, config: dict[str, Any], start_timeout_s: float) -> None:
-        env = clean_environment("/tmp")
-        self.proc = subprocess.Popen(
-            [python, "-I", "-B", "-c", _BOOT, _ROOT],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=None if os.environ.get("COA_SANDBOX_DEBUG") else subprocess.DEVNULL,
-            env=env,
-            bufsize=0,
-            start_new_session=True,  # a terminal's Ctrl-C goes to the caller, not the jail
-        )
+        # Unjailed runs work in host directories: below one this handle removes, even when
+        # the worker had to be killed before it could clean up.
+        self.scratch_root = None if config.get("jail", True) else tempfile.mkdtemp(prefix="coa-sandbox-")
+        config = {**config, "scratch_root": self.scratch_root}
+        env = clean_environment()  # already the runs': their children need not rebuild it
+        try:
+            self.proc = subprocess.Popen(
+                [python, "-I", "-B", "-c", _BOOT, _ROOT],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=None if os.environ.get("COA_SANDBOX_DEBUG") else subprocess.DEVNULL,
+                env=env,
+                bufsize=0,
+                start_new_session=True,  # a terminal's Ctrl-C goes to the caller, not the jail
+            )
+        except OSError as exc:
+            if self.scratch_root is not None:
+                shutil.rmtree(self.scratch_root, ignore_errors=True)
+            raise BackendUnavailable(f"sandbox worker did not start: {exc}") from exc
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._in, self._out = self.proc.stdin.fileno(), self.proc.stdout.fileno()
         self.config = config
@@ -48,7 +59,7 @@ class WorkerProcess:
             write_frame(self._in, config)
             hello = read_frame(self._out, time.monotonic() + start_timeout_s)
         except (OSError, FrameError) as exc:
-            self.kill()
+            self.kill()  # (removes the scratch root too)
             raise BackendUnavailable(f"sandbox worker did not start: {exc}") from exc
         if not hello.get("ready"):
             self.kill()
@@ -79,6 +90,8 @@ class WorkerProcess:
         for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe is not None:
                 pipe.close()
+        if self.scratch_root is not None:
+            shutil.rmtree(self.scratch_root, ignore_errors=True)
 
     def stop(self) -> None:
         """Ask politely (EOF on its request pipe), then kill."""

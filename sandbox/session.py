@@ -1,11 +1,14 @@
 """Stateful, notebook-like execution: variables persist from one ``run`` to the next.
 
 A :class:`Session` owns one dedicated worker process (in ``session`` mode) whose jailed
-child keeps a single ``__main__`` namespace for the whole episode. Each cell has its own
-wall-clock and CPU limits; a cell that times out, exhausts memory or kills its process
-loses the session's state, and the next cell starts from a fresh namespace (its result says
-so in ``stderr``). Starting a worker costs an interpreter start plus the preloaded imports,
+child keeps a single ``__main__`` namespace for the whole episode, in the same allowlist root
+as the pool's runs (plus the session's ``read_only_paths``/``writable_paths``). Each cell has
+its own wall-clock and CPU limits; the scratch space's quotas (``disk_mb``, ``max_files``) are
+the session's, fixed when it starts. A cell that times out, exhausts memory or kills its
+process loses the session's state, and the next cell starts from a fresh namespace (its result
+says so in ``stderr``). Starting a worker costs an interpreter start plus the preloaded imports,
 so one spare worker is kept warm in the background and handed to the next new session.
+Without namespaces a session refuses to start unless ``jail=False`` asks for the unisolated mode.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ import queue
 import sys
 import threading
 from dataclasses import asdict
-from typing import Any
 
+from sandbox._limits import scratch_profile
+from sandbox._root import Grants, root_policy
 from sandbox._workerproc import WorkerLost, WorkerProcess
-from sandbox.backends.base import BackendUnavailable
-from sandbox.backends.pool import configured_preload
+from sandbox.backends.base import BackendUnavailable, refuse_unsupported
+from sandbox.backends.pool import configured_preload, pool_unsupported
 from sandbox.types import ExecResult, Limits, Status
 
 __all__ = ["RESTART_NOTE", "Session"]
@@ -36,13 +40,14 @@ _spares: dict[tuple, queue.Queue[WorkerProcess]] = {}
 _spares_lock = threading.Lock()
 
 
-def _config(jail: bool, preload: tuple[str, ...], workdir_mb: int, seccomp: bool) -> dict[str, Any]:
+def _config(jail: bool, preload: tuple[str, ...], policy: dict, profile: tuple[int, int], seccomp: bool) -> dict:
     return {
         "mode": "session",
         "jail": jail,
         "uid": _UID_BASE + next(_uids) % 1000,  # one uid per session: its own process budget
         "preload": list(preload),
-        "workdir_mb": workdir_mb,
+        "policy": policy,
+        "profile": list(profile),
         "seccomp": seccomp,
     }
 
@@ -50,8 +55,9 @@ def _config(jail: bool, preload: tuple[str, ...], workdir_mb: int, seccomp: bool
 class Session:
     """One stateful interpreter. Thread-safe; use as a context manager or call :meth:`close`.
 
-    ``jail`` None means: namespaces when the kernel allows them, else the weak unjailed mode
-    (logged). ``session_cpu_s`` caps the CPU time of the whole session.
+    ``jail`` None or True: namespaces (:class:`BackendUnavailable` when the kernel refuses them);
+    ``jail=False``: the unisolated mode, an explicit opt-in (logged). ``session_cpu_s`` caps the
+    CPU time of the whole session. ``read_only_paths``/``writable_paths`` are checked here.
     """
 
     def __init__(
@@ -61,17 +67,26 @@ class Session:
         jail: bool | None = None,
         preload: tuple[str, ...] | list[str] | None = None,
         python: str | None = None,
-        workdir_mb: int = 64,
+        read_only_paths: tuple[str, ...] | list[str] = (),
+        writable_paths: tuple[str, ...] | list[str] = (),
         seccomp: bool = True,
         session_cpu_s: float = 600.0,
         warm_spare: bool = True,
         start_timeout_s: float = 60.0,
     ) -> None:
         self.limits = limits or Limits()
+        if jail is not False:
+            refuse_unsupported("session", pool_unsupported(self.limits))
         self.session_cpu_s = session_cpu_s
         self._python = python or sys.executable
         self._preload = configured_preload() if preload is None else tuple(preload)
-        self._workdir_mb, self._seccomp = workdir_mb, seccomp
+        self._seccomp = seccomp
+        self._profile = scratch_profile(self.limits)
+        self.grants = Grants(tuple(read_only_paths), tuple(writable_paths))
+        try:
+            self._policy = asdict(root_policy(self._python, self.grants))
+        except OSError as exc:
+            raise BackendUnavailable(str(exc)) from exc
         self._warm_spare, self._start_timeout_s = warm_spare, start_timeout_s
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -82,22 +97,24 @@ class Session:
 
     # -- worker lifecycle ---------------------------------------------------------------
     def _key(self, jail: bool) -> tuple:
-        return (self._python, jail, self._preload, self._workdir_mb, self._seccomp)
+        return (self._python, jail, self._preload, self._profile, self.grants, self._seccomp)
 
     def _spawn(self, jail: bool) -> WorkerProcess:
-        config = _config(jail, self._preload, self._workdir_mb, self._seccomp)
+        config = _config(jail, self._preload, self._policy, self._profile, self._seccomp)
         return WorkerProcess(self._python, config, self._start_timeout_s)
 
     def _start(self) -> WorkerProcess:
-        if self.jail is None:
-            try:
-                worker = self._take_or_spawn(True)
-                self.jail = True
-                return worker
-            except BackendUnavailable as exc:
-                _log.warning("sandbox session: no namespaces (%s); running unjailed (weaker)", exc)
-                self.jail = False
-        return self._take_or_spawn(self.jail)
+        if self.jail is False:
+            _log.warning("sandbox session: unjailed (explicit jail=False): no network, file or process isolation")
+            return self._take_or_spawn(False)
+        try:
+            worker = self._take_or_spawn(True)
+        except BackendUnavailable as exc:
+            raise BackendUnavailable(
+                f"{exc}. A session without namespaces is unisolated: pass jail=False to opt in"
+            ) from exc
+        self.jail = True
+        return worker
 
     def _take_or_spawn(self, jail: bool) -> WorkerProcess:
         key = self._key(jail)
@@ -121,6 +138,13 @@ class Session:
     def run(self, code: str, stdin: str | None = None, limits: Limits | None = None) -> ExecResult:
         """Execute one cell; names it defines stay visible to later cells."""
         limits = limits or self.limits
+        if scratch_profile(limits) != self._profile:
+            raise ValueError(
+                f"a session's scratch quotas are fixed when it starts (disk_mb={self._profile[0]}, "
+                f"max_files={self._profile[1]}); start a new Session for other ones"
+            )
+        if self.jail:
+            refuse_unsupported("session", pool_unsupported(limits))
         request = {
             "op": "cell",
             "code": code,

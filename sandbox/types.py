@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-__all__ = ["NSJAIL_SEED_PRESET", "PRESETS", "ExecResult", "Limits", "Status"]
+__all__ = ["NSJAIL_SEED_PRESET", "PRESETS", "ExecResult", "Limits", "Status", "UnsupportedLimits"]
 
 
 class Status(StrEnum):
@@ -19,9 +19,21 @@ class Status(StrEnum):
     VIOLATION = "violation"
 
 
+class UnsupportedLimits(ValueError):
+    """A backend was asked for a limit or permission it cannot enforce (e.g. network access
+    from the pool, which never grants it). Raised instead of running with it silently dropped."""
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Resource limits for one run. Defaults suit a single `<code>` tool call."""
+    """Resource limits for one run. Defaults suit a single `<code>` tool call.
+
+    ``disk_mb`` and ``max_files`` are the quotas of the run's scratch space (``/tmp``, its
+    workdir and ``/dev/shm``: one tmpfs): bytes, and files plus directories. Using one up, or
+    writing a file past ``max_file_mb``, ends as ``output_limit`` with a note on stderr.
+    ``network`` asks for network access; a backend that cannot grant it refuses the run
+    (:class:`UnsupportedLimits`) rather than running without it.
+    """
 
     cpu_s: float = 5.0
     wall_s: float = 7.0
@@ -31,6 +43,18 @@ class Limits:
     max_open_files: int = 64
     max_output_chars: int = 16_384
     network: bool = False
+    disk_mb: int = 64
+    max_files: int = 4096
+
+    def __post_init__(self) -> None:
+        minimum = {"cpu_s": 0.01, "wall_s": 0.01, "memory_mb": 16, "max_processes": 1, "max_file_mb": 1,
+                   "max_open_files": 8, "max_output_chars": 0, "disk_mb": 1, "max_files": 1}  # fmt: skip
+        for name, low in minimum.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < low:
+                raise ValueError(f"Limits.{name} must be a number >= {low}, got {value!r}")
+        if not isinstance(self.network, bool):
+            raise ValueError(f"Limits.network must be true or false, got {self.network!r}")
 
     def with_(self, **changes: object) -> Limits:
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -1,8 +1,12 @@
 """Backend selection: one process-wide default, chosen by config or ``COA_SANDBOX_BACKEND``.
 
 Names: ``pool`` (warm fork-per-run workers in namespaces; the default where the kernel
-allows it), ``subprocess`` (weak, logged), ``bwrap`` (bubblewrap), ``nsjail``, ``docker``.
-``auto`` picks ``pool`` and falls back to ``subprocess`` with a warning.
+allows it), ``bwrap`` (bubblewrap), ``nsjail``, ``docker``, and ``subprocess`` (no isolation).
+``auto`` (the default) picks the first isolating backend that starts here: ``pool``, then
+``bwrap``, then ``nsjail``. It never falls back to ``subprocess``: when none starts it raises
+:class:`BackendUnavailable` saying why each failed, and running untrusted code unisolated takes
+an explicit ``COA_SANDBOX_BACKEND=subprocess`` (or ``configure("subprocess")``), which is
+logged and shown by ``coa list`` and ``coa bench`` (:func:`unisolated_warning`).
 """
 
 from __future__ import annotations
@@ -17,13 +21,17 @@ from typing import Any
 from sandbox.backends.base import Backend, BackendUnavailable
 
 __all__ = [
+    "AUTO_ORDER",
     "BACKENDS",
     "Backend",
     "BackendUnavailable",
     "configure",
+    "configured_name",
     "default_backend",
     "get_backend",
     "reset_default",
+    "unisolated_warning",
+    "unsupported_by",
 ]
 
 _log = logging.getLogger(__name__)
@@ -37,6 +45,10 @@ BACKENDS: dict[str, tuple[str, str]] = {
     "docker": ("sandbox.backends.docker_backend", "DockerBackend"),
 }
 
+#: What ``auto`` tries, in order: isolating backends only.
+AUTO_ORDER = ("pool", "bwrap", "nsjail")
+UNISOLATED = "subprocess"
+
 _lock = threading.Lock()
 _default: Backend | None = None
 _default_pid = 0  # a forked child must not share its parent's worker pipes
@@ -45,16 +57,54 @@ _default_pid = 0  # a forked child must not share its parent's worker pipes
 def get_backend(name: str = "auto", **options: Any) -> Backend:
     """A new backend instance. Raises :class:`BackendUnavailable` when it cannot run here."""
     if name == "auto":
-        try:
-            return get_backend("pool", **options)
-        except (BackendUnavailable, ImportError) as exc:
-            _log.warning("sandbox: pool backend unavailable (%s); falling back to subprocess", exc)
-            return get_backend("subprocess")
+        reasons = []
+        # Pool options (size, preload) are the pool's; what the root holds is every backend's.
+        shared = {key: options[key] for key in ("python", "read_only_paths", "writable_paths") if key in options}
+        for candidate in AUTO_ORDER:
+            try:
+                backend = get_backend(candidate, **(options if candidate == "pool" else shared))
+            except (BackendUnavailable, ImportError) as exc:
+                reasons.append(f"{candidate}: {exc}")
+                continue
+            if reasons:
+                _log.warning("sandbox: using %r (%s)", candidate, "; ".join(reasons))
+            return backend
+        raise BackendUnavailable(
+            "no isolating sandbox backend works here (" + "; ".join(reasons) + "). Model code is untrusted: "
+            f"to run it WITHOUT isolation anyway, opt in with COA_SANDBOX_BACKEND={UNISOLATED} "
+            f"or sandbox.configure({UNISOLATED!r})"
+        )
     if name not in BACKENDS:
         raise ValueError(f"unknown sandbox backend {name!r}; choose one of {sorted(BACKENDS)}")
     module_name, class_name = BACKENDS[name]
     cls = getattr(importlib.import_module(module_name), class_name)
     return cls(**options)
+
+
+def unsupported_by(name: str | None, limits: Any) -> list[str]:
+    """What backend ``name`` would refuse of ``limits``, known without starting it (the pool's
+    and sessions' rule: no network); empty for an unknown (None) or permissive backend."""
+    if name == "pool":
+        from sandbox.backends.pool import pool_unsupported
+
+        return pool_unsupported(limits)
+    return []
+
+
+def configured_name() -> str:
+    """The default backend's name as configured (``auto`` unless set), without starting it."""
+    if _default is not None and _default_pid == os.getpid():
+        return _default.name
+    return os.environ.get("COA_SANDBOX_BACKEND", "auto")
+
+
+def unisolated_warning() -> str | None:
+    """A warning when the default backend is the unisolated one (for ``coa list``/``coa bench``)."""
+    if configured_name() != UNISOLATED:
+        return None
+    from sandbox.backends.subprocess_backend import UNISOLATED_WARNING
+
+    return f"{UNISOLATED_WARNING} (chosen by {'configure()' if _default is not None else 'COA_SANDBOX_BACKEND'})"
 
 
 def configure(name: str | None = None, **options: Any) -> Backend:

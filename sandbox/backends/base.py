@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from sandbox.types import ExecResult, Limits
+from sandbox.types import ExecResult, Limits, UnsupportedLimits
 
-__all__ = ["Backend", "BackendUnavailable"]
+__all__ = ["Backend", "BackendUnavailable", "UnsupportedLimits", "refuse_unsupported"]
 
 
 class BackendUnavailable(RuntimeError):
     """The backend cannot run on this machine (missing binary, kernel feature or daemon)."""
+
+
+def refuse_unsupported(backend: str, problems: list[str]) -> None:
+    """Raise :class:`UnsupportedLimits` naming every limit ``backend`` cannot honour."""
+    if problems:
+        raise UnsupportedLimits(f"the {backend!r} sandbox backend cannot honour these limits: " + "; ".join(problems))
 
 
 @runtime_checkable
@@ -21,6 +27,12 @@ class Backend(Protocol):
     #: Human-readable list of the isolation layers actually in force, for logs and reports.
     isolation: tuple[str, ...]
 
-    def run(self, code: str, *, stdin: str | None = None, limits: Limits | None = None) -> ExecResult: ...
+    def run(self, code: str, *, stdin: str | None = None, limits: Limits | None = None) -> ExecResult:
+        """Run ``code``; raises :class:`UnsupportedLimits` for limits it cannot enforce."""
+        ...
+
+    def unsupported(self, limits: Limits) -> list[str]:
+        """What of ``limits`` this backend could not enforce (empty: all of it)."""
+        ...
 
     def close(self) -> None: ...

@@ -1,30 +1,71 @@
 """bubblewrap backend: a fresh ``bwrap`` jail around a fresh interpreter for every run.
 
-Isolation comparable to the pool (new user/PID/network/IPC/UTS namespaces, read-only
-root, private ``/tmp`` with the workdir below it, ``/root``, ``/home`` and ``/run`` hidden
-(except the interpreter),
-seccomp) but paid per run: a process start plus the interpreter's own imports. Install with
-``apt-get install bubblewrap``. As root the run is moved to an unprivileged uid with
-``setpriv`` (root ignores the process limit); the uid rotates so concurrent runs differ.
+The same policy as the pool, another mechanism: bubblewrap builds the allowlist root (see
+:mod:`sandbox._root`) and the namespaces (user when not root, PID, IPC, UTS, cgroup, and network
+unless ``Limits.network``), then our harness, still holding CAP_SYS_ADMIN inside the jail,
+mounts the run's quota'd ``/tmp`` (bubblewrap's tmpfs has no inode limit), switches to an
+unprivileged uid when root, drops every capability and loads the seccomp filter itself (see
+:mod:`sandbox._lockdown`). Paid per run: a process start plus the interpreter's own imports.
+Install with ``apt-get install bubblewrap``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import os
 import shutil
-import tempfile
 
-from sandbox._jail import build_seccomp, hide_plan, interpreter_dirs, parents_below, tmp_keeps
-from sandbox._limits import clean_environment
+from sandbox._jail import compile_seccomp
+from sandbox._lockdown import SCRATCH, SHM_DIR
+from sandbox._root import Grants, RootPolicy, root_policy
 from sandbox.backends.base import BackendUnavailable
-from sandbox.backends.subprocess_backend import HARNESS, SubprocessBackend
+from sandbox.backends.subprocess_backend import HARNESS, JAIL_HARNESS_DIR, LOCKDOWN, SubprocessBackend
 from sandbox.types import Limits
 
-__all__ = ["BwrapBackend"]
+__all__ = ["BwrapBackend", "bwrap_root_args", "dev_links"]
 
 _UID_BASE = 63000
 _uids = itertools.count()
+
+
+def dev_links() -> dict[str, str]:
+    """The links every jail's ``/dev`` holds besides its four device nodes."""
+    return {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
+            "stderr": "/proc/self/fd/2", "shm": SHM_DIR}  # fmt: skip
+
+
+def _parents(paths: list[str]) -> list[str]:
+    """Every directory above ``paths``, outermost first (bwrap would make missing ones 0700)."""
+    found: set[str] = set()
+    for path in paths:
+        parent = os.path.dirname(path)
+        while parent not in ("/", "") and parent not in found:
+            found.add(parent)
+            parent = os.path.dirname(parent)
+    return sorted(found, key=lambda p: (p.count("/"), p))
+
+
+def bwrap_root_args(policy: RootPolicy) -> list[str]:
+    """The bwrap options that assemble ``policy``'s root (pure function, unit-tested)."""
+    targets = [*policy.read_only, *policy.writable, *(path for path, _ in policy.symlinks)]
+    targets += [f"/dev/{name}" for name in policy.devices] + [f"{JAIL_HARNESS_DIR}/x", f"{SCRATCH}/x", "/proc/x"]
+    args: list[str] = []
+    for directory in _parents(targets):
+        args += ["--perms", "0755", "--dir", directory]
+    for path, target in policy.symlinks:
+        args += ["--symlink", target, path]
+    for path in policy.read_only:
+        args += ["--ro-bind", path, path]
+    for path in policy.writable:
+        args += ["--bind", path, path]
+    for name in policy.devices:
+        args += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
+    for name, target in dev_links().items():
+        args += ["--symlink", target, f"/dev/{name}"]
+    args += ["--proc", "/proc"]
+    return args
 
 
 class BwrapBackend(SubprocessBackend):
@@ -33,86 +74,101 @@ class BwrapBackend(SubprocessBackend):
     name = "bwrap"
     cpu_accounted = False
 
-    def __init__(self, python: str | None = None, *, bwrap: str | None = None, seccomp: bool = True) -> None:
+    def __init__(
+        self,
+        python: str | None = None,
+        *,
+        bwrap: str | None = None,
+        seccomp: bool = True,
+        read_only_paths: tuple[str, ...] | list[str] = (),
+        writable_paths: tuple[str, ...] | list[str] = (),
+    ) -> None:
         super().__init__(python, quiet=True)
         self.bwrap = bwrap or shutil.which("bwrap")
         if self.bwrap is None:
             raise BackendUnavailable("bubblewrap is not installed (apt-get install bubblewrap)")
-        self.setpriv = shutil.which("setpriv") if os.geteuid() == 0 else None
-        self.hidden = hide_plan((self.python, *interpreter_dirs(self.python)))
-        self.tmp_kept = tmp_keeps(interpreter_dirs(self.python))
-        self._seccomp_path: str | None = None
-        filt = build_seccomp(allow_network=False) if seccomp else None
-        if filt is not None:
-            with tempfile.NamedTemporaryFile(prefix="coa-bwrap-", suffix=".bpf", delete=False) as handle:
-                filt.export_bpf(handle)
-            self._seccomp_path = handle.name
+        self.as_root = os.geteuid() == 0
+        self.grants = Grants(tuple(read_only_paths), tuple(writable_paths))
+        try:
+            self.root = root_policy(self.python, self.grants)
+        except OSError as exc:
+            raise BackendUnavailable(str(exc)) from exc
+        self._root_args = {False: bwrap_root_args(self.root), True: bwrap_root_args(self.root.with_network_files())}
+        # One sealed in-memory BPF program per network setting, handed to every run's harness.
+        self._seccomp: dict[bool, int] = {}
+        for network in (False, True):
+            compiled = compile_seccomp(allow_network=network) if seccomp else None
+            if compiled is not None:
+                fd = os.memfd_create(f"coa-seccomp-{int(network)}")
+                os.write(fd, compiled.program)
+                self._seccomp[network] = fd
         self.isolation = (
-            "user/pid/net/ipc/uts namespaces",
-            "read-only root",
-            "private /tmp workdir",
-            "/root, /home, /run hidden",
-            "seccomp filter" if self._seccomp_path else "no seccomp",
-            "unprivileged uid" if self.setpriv else "caller's uid",
+            "user/pid/net/ipc/uts namespaces" if not self.as_root else "pid/net/ipc/uts namespaces",
+            f"allowlist root ({len(self.root.read_only)} read-only paths, {len(self.root.writable)} writable grants)",
+            "minimal /dev",
+            "private /tmp and workdir per run (byte and inode quotas)",
+            "seccomp filter" if self._seccomp else "no seccomp",
+            "unprivileged uid" if self.as_root else "no capabilities",
             "rlimits",
             "wall-clock kill",
         )
-        probe = self.run("print('ok')")
+        probe = self.run("print('ok')", limits=Limits(wall_s=30, cpu_s=10))
         if probe.stdout != "ok\n":
+            self.close()
             raise BackendUnavailable(f"bwrap cannot start a jail here: {probe.stderr.strip()[-300:]}")
 
-    def _argv(self, code_path: str, rlimits: list[str], limits: Limits) -> list[str]:
-        argv = [self.bwrap, "--ro-bind", "/", "/"]
-        for directory, tops in self.hidden:
-            argv += ["--tmpfs", directory]  # homes and /run hidden, the interpreter kept
-            for top in tops:
-                argv += ["--ro-bind", f"{directory}/{top}", f"{directory}/{top}"]
+    def uids(self) -> list[int]:
+        """The uids runs execute as: a rotating range as root (none to tell apart otherwise)."""
+        return list(range(_UID_BASE, _UID_BASE + 1000)) if self.as_root else []
+
+    def _host_workdir(self) -> contextlib.AbstractContextManager[str | None]:
+        return contextlib.nullcontext(None)
+
+    def _argv(self, config: dict, limits: Limits) -> list[str]:
+        uid = _UID_BASE + next(_uids) % 1000 if self.as_root else os.getuid()
+        scratch = {"disk_mb": limits.disk_mb, "max_files": limits.max_files, "uid": uid,
+                   "carry": [list(entry) for entry in self.root.below_scratch()]}  # fmt: skip
+        config = {**config, "scratch": scratch}
+        argv = [self.bwrap, *self._root_args[limits.network]]
         argv += [
-            "--tmpfs", "/tmp",
-            "--perms", "01777", "--dir", "/tmp/work",
-            "--ro-bind", code_path, "/tmp/code.py",
-            "--ro-bind", HARNESS, "/tmp/harness.py",
-        ]  # fmt: skip
-        for kept in self.tmp_kept:  # a venv below /tmp stays usable, and only the venv
-            for parent in parents_below(kept):
-                argv += ["--perms", "0755", "--dir", parent]
-            argv += ["--ro-bind", kept, kept]
-        argv += [
-            "--proc", "/proc",
-            "--dev", "/dev",
-            "--chdir", "/tmp/work",
-            "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--ro-bind", HARNESS, f"{JAIL_HARNESS_DIR}/_harness.py",
+            "--ro-bind", LOCKDOWN, f"{JAIL_HARNESS_DIR}/_lockdown.py",
+            "--chdir", "/",
+            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--hostname", "sandbox",
             "--die-with-parent",
             "--new-session",
             "--clearenv",
+            # The harness mounts the run's scratch tmpfs, then drops these for good.
+            "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
         ]  # fmt: skip
-        for key, value in clean_environment("/tmp/work").items():
+        if not limits.network:
+            argv.append("--unshare-net")
+        if not self.as_root:
+            argv.append("--unshare-user")
+        for key, value in self._environment_in_jail().items():
             argv += ["--setenv", key, value]
-        if self._seccomp_path:
-            argv += ["--seccomp", "4"]
-        python = [self.python, "-I", "/tmp/harness.py", "/tmp/code.py", "3", *rlimits]
-        if self.setpriv:
-            uid = str(_UID_BASE + next(_uids) % 1000)
-            # No user namespace as root: the uid switch must be a real one for RLIMIT_NPROC.
-            argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--"]
-            argv += [self.setpriv, "--reuid", uid, "--regid", uid, "--clear-groups", "--inh-caps=-all"]
-            return argv + python
-        return [*argv, "--unshare-user", "--", *python]
+        harness = f"{JAIL_HARNESS_DIR}/_harness.py"
+        return [*argv, "--remount-ro", "/", "--", self.python, "-I", "-B", harness, json.dumps(config)]
 
-    def _open_extra_fds(self) -> list[tuple[int, int]]:
-        if not self._seccomp_path:
-            return []
-        return [(os.open(self._seccomp_path, os.O_RDONLY), 4)]  # bwrap --seccomp 4 reads it
+    def _environment_in_jail(self) -> dict[str, str]:
+        from sandbox._limits import clean_environment
+
+        return clean_environment()
+
+    def _open_extra_fd(self, limits: Limits) -> int | None:
+        fd = self._seccomp.get(limits.network)
+        return os.dup(fd) if fd is not None else None
 
     def _returncode(self, returncode: int) -> int:
         # bwrap reports a child killed by signal N as exit status 128 + N.
         return -(returncode - 128) if 128 < returncode < 160 else returncode
 
-    def _environment(self, workdir: str) -> dict[str, str]:
+    def _environment(self, workdir: str | None) -> dict[str, str]:
         return {"PATH": "/usr/bin:/bin"}  # bwrap clears and sets the run's environment itself
 
     def close(self) -> None:
-        if self._seccomp_path:
-            os.unlink(self._seccomp_path)
-            self._seccomp_path = None
+        for fd in self._seccomp.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._seccomp = {}

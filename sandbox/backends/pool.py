@@ -19,12 +19,13 @@ import threading
 from dataclasses import asdict
 from typing import Any
 
-from sandbox._jail import HIDDEN_DIRS
+from sandbox._limits import scratch_profile
+from sandbox._root import Grants, root_policy
 from sandbox._workerproc import WorkerLost, WorkerProcess
-from sandbox.backends.base import BackendUnavailable
+from sandbox.backends.base import BackendUnavailable, refuse_unsupported
 from sandbox.types import ExecResult, Limits, Status
 
-__all__ = ["DEFAULT_HIDE", "DEFAULT_PRELOAD", "PoolBackend", "configured_preload", "configured_size"]
+__all__ = ["DEFAULT_PRELOAD", "PoolBackend", "configured_preload", "configured_size", "pool_unsupported"]
 
 _log = logging.getLogger(__name__)
 #: Imported once per worker. numpy is the expensive one; the rest keep common solutions from
@@ -55,9 +56,13 @@ DEFAULT_PRELOAD = (
     "traceback",
 )
 _GRACE_S = 10.0  # the worker enforces the wall limit; this only catches a wedged worker
-#: Directories runs see as empty (see :data:`sandbox._jail.HIDDEN_DIRS`). The interpreter, its
-#: site-packages and the project stay visible even when they live below one of them.
-DEFAULT_HIDE = HIDDEN_DIRS
+
+
+def pool_unsupported(limits: Limits) -> list[str]:
+    """What the pool (and a jailed session) cannot honour: network access, which it never grants."""
+    if limits.network:
+        return ["network=True: runs get an empty network namespace; use the bwrap, nsjail or docker backend"]
+    return []
 
 
 def configured_preload() -> tuple[str, ...]:
@@ -89,8 +94,10 @@ class PoolBackend:
 
     ``size`` workers (default ``COA_SANDBOX_POOL_SIZE`` or ``2 × cpu_count``) run as
     root-owned processes; each run's child becomes ``uid_base + slot`` so concurrent runs
-    cannot touch each other. ``preload`` defaults to :func:`configured_preload`. ``hide``
-    lists directories replaced by an empty view (the interpreter's own files stay visible).
+    cannot touch each other. ``preload`` defaults to :func:`configured_preload`. Runs see the
+    allowlist root (:mod:`sandbox._root`) plus ``read_only_paths`` and ``writable_paths``
+    (checked here: a path that does not exist or may not be granted is a ``ValueError``; a
+    writable one must be writable by the run uids).
     """
 
     name = "pool"
@@ -102,10 +109,8 @@ class PoolBackend:
         preload: tuple[str, ...] | list[str] | None = None,
         python: str | None = None,
         uid_base: int = 61000,
-        hide: tuple[str, ...] | list[str] = DEFAULT_HIDE,
-        keep: tuple[str, ...] | list[str] = (),
-        workdir: str = "/tmp/work",
-        workdir_mb: int = 64,
+        read_only_paths: tuple[str, ...] | list[str] = (),
+        writable_paths: tuple[str, ...] | list[str] = (),
         seccomp: bool = True,
         start_timeout_s: float = 60.0,
     ) -> None:
@@ -116,14 +121,17 @@ class PoolBackend:
         self.preload = preload
         self.python = python or sys.executable
         self._start_timeout_s = start_timeout_s
+        self.grants = Grants(tuple(read_only_paths), tuple(writable_paths))
+        try:
+            self.root = root_policy(self.python, self.grants)
+        except OSError as exc:
+            raise BackendUnavailable(str(exc)) from exc
         self._configs = [
             {
                 "uid": uid_base + slot,
                 "preload": list(preload),
-                "hide": list(hide),
-                "keep": list(keep),
-                "workdir": workdir,
-                "workdir_mb": workdir_mb,
+                "policy": asdict(self.root),
+                "profile": list(scratch_profile(Limits())),
                 "seccomp": seccomp,
                 "slot": slot,
             }
@@ -134,7 +142,6 @@ class PoolBackend:
         self._workers: dict[int, WorkerProcess] = {}
         self._lock = threading.Lock()
         self._closed = False
-        self._warned_network = False
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(self.size) as starter:
@@ -195,8 +202,12 @@ class PoolBackend:
         except BackendUnavailable as exc:
             _log.error("sandbox pool: could not replace worker %d: %s", slot, exc)
 
+    def unsupported(self, limits: Limits) -> list[str]:
+        return pool_unsupported(limits)
+
     def run(self, code: str, *, stdin: str | None = None, limits: Limits | None = None) -> ExecResult:
         limits = limits or Limits()
+        refuse_unsupported(self.name, self.unsupported(limits))
         request = {"code": code, "stdin": stdin or "", "limits": asdict(limits)}
         lost = ""
         for _attempt in range(2):

@@ -15,7 +15,7 @@ import pytest
 
 import sandbox
 from sandbox import ExecResult, Limits, Status
-from sandbox.backends import BACKENDS, get_backend
+from sandbox.backends import BACKENDS, BackendUnavailable, get_backend
 
 
 def test_stdin_stdout_and_exit_codes(pool):
@@ -91,11 +91,12 @@ def test_pool_reports_its_isolation_layers(pool):
         assert layer in layers
 
 
-def test_subprocess_backend_runs_and_is_logged_as_weaker(caplog):
+def test_subprocess_backend_runs_and_is_logged_as_unisolated(caplog):
     logging.getLogger("sandbox.backends.subprocess_backend").disabled = False  # other tests' configs
     with caplog.at_level(logging.WARNING):
         backend = get_backend("subprocess")
-    assert any("weaker" in record.getMessage() for record in caplog.records)
+    assert any("unisolated" in record.getMessage() for record in caplog.records)
+    assert backend.isolation[0].startswith("NO ISOLATION")
     ok = backend.run("print(input()[::-1])", stdin="abc")
     assert (ok.status, ok.stdout) == (Status.OK, "cba\n")
     slow = backend.run("import time\ntime.sleep(30)", limits=Limits(wall_s=0.5))
@@ -104,6 +105,56 @@ def test_subprocess_backend_runs_and_is_logged_as_weaker(caplog):
     assert spin.status is Status.TIMEOUT
     big = backend.run("x = bytearray(2 * 2**30)", limits=Limits(memory_mb=256))
     assert big.status is Status.MEMORY
+
+
+def test_auto_never_falls_back_to_the_unisolated_backend(monkeypatch):
+    from sandbox import backends
+
+    def refuse(name, **options):
+        if name in backends.AUTO_ORDER:
+            raise BackendUnavailable(f"{name} cannot start here")
+        return original(name, **options)
+
+    original = backends.get_backend
+    monkeypatch.setattr(backends, "get_backend", refuse)
+    with pytest.raises(BackendUnavailable) as caught:
+        original("auto")
+    message = str(caught.value)
+    assert "pool cannot start here" in message and "nsjail cannot start here" in message
+    assert "COA_SANDBOX_BACKEND=subprocess" in message  # how to opt in, explicitly
+
+
+def test_unisolated_default_is_warned_about(monkeypatch):
+    from sandbox import backends
+
+    monkeypatch.setattr(backends, "_default", None)
+    monkeypatch.setenv("COA_SANDBOX_BACKEND", "subprocess")
+    assert "unisolated" in sandbox.unisolated_warning()
+    monkeypatch.setenv("COA_SANDBOX_BACKEND", "pool")
+    assert sandbox.unisolated_warning() is None
+
+
+def test_a_limit_the_backend_cannot_honour_is_refused_not_dropped(pool):
+    with pytest.raises(sandbox.UnsupportedLimits, match="network=True"):
+        pool.run("print(1)", limits=Limits(network=True))
+    with pytest.raises(sandbox.UnsupportedLimits, match="network=True"):
+        sandbox.Session(Limits(network=True))
+    assert pool.run("print(1)").stdout == "1\n"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"cpu_s": 0}, "cpu_s must be a number >= 0.01"),
+        ({"memory_mb": "lots"}, "memory_mb"),
+        ({"max_files": 0}, "max_files"),
+        ({"disk_mb": -1}, "disk_mb"),
+        ({"network": "yes"}, "network must be true or false"),
+    ],
+)
+def test_impossible_limits_are_a_clear_error(changes, message):
+    with pytest.raises(ValueError, match=message):
+        Limits(**changes)
 
 
 def test_unknown_backend_name_is_a_clear_error():
@@ -219,12 +270,27 @@ def test_killing_workers_under_load_loses_and_duplicates_no_answer():
 
 def test_file_size_open_files_and_workdir_space_are_limited(pool):
     big_file = pool.run("open('big', 'wb').write(b'x' * (3 * 2**20))", limits=Limits(max_file_mb=1))
-    assert big_file.status is Status.ERROR and "File too large" in big_file.stderr, big_file
+    assert big_file.status is Status.OUTPUT_LIMIT and "File too large" in big_file.stderr, big_file
+    assert "sandbox: file size limit reached: 1 MB per file (Limits.max_file_mb)" in big_file.stderr
     many = pool.run("handles = [open('f%d' % i, 'w') for i in range(200)]", limits=Limits(max_open_files=32))
     assert many.status is Status.ERROR and "Too many open files" in many.stderr, many
     code = "chunk = b'x' * 2**20\nwith open('fill', 'wb') as f:\n    for _ in range(100):\n        f.write(chunk)"
-    full = pool.run(code, limits=Limits(max_file_mb=512))  # the workdir is a 64 MB tmpfs
-    assert full.status is Status.ERROR and "No space left on device" in full.stderr, full
+    full = pool.run(code, limits=Limits(max_file_mb=512))  # the scratch space is a 64 MB tmpfs
+    assert full.status is Status.OUTPUT_LIMIT and "No space left on device" in full.stderr, full
+    assert "sandbox: disk quota used up: 64 MB" in full.stderr
+
+
+def test_quotas_are_per_run_and_a_change_is_honoured_at_once(fresh_pool):
+    # The next child is mounted with the last request's quotas; another request's are honoured
+    # by a child prepared for them, and the old ones come back when asked for again.
+    flood = "n = 0\nwhile True:\n    open(f'f{n}', 'w').close()\n    n += 1"
+    for max_files in (40, 40, 90, 40):
+        result = fresh_pool.run(flood, limits=Limits(max_files=max_files))
+        assert result.status is Status.OUTPUT_LIMIT and f"{max_files} files" in result.stderr, result
+        assert f"f{max_files - 1}" not in result.stderr and f"f{max_files}'" in result.stderr
+    small = fresh_pool.run("import os\nst = os.statvfs('.')\nprint(st.f_blocks * st.f_frsize)",
+                           limits=Limits(disk_mb=3))
+    assert int(small.stdout) == 3 * 2**20
 
 
 def test_worker_keeps_a_tag_written_right_after_the_start_line():
@@ -242,13 +308,13 @@ def test_worker_keeps_a_tag_written_right_after_the_start_line():
         os.close(status_w)  # the run is over: a reader waiting for more would see the end
         status_w = os.open(os.devnull, os.O_RDONLY)  # (keeps the cleanup below simple)
         child = SimpleNamespace(status_r=status_r, pidfd=idle_r)
-        assert Worker._await_start(None, child) == ({"id": 7, "limits": {}}, b"V")
+        assert Worker._await_start(None, child) == (b"S", {"id": 7, "limits": {}}, b"V")
     finally:
         for fd in (status_r, status_w, idle_r, idle_w):
             os.close(fd)
 
 
-def test_denied_runs_back_to_back_never_cost_a_worker(fresh_pool):
+def test_denied_runs_back_to_back_never_cost_a_worker(fresh_pool):  # /etc holds only ld.so.cache, read-only
     (worker,) = fresh_pool.worker_pids()
     for _ in range(30):
         result = fresh_pool.run("open('/etc/passwd', 'a')", limits=Limits(wall_s=5))

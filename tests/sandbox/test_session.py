@@ -80,3 +80,23 @@ def test_unjailed_session_still_keeps_state_and_limits():
         s.run("v = 3")
         assert s.run("print(v)").stdout == "3\n"
         assert s.run("import time\ntime.sleep(10)").status is Status.TIMEOUT
+
+
+def test_a_session_never_falls_back_to_the_unisolated_mode_on_its_own(monkeypatch):
+    # Without namespaces a session used to start unjailed with only a log line; now that takes
+    # an explicit jail=False.
+    import sandbox.session as session_module
+    from sandbox import BackendUnavailable
+
+    real = session_module.WorkerProcess
+
+    def no_namespaces(python, config, timeout):
+        if config["jail"]:
+            raise BackendUnavailable("sandbox worker cannot jail runs: unshare: Operation not permitted")
+        return real(python, config, timeout)
+
+    monkeypatch.setattr(session_module, "WorkerProcess", no_namespaces)
+    with pytest.raises(BackendUnavailable, match="jail=False"):
+        Session(Limits(wall_s=2), preload=(), warm_spare=False)
+    with Session(Limits(wall_s=2), jail=False, preload=(), warm_spare=False) as unjailed:  # the explicit opt-in
+        assert unjailed.run("print(6 * 7)").stdout == "42\n"

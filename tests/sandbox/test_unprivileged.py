@@ -30,12 +30,18 @@ import sandbox
 from sandbox import Limits
 
 target, host_tmp = sys.argv[2], sys.argv[3]
+import socket
+host_sock = host_tmp + ".sock"  # a listening Unix socket of the host, in a directory runs cannot see
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(host_sock)
+listener.listen()
+listener.setblocking(False)
 # More processes of this uid than a run may start: RLIMIT_NPROC counts them all, so the
 # pool must budget runs on top of them or every thread a run starts would be refused.
 import subprocess
 sleepers = [subprocess.Popen(["sleep", "120"]) for _ in range(24)]
 backend = sandbox.get_backend("pool", size=1, preload=())
-quick = Limits(cpu_s=2, wall_s=3, max_processes=16, memory_mb=256)
+quick = Limits(cpu_s=2, wall_s=3, max_processes=16, memory_mb=256, max_files=100)
 attacks = {
     "hello": "import os\nprint(input(), os.getcwd())",
     "tcp": "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=2)",
@@ -47,6 +53,9 @@ attacks = {
     "cpu": "while True:\n    pass",
     "sleep": "import time\ntime.sleep(1e9)",
     "environ": "import os\nprint(sorted(os.environ))",
+    "root": "import os\nprint(sorted(os.listdir('/')), os.path.exists('/etc/passwd'))",
+    "unix_socket": f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({host_sock!r})\nprint('connected')",
+    "inodes": "n = 0\nwhile True:\n    open(f'f{n}', 'w').close()\n    n += 1",
     "thread": "import threading\nt = threading.Thread(target=print, args=('thread ok',))\nt.start()\nt.join()",
     "after": "print(6 * 7)",
 }
@@ -63,8 +72,29 @@ with sandbox.Session(quick, jail=False, preload=()) as session:
     report["unjailed_session_thread"] = [str(r.status), r.stdout]
 for sleeper in sleepers:
     sleeper.kill()
+try:
+    listener.accept()
+    report["socket_reached"] = True
+except BlockingIOError:
+    report["socket_reached"] = False
+listener.close()
+import os
+os.unlink(host_sock)
 print(json.dumps(report))
 """
+
+
+def _unjailed_scratch_left(settle_s: float = 5.0) -> list[str]:
+    """Host directories of the unjailed session (uid 65534) still there after ``settle_s``: its
+    workers remove them when their caller is gone, a spare still starting at exit included."""
+    import time
+
+    deadline = time.monotonic() + settle_s
+    while True:
+        left = [str(p) for p in Path("/tmp").glob("coa-sandbox-*") if p.stat().st_uid == NOBODY]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
 
 
 def _readable_by_others(path: Path) -> bool:
@@ -102,6 +132,7 @@ def report(tmp_path_factory):
     assert out.returncode == 0, out.stderr[-2000:]
     data = json.loads(out.stdout.strip().splitlines()[-1])
     data["_files"] = [target.exists(), host_tmp.exists()]
+    data["_scratch_dirs"] = _unjailed_scratch_left()
     data["_secret"] = secret
     for leftover in (target, host_tmp):
         leftover.unlink(missing_ok=True)
@@ -124,20 +155,30 @@ def test_unprivileged_pool_jails_runs_in_a_user_namespace(report):
     [
         ("tcp", "violation"),
         ("dns", "violation"),
-        ("checkout", "violation"),
+        ("checkout", "error"),  # not in the allowlist root at all: a missing path
         ("fork_bomb", "violation"),
         ("memory", "memory"),
         ("cpu", "timeout"),
         ("sleep", "timeout"),
+        ("unix_socket", "not ok"),  # refused by seccomp, or (no pyseccomp) absent from the root
+        ("inodes", "output_limit"),
     ],
 )
 def test_unprivileged_pool_refuses_attacks(report, attack, expected):
-    if attack == "checkout" and CHECKOUT.is_relative_to("/tmp"):
-        expected = "error"  # a checkout below /tmp is not in the jail at all: a missing path
+    if expected == "not ok":
+        assert report[attack][0] in ("violation", "error") and report[attack][1] == "", report[attack]
+        assert report["socket_reached"] is False
+        return
     assert report[attack][0] == expected, report[attack]
+
+
+def test_unprivileged_runs_see_only_the_allowlist_root(report):
+    assert report["root"][0] == "ok"
+    assert "'home'" not in report["root"][1] and report["root"][1].endswith("False\n")
 
 
 def test_unprivileged_runs_leave_the_host_untouched(report):
     # /tmp inside a run is a private tmpfs: the write may succeed there, never on the host.
     assert report["_files"] == [False, False]
+    assert report["_scratch_dirs"] == []  # the unjailed session's host directories are gone
     assert report["_secret"] not in report["environ"][1] and "COA_TEST_SECRET" not in report["environ"][1]

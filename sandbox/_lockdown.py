@@ -1,0 +1,220 @@
+"""The last steps before untrusted code runs, shared by every jailing backend.
+
+A run's scratch space (``/tmp`` with its workdir and the ``/dev/shm`` target: one tmpfs with a
+byte *and* an inode quota), then privileges dropped and the seccomp filter loaded. The pool's
+run child calls this after forking into fresh namespaces; under bubblewrap the harness calls it
+inside the jail, which is why this module imports nothing but the standard library and may be
+loaded from a file by path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import stat
+from collections.abc import Iterable
+
+__all__ = [
+    "SCRATCH",
+    "SHM_DIR",
+    "WORKDIR",
+    "CompiledFilter",
+    "JailError",
+    "become_subreaper",
+    "drop_privileges",
+    "kill_children",
+    "make_scratch",
+    "mount",
+    "scratch_options",
+]
+
+#: The run's writable space: ``/tmp`` (a fresh tmpfs), its workdir, and the directory that
+#: ``/dev/shm`` points at, so POSIX shared memory and semaphores work and count against the quota.
+SCRATCH = "/tmp"
+WORKDIR = "/tmp/work"
+SHM_DIR = "/tmp/.shm"
+#: Inodes the scratch tmpfs uses itself (its root, the workdir, the shm directory).
+_OWN_INODES = 3
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS = 1, 4, 38
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+_PR_SET_CHILD_SUBREAPER = 36
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+
+
+class JailError(OSError):
+    """A kernel refused an isolation step (no namespaces, no mount permission, ...)."""
+
+
+def check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise JailError(err, f"{what}: {os.strerror(err)}")
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    def enc(value: str | None) -> bytes | None:
+        return None if value is None else value.encode()
+
+    check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
+
+
+def bind(source_fd: int, target: str, writable: bool, recursive: bool = False) -> None:
+    """Bind what ``source_fd`` (an ``O_PATH`` descriptor) names onto ``target``; read-only unless
+    ``writable``. The remount keeps the source's locked flags (nodev, noexec) as a user
+    namespace requires; nosuid is always added."""
+    source = f"/proc/self/fd/{source_fd}"
+    try:
+        mount(source, target, None, MS_BIND | (MS_REC if recursive else 0))
+    except JailError:
+        if recursive:
+            raise
+        # A user namespace may refuse a non-recursive bind that would uncover what another
+        # mount hides below the source: take the mounts below it too.
+        mount(source, target, None, MS_BIND | MS_REC)
+    flags = MS_BIND | MS_REMOUNT | MS_NOSUID | (0 if writable else MS_RDONLY)
+    locked = os.statvfs(target).f_flag
+    flags |= (MS_NODEV if locked & os.ST_NODEV else 0) | (MS_NOEXEC if locked & os.ST_NOEXEC else 0)
+    mount(None, target, None, flags)
+
+
+def make_mountpoint(target: str, like_fd: int, root: str = "") -> None:
+    """Create ``root + target`` (parents mode 0755) as a directory or an empty file, whichever
+    the descriptor ``like_fd`` names."""
+    path = root + target
+    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+    if stat.S_ISDIR(os.stat(f"/proc/self/fd/{like_fd}").st_mode):
+        os.makedirs(path, mode=0o755, exist_ok=True)
+    elif not os.path.lexists(path):
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
+
+
+def _new_dirs(paths: Iterable[str], below: str) -> int:
+    """How many directories and mountpoints creating ``paths`` adds below ``below``."""
+    made: set[str] = set()
+    for path in paths:
+        while path.startswith(below + "/") and path not in made:
+            made.add(path)
+            path = os.path.dirname(path)
+    return len(made)
+
+
+def scratch_options(disk_mb: int, max_files: int, extra_inodes: int = 0) -> str:
+    """tmpfs mount options for a run's scratch space: ``disk_mb`` bytes, ``max_files`` inodes
+    for the run's own files and directories (the scratch space's own ones come on top)."""
+    return f"size={disk_mb * 1024 * 1024},nr_inodes={max_files + _OWN_INODES + extra_inodes},mode=1777"
+
+
+def make_scratch(disk_mb: int, max_files: int, owner: int, carry: Iterable[tuple[str, bool]] = ()) -> None:
+    """Mount the run's scratch tmpfs on :data:`SCRATCH` and lay it out (needs CAP_SYS_ADMIN).
+
+    ``carry``: (path, writable) pairs below ``/tmp`` that were visible before (an interpreter's
+    venv, a granted directory) and are bound again on top of the fresh tmpfs.
+    """
+    handles = [(path, writable, os.open(path, os.O_PATH | os.O_CLOEXEC)) for path, writable in carry]
+    try:
+        extra = _new_dirs((path for path, _, _ in handles), SCRATCH)
+        mount("tmpfs", SCRATCH, "tmpfs", MS_NOSUID | MS_NODEV, scratch_options(disk_mb, max_files, extra))
+        os.mkdir(WORKDIR, 0o700)
+        os.chown(WORKDIR, owner, owner)
+        os.mkdir(SHM_DIR)
+        os.chmod(SHM_DIR, 0o1777)
+        for path, writable, fd in handles:
+            make_mountpoint(path, fd)
+            bind(fd, path, writable)
+    finally:
+        for _, _, fd in handles:
+            os.close(fd)
+
+
+def make_scratch_dirs() -> None:
+    """Lay out a scratch tmpfs that a wrapper (nsjail) already mounted with its quota."""
+    os.mkdir(WORKDIR, 0o700)
+    os.mkdir(SHM_DIR)
+    os.chmod(SHM_DIR, 0o1777)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_privileges(uid: int, seccomp_filter: CompiledFilter | None) -> None:
+    """Become ``uid`` (when root) and drop every capability, then lock down for good."""
+    if os.geteuid() == 0 and uid:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    data = (_CapData * 2)()
+    check(_libc.capset(ctypes.byref(header), data), "capset")
+    check(_libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0), "pdeathsig")  # reset by setuid
+    check(_libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")  # own /proc/self readable
+    check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    if seccomp_filter is not None:
+        seccomp_filter.load()
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+class CompiledFilter:
+    """A seccomp filter compiled to BPF once, loaded with one ``prctl`` per run.
+
+    libseccomp compiles its rules on every ``load()`` (~0.5 ms); a pool forks a child per
+    run, so the worker compiles once and each child only hands the program to the kernel.
+    """
+
+    def __init__(self, program: bytes) -> None:
+        if not program or len(program) % ctypes.sizeof(_SockFilter):
+            raise ValueError("not a BPF program")
+        self.program = program
+        count = len(program) // ctypes.sizeof(_SockFilter)
+        self._instructions = (_SockFilter * count).from_buffer_copy(program)
+        self._prog = _SockFprog(count, ctypes.cast(self._instructions, ctypes.POINTER(_SockFilter)))
+
+    def load(self) -> None:
+        """Install the filter on the calling thread (no_new_privs must already be set)."""
+        check(_libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(self._prog), 0, 0), "seccomp")
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants are re-parented to us, so we can wait for them (or kill them)."""
+    check(_libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "PR_SET_CHILD_SUBREAPER")
+
+
+def _children() -> list[int]:
+    found = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError), open(f"/proc/self/task/{task}/children", "rb") as handle:
+                found += [int(pid) for pid in handle.read().split()]
+    return found
+
+
+def kill_children(rounds: int = 1000) -> None:
+    """Kill and reap every child until none is left. As a subreaper that covers every orphaned
+    descendant, a daemon included; one that forked before dying is caught on the next round."""
+    for _ in range(rounds):
+        children = _children()
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        for pid in children:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        if not children:
+            return

@@ -1,0 +1,90 @@
+"""Helpers shared by the sandbox test modules: every jailing backend present, and what a run
+left behind on the host. (A module of its own so that test modules can import it; pytest's
+conftest is not importable as a module.)"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+import sandbox
+from sandbox.backends import BackendUnavailable, get_backend
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+#: Every backend that jails runs; the attack suites run on each one present.
+JAILS = ("pool", "bwrap", "nsjail", "docker")
+
+_jails: dict[str, object] = {}
+
+
+def jail_backend(name: str, **options: object) -> object:
+    """A backend of kind ``name`` (skips with the reason when it cannot run here). Without
+    options the instance is shared by the session (the pool one is the default backend)."""
+    if not options and name in _jails:
+        return _jails[name]
+    try:
+        if name == "pool" and not options:
+            backend = sandbox.default_backend()
+            if backend.name != "pool":
+                pytest.skip(f"default backend is {backend.name!r}, not the pool")
+        else:
+            backend = get_backend(name, **(dict(size=1) if name == "pool" else {}), **options)
+    except BackendUnavailable as exc:
+        pytest.skip(f"{name} backend unavailable: {exc}")
+    if not options:
+        _jails[name] = backend
+    return backend
+
+
+def run_uids(backend) -> set[int]:
+    """The uids a backend's runs execute as (as root: per pool slot, or a rotating range)."""
+    if hasattr(backend, "uids"):
+        return set(backend.uids())
+    return set()
+
+
+def _processes_of(uids: set[int]) -> list[tuple[int, str]]:
+    """(host pid, innermost pid) of the processes whose real uid is in ``uids``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status", encoding="ascii", errors="replace") as handle:
+                fields = dict(line.split(":", 1) for line in handle if ":" in line)
+        except OSError:
+            continue
+        uid = int(fields.get("Uid", "-1").split()[0])
+        if uid in uids:
+            found.append((int(entry), fields.get("NSpid", entry).split()[-1]))
+    return found
+
+
+def leftover_processes(backend, settle_s: float = 2.0) -> list[int]:
+    """Run processes still alive once ``settle_s`` has passed (none is what every test wants).
+
+    A pool keeps one *prepared* child per worker waiting for the next run: it runs as the
+    slot's uid and is PID 1 of a fresh namespace, so PID-1 processes of a pool are not counted.
+    """
+    uids = run_uids(backend)
+    if not uids:
+        return []
+    deadline = time.monotonic() + settle_s
+    while True:
+        left = [pid for pid, inner in _processes_of(uids) if not (backend.name == "pool" and inner == "1")]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+
+
+def close_shared() -> None:
+    """Close the shared backends (the default pool is closed at exit by sandbox itself)."""
+    for name, backend in list(_jails.items()):
+        if name != "pool":
+            backend.close()
+    _jails.clear()
