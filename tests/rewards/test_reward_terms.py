@@ -174,6 +174,7 @@ def test_overlong_counts_an_episode_the_budget_cut_as_reaching_the_cap():
     cut = EpisodeView(task=None, answer=None, response_tokens=80, hit_token_budget=True)
     assert term.score_group([cut])[0].score == -1.0
     assert overlong_penalty(80, 100, 0) == 0.0  # buffer 0: off
+    assert overlong_penalty(130, 100, 20, factor=0.5) == -0.5  # the factor the RL config passes as weight
 
 
 def test_overlong_needs_token_counts():
