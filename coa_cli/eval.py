@@ -242,21 +242,34 @@ def _print_table(title: str, rows: list[tuple[str, list[str]]], labels: list[str
     Console().print(table)
 
 
+# The model and engine options `coa eval` and `coa filter-tasks` share (see episode_agents).
+MODEL = typer.Option(None, help="Model dir/hub id (hf, vllm) or served name (openai).")
+ENGINE = typer.Option("hf", help="hf | vllm | openai")
+BASE_URL = typer.Option(None, help="openai engine: endpoint, e.g. http://127.0.0.1:8000/v1")
+API_KEY = typer.Option(None, help="openai engine: key (default $OPENAI_API_KEY).")
+API_MODE = typer.Option("completions", help="openai engine: completions | chat")
+TOKENIZER = typer.Option(None, help="openai engine: local tokenizer for token ids.")
+DEVICE = typer.Option("cpu", help="hf engine: cpu | cuda | cuda:N")
+DTYPE = typer.Option("float32", help="hf/vllm: float32 | bfloat16 | float16 | auto")
+TOP_P = typer.Option(1.0, help="Nucleus sampling.")
+MAX_NEW_TOKENS = typer.Option(512, help="Token budget of one model turn.")
+
+
 def eval_command(
     env_id: str = typer.Argument(..., help="A registered id, e.g. coa/MATH500-v0"),
     agent: str | None = typer.Option(None, help="oracle | replay:FILE | llm | MODULE:NAME "
                                                 "(default: llm with --model, else oracle)"),
-    model: str | None = typer.Option(None, help="Model dir/hub id (hf, vllm) or served name (openai)."),
-    engine: str = typer.Option("hf", help="hf | vllm | openai"),
-    base_url: str | None = typer.Option(None, help="openai engine: endpoint, e.g. http://127.0.0.1:8000/v1"),
-    api_key: str | None = typer.Option(None, help="openai engine: key (default $OPENAI_API_KEY)."),
-    api_mode: str = typer.Option("completions", help="openai engine: completions | chat"),
-    tokenizer: str | None = typer.Option(None, help="openai engine: local tokenizer for token ids."),
-    device: str = typer.Option("cpu", help="hf engine: cpu | cuda | cuda:N"),
-    dtype: str = typer.Option("float32", help="hf/vllm: float32 | bfloat16 | float16 | auto"),
+    model: str | None = MODEL,
+    engine: str = ENGINE,
+    base_url: str | None = BASE_URL,
+    api_key: str | None = API_KEY,
+    api_mode: str = API_MODE,
+    tokenizer: str | None = TOKENIZER,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
     temperature: float = typer.Option(1.0, help="Sampling temperature (0 = greedy)."),
-    top_p: float = typer.Option(1.0, help="Nucleus sampling."),
-    max_new_tokens: int = typer.Option(512, help="Token budget of one model turn."),
+    top_p: float = TOP_P,
+    max_new_tokens: int = MAX_NEW_TOKENS,
     system_prompt: str | None = typer.Option(None, help="Prompt name (qa, web, code, math) or text."),
     n: int = typer.Option(20, help="Number of tasks (taken in order)."),
     samples: int = typer.Option(1, "--samples", "-k", help="Samples per task (K of avg@K, pass@k)."),

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import typer
 
+from coa_cli.eval import API_KEY, API_MODE, BASE_URL, DEVICE, DTYPE, ENGINE, MAX_NEW_TOKENS, MODEL, TOKENIZER, TOP_P
+
 __all__ = ["BANDS", "band_of", "filter_tasks_command", "parse_keep"]
 
 BANDS = ("never solved", "below band", "kept", "above band", "always solved", "unscored")
@@ -78,21 +80,21 @@ def _print_bands(title: str, counts: dict[str, int], histogram: dict[int, int], 
 
 def filter_tasks_command(
     env_id: str = typer.Argument(..., help="A registered id, e.g. coa/SynthHop-v0"),
-    model: str | None = typer.Option(None, help="Model dir/hub id (hf, vllm) or served name (openai)."),
+    model: str | None = MODEL,
     samples: int = typer.Option(8, "--samples", "-k", help="Samples per task (K)."),
     keep: str = typer.Option("0.1-0.9", help="Pass-rate band to keep, LOW-HIGH (inclusive)."),
     out: Path = typer.Option(Path("tasks.jsonl"), help="Where the kept tasks go (JSONL)."),
     agent: str | None = typer.Option(None, help="llm (default with --model) | oracle | MODULE:NAME"),
-    engine: str = typer.Option("hf", help="hf | vllm | openai"),
-    base_url: str | None = typer.Option(None, help="openai engine: endpoint, e.g. http://127.0.0.1:8000/v1"),
-    api_key: str | None = typer.Option(None, help="openai engine: key (default $OPENAI_API_KEY)."),
-    api_mode: str = typer.Option("completions", help="openai engine: completions | chat"),
-    tokenizer: str | None = typer.Option(None, help="openai engine: local tokenizer for token ids."),
-    device: str = typer.Option("cpu", help="hf engine: cpu | cuda | cuda:N"),
-    dtype: str = typer.Option("float32", help="hf/vllm: float32 | bfloat16 | float16 | auto"),
+    engine: str = ENGINE,
+    base_url: str | None = BASE_URL,
+    api_key: str | None = API_KEY,
+    api_mode: str = API_MODE,
+    tokenizer: str | None = TOKENIZER,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
     temperature: float = typer.Option(1.0, help="Sampling temperature (pass rates need sampling: > 0)."),
-    top_p: float = typer.Option(1.0, help="Nucleus sampling."),
-    max_new_tokens: int = typer.Option(512, help="Token budget of one model turn."),
+    top_p: float = TOP_P,
+    max_new_tokens: int = MAX_NEW_TOKENS,
     n: int | None = typer.Option(None, help="Only the first N tasks (default: all of the split)."),
     split: str = typer.Option("train", help="train (default) | test | all"),
     data: str | None = typer.Option(None, help="Task file/dir (sets data_path)."),

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import gymnasium as gym
 import pytest
 
-import coa_envs  # noqa: F401  (registers ids)
+from tests.rewards.episodes import answer_once
 from tests.web_envs.judge_server import judge_server
 
 
@@ -16,17 +15,11 @@ def judge():
 
 
 def _episode(judge, answer: str, model: str = "grader") -> tuple[float, dict]:
-    env = gym.make("coa/SynthHop-v0", reward={"terms": [
+    reward, ended, info = answer_once({"terms": [
         {"name": "em_f1", "weight": 0.5},
         {"name": "llm_judge", "weight": 0.5, "base_url": judge.base_url, "model": model, "backoff_s": 0.0,
-         "max_retries": 0}]})
-    try:
-        env.reset(seed=0)
-        gold = env.unwrapped.task.gold[0]
-        _, reward, terminated, _, info = env.step(f"<think>t</think><answer>{answer.format(gold=gold)}</answer>")
-    finally:
-        env.close()
-    assert terminated
+         "max_retries": 0}]}, answer)
+    assert ended
     return reward, info
 
 

@@ -11,6 +11,7 @@ import coa_envs  # noqa: F401  (registers ids)
 from coa_envs.rewards import EpisodeView, build_reward
 from coa_envs.rewards.compose import describe_reward, primary_score, term_errors
 from coa_envs.types import RewardResult, Task
+from tests.rewards.episodes import answer_once
 
 TASK = Task("t1", "Which river flows through Paris?", gold=("Seine", "River Seine"))
 GOOD_TURNS = (
@@ -97,15 +98,9 @@ def test_a_failing_primary_leaves_no_top_level_details_and_no_crash():
 
 
 def test_in_the_env_a_failing_term_ends_the_episode_normally_with_reward_error():
-    env = gym.make("coa/SynthHop-v0", reward={"terms": [
+    reward, ended, info = answer_once({"terms": [
         {"name": "em_f1"}, {"name": PLUGIN, "label": "broken", "fail": True, "weight": 5.0}]})
-    try:
-        env.reset(seed=0)
-        gold = env.unwrapped.task.gold[0]
-        _, reward, terminated, truncated, info = env.step(f"<think>x</think><answer>{gold}</answer>")
-    finally:
-        env.close()
-    assert terminated and not truncated and reward == 1.0
+    assert ended and reward == 1.0
     assert info["error_kind"] == "reward_error" and info["reward_error"].startswith("broken: RuntimeError")
     assert info["reward_details"]["terms"]["em_f1"]["score"] == 1.0
 
