@@ -14,7 +14,8 @@ Definitions (the seed reports Pass@1, Pass@3 and Best-of-3; these reproduce them
   ``(task_id, trajectories) -> index`` can stand in (a reward model or an LLM judge,
   as the seed's Bo3 used).
 
-"Correct" means ``reward >= threshold`` (1.0 by default: exact/verified answers). Failures
+"Correct" means the primary reward term's score ``>= threshold`` (1.0 by default:
+exact/verified answers; see :func:`solved`), which is the reward itself for one-term rewards. Failures
 are counted by :class:`~agents.trajectory.EpisodeStatus` outcome, so eval and RL
 trajectories (and files written before the status vocabulary was unified) count alike.
 Stdlib only.
@@ -38,6 +39,8 @@ __all__ = [
     "majority_vote",
     "pass_at_k",
     "pass_at_k_estimator",
+    "pass_rates",
+    "solved",
     "summarize",
 ]
 
@@ -63,15 +66,32 @@ def group_by_task(trajectories: Iterable[Trajectory]) -> dict[str, list[Trajecto
     return {task: sorted(group, key=lambda t: t.sample_index) for task, group in groups.items()}
 
 
-def _correct(trajectory: Trajectory, threshold: float) -> bool:
+def solved(trajectory: Trajectory, threshold: float = 1.0) -> bool:
+    """Whether the episode is correct: its *primary* reward term reached ``threshold``.
+
+    With a composed reward (EM plus format, length and other shaping terms) the total is not
+    a correctness signal; the primary term's score is (:mod:`coa_envs.rewards.compose`).
+    Records without terms (one-term rewards recorded earlier) use the reward itself.
+    """
+    from coa_envs.rewards.compose import primary_score  # lazy: keeps this module stdlib-light
+
+    details = trajectory.info.get("reward_details")
+    if isinstance(details, dict) and "terms" in details:  # unscored primary (no answer): not solved
+        score = primary_score(details)
+        return score is not None and score >= threshold
     return trajectory.reward >= threshold
 
 
 def pass_at_k(groups: dict[str, list[Trajectory]], k: int, threshold: float = 1.0) -> float:
     """Mean unbiased pass@k over tasks with at least k samples (NaN when none has)."""
-    values = [pass_at_k_estimator(len(g), sum(_correct(t, threshold) for t in g), k)
+    values = [pass_at_k_estimator(len(g), sum(solved(t, threshold) for t in g), k)
               for g in groups.values() if len(g) >= k]
     return sum(values) / len(values) if values else float("nan")
+
+
+def pass_rates(groups: dict[str, list[Trajectory]], threshold: float = 1.0) -> dict[str, tuple[int, int]]:
+    """``{task_id: (solved samples, samples)}``: how often the model solves each task."""
+    return {task: (sum(solved(t, threshold) for t in group), len(group)) for task, group in groups.items()}
 
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -106,7 +126,7 @@ def best_of_k(groups: dict[str, list[Trajectory]], k: int, selector: Selector = 
         if len(group) < k:
             continue
         pool = group[:k]
-        values.append(float(_correct(pool[selector(task_id, pool)], threshold)))
+        values.append(float(solved(pool[selector(task_id, pool)], threshold)))
     return sum(values) / len(values) if values else float("nan")
 
 
@@ -124,7 +144,7 @@ def summarize(
     groups = group_by_task(trajectories)
     episodes = len(trajectories)
     rewards = [t.reward for t in trajectories]
-    per_task = [sum(_correct(t, threshold) for t in g) / len(g) for g in groups.values()]
+    per_task = [sum(solved(t, threshold) for t in g) / len(g) for g in groups.values()]
     tool_calls: Counter[str] = Counter()
     tool_errors: Counter[str] = Counter()
     for t in trajectories:
@@ -145,9 +165,9 @@ def summarize(
         "pass_at_k": {str(k): pass_at_k(groups, k, threshold) for k in range(1, samples + 1)},
         "best_of_k": ({str(samples): best_of_k(groups, samples, selector, threshold)}
                       if samples > 1 else {}),
-        "solved": sum(1 for r in rewards if r >= threshold),
+        "solved": sum(1 for t in trajectories if solved(t, threshold)),
         "failed_tasks": [task for task, g in groups.items()
-                         if not any(_correct(t, threshold) for t in g)][:50],
+                         if not any(solved(t, threshold) for t in g)][:50],
         "mean_turns": sum(t.num_turns for t in trajectories) / episodes if episodes else 0.0,
         "tool_calls": dict(tool_calls),
         "tool_calls_per_episode": total_calls / episodes if episodes else 0.0,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.metrics import solved
 from agents.trajectory import Trajectory, read_trajectories
 
 __all__ = [
@@ -70,7 +71,7 @@ def accuracy_by_turn_budget(trajectories: Sequence[Trajectory], threshold: float
         return []
     top = max_budget or max((t.num_turns for t in trajectories), default=1) or 1
     total = len(trajectories)
-    solved_at = [t.num_turns for t in trajectories if t.reward >= threshold]
+    solved_at = [t.num_turns for t in trajectories if solved(t, threshold)]
     return [(budget, sum(1 for n in solved_at if n <= budget) / total)
             for budget in range(1, top + 1)]
 

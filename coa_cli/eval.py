@@ -30,7 +30,16 @@ from typing import Any
 
 import typer
 
-__all__ = ["agent_factory", "eval_command", "load_selector", "report_command"]
+__all__ = [
+    "agent_factory",
+    "build_policy",
+    "env_tasks",
+    "episode_agents",
+    "eval_command",
+    "load_selector",
+    "play_tasks",
+    "report_command",
+]
 
 
 def _replay_factory(path: str, seed: int, task_indices: list[int], samples: int) -> Callable:
@@ -114,7 +123,7 @@ def load_selector(spec: str, judge_url: str | None = None, judge_model: str | No
                              param_hint="--selector")
 
 
-def _build_policy(engine: str, model: str, *, base_url: str | None, api_key: str | None,
+def build_policy(*, engine: str, model: str, base_url: str | None, api_key: str | None,
                   api_mode: str, tokenizer: str | None, device: str, dtype: str,
                   sampling: Any, system_prompt: str | None, concurrency: int,
                   timeout_s: float) -> Any:
@@ -143,17 +152,81 @@ def _build_policy(engine: str, model: str, *, base_url: str | None, api_key: str
     return LLMPolicy(backend, sampling=sampling, system_prompt=system_prompt)
 
 
-def _sort_file(path: Path, order: dict[tuple[str, int], int]) -> None:
-    """Rewrite the streamed JSONL in task/sample order (atomically), for stable diffs."""
+def env_tasks(env_id: str, *, split: str, data: str | None, max_turns: int | None
+              ) -> tuple[dict[str, Any], list[Any]]:
+    """The ``gym.make`` options of a run (split, data, turn limit) and the tasks they give;
+    a bad id or option becomes the CLI error that names the flag."""
+    import gymnasium as gym
+
+    import coa_envs  # noqa: F401  (registers ids)
+
+    make_kwargs: dict[str, Any] = {"task_options": {"split": split}}
+    if data:
+        make_kwargs["data_path"] = data
+    if max_turns is not None:
+        make_kwargs["max_turns"] = max_turns
+    try:
+        probe = gym.make(env_id, **make_kwargs)
+    except gym.error.Error as exc:
+        raise typer.BadParameter(str(exc), param_hint="ENV_ID") from None
+    except ValueError as exc:  # a bad option, or split=train on a benchmark test set
+        raise typer.BadParameter(str(exc), param_hint="--split/--data") from None
+    tasks = list(probe.unwrapped.tasks)
+    probe.close()
+    return make_kwargs, tasks
+
+
+def episode_agents(agent: str, *, model: str | None, seed: int, task_indices: list[int], samples: int,
+                   **policy_options: Any) -> tuple[Callable[[Any, int], Any], Callable[[], None]]:
+    """``(factory, close)`` for an ``--agent`` spec; ``llm`` builds the policy of ``--model``
+    (:func:`build_policy` with ``policy_options``) and batches its episodes."""
+    if agent != "llm":
+        return agent_factory(agent, seed=seed, task_indices=task_indices, samples=samples), (lambda: None)
+    from agents.rollout import policy_factory
+
+    if not model:
+        raise typer.BadParameter("the llm agent needs --model", param_hint="--model")
+    return policy_factory(build_policy(model=model, **policy_options))
+
+
+def _sort_file(path: Path, order: dict[tuple[str, int], int], latest: list[Any]) -> None:
+    """Rewrite the streamed JSONL in task/sample order (atomically), for stable diffs, with
+    the ``latest`` version of each episode (its group terms scored) in place of the streamed one."""
     from agents.trajectory import read_trajectories, write_trajectory
 
-    records = sorted(read_trajectories(path),
+    newest = {(t.task_id, t.sample_index): t for t in latest}
+    records = sorted((newest.get((t.task_id, t.sample_index), t) for t in read_trajectories(path)),
                      key=lambda t: (order.get((t.task_id, t.sample_index), 1 << 30), t.sample_index))
     tmp = path.with_suffix(".jsonl.tmp")
     with open(tmp, "w", encoding="utf-8") as handle:
         for trajectory in records:
             write_trajectory(handle, trajectory)
     os.replace(tmp, path)
+
+
+def play_tasks(env_id: str, make_kwargs: dict[str, Any], factory: Callable[[Any, int], Any], tasks: list[Any], *,
+               indices: list[int], samples: int, out: Path, **rollout_kwargs: Any) -> Any:
+    """Play ``samples`` episodes of each task in ``indices``, streaming them to ``out``; then
+    score the reward's group terms over each task's samples (:mod:`agents.group_rewards`) and
+    rewrite ``out`` in task/sample order. Returns the :class:`~agents.rollout.RolloutResult`."""
+    import gymnasium as gym
+
+    from agents.group_rewards import score_groups
+    from agents.metrics import group_by_task
+    from agents.rollout import run_rollouts
+    from coa_envs.config import build_config
+    from coa_envs.registry import entry
+    from coa_envs.rewards import build_reward
+
+    result = run_rollouts(lambda: gym.make(env_id, **make_kwargs), factory, task_indices=indices,
+                          samples=samples, out=out, **rollout_kwargs)
+    reward = build_reward(build_config(entry(env_id), make_kwargs).reward)
+    by_id = {t.task_id: t for t in tasks}
+    score_groups(group_by_task(result.trajectories).values(), reward, by_id.get)
+    reward.close()
+    order = {(tasks[i].task_id, k): i for i in indices for k in range(samples)}
+    _sort_file(out, order, result.trajectories)
+    return result
 
 
 def _print_table(title: str, rows: list[tuple[str, list[str]]], labels: list[str]) -> None:
@@ -169,21 +242,34 @@ def _print_table(title: str, rows: list[tuple[str, list[str]]], labels: list[str
     Console().print(table)
 
 
+# The model and engine options `coa eval` and `coa filter-tasks` share (see episode_agents).
+MODEL = typer.Option(None, help="Model dir/hub id (hf, vllm) or served name (openai).")
+ENGINE = typer.Option("hf", help="hf | vllm | openai")
+BASE_URL = typer.Option(None, help="openai engine: endpoint, e.g. http://127.0.0.1:8000/v1")
+API_KEY = typer.Option(None, help="openai engine: key (default $OPENAI_API_KEY).")
+API_MODE = typer.Option("completions", help="openai engine: completions | chat")
+TOKENIZER = typer.Option(None, help="openai engine: local tokenizer for token ids.")
+DEVICE = typer.Option("cpu", help="hf engine: cpu | cuda | cuda:N")
+DTYPE = typer.Option("float32", help="hf/vllm: float32 | bfloat16 | float16 | auto")
+TOP_P = typer.Option(1.0, help="Nucleus sampling.")
+MAX_NEW_TOKENS = typer.Option(512, help="Token budget of one model turn.")
+
+
 def eval_command(
     env_id: str = typer.Argument(..., help="A registered id, e.g. coa/MATH500-v0"),
     agent: str | None = typer.Option(None, help="oracle | replay:FILE | llm | MODULE:NAME "
                                                 "(default: llm with --model, else oracle)"),
-    model: str | None = typer.Option(None, help="Model dir/hub id (hf, vllm) or served name (openai)."),
-    engine: str = typer.Option("hf", help="hf | vllm | openai"),
-    base_url: str | None = typer.Option(None, help="openai engine: endpoint, e.g. http://127.0.0.1:8000/v1"),
-    api_key: str | None = typer.Option(None, help="openai engine: key (default $OPENAI_API_KEY)."),
-    api_mode: str = typer.Option("completions", help="openai engine: completions | chat"),
-    tokenizer: str | None = typer.Option(None, help="openai engine: local tokenizer for token ids."),
-    device: str = typer.Option("cpu", help="hf engine: cpu | cuda | cuda:N"),
-    dtype: str = typer.Option("float32", help="hf/vllm: float32 | bfloat16 | float16 | auto"),
+    model: str | None = MODEL,
+    engine: str = ENGINE,
+    base_url: str | None = BASE_URL,
+    api_key: str | None = API_KEY,
+    api_mode: str = API_MODE,
+    tokenizer: str | None = TOKENIZER,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
     temperature: float = typer.Option(1.0, help="Sampling temperature (0 = greedy)."),
-    top_p: float = typer.Option(1.0, help="Nucleus sampling."),
-    max_new_tokens: int = typer.Option(512, help="Token budget of one model turn."),
+    top_p: float = TOP_P,
+    max_new_tokens: int = MAX_NEW_TOKENS,
     system_prompt: str | None = typer.Option(None, help="Prompt name (qa, web, code, math) or text."),
     n: int = typer.Option(20, help="Number of tasks (taken in order)."),
     samples: int = typer.Option(1, "--samples", "-k", help="Samples per task (K of avg@K, pass@k)."),
@@ -204,57 +290,31 @@ def eval_command(
     progress: bool = typer.Option(True, help="Show a progress bar."),
 ) -> None:
     """Run AGENT on ENV_ID; write trajectories.jsonl, summary.json and plots; print the table."""
-    import gymnasium as gym
-
-    import coa_envs  # noqa: F401  (registers ids)
     from agents.engines import SamplingParams
     from agents.metrics import summarize
     from agents.report import Run, comparison_rows, write_plots
-    from agents.rollout import policy_factory, run_rollouts
 
     if samples < 1 or n < 1 or concurrency < 1:
         raise typer.BadParameter("--n, --samples and --concurrency must be >= 1")
     agent = agent or ("llm" if model else "oracle")
     choose = load_selector(selector, judge_url, judge_model)
-    make_kwargs: dict[str, Any] = {"task_options": {"split": split}}
-    if data:
-        make_kwargs["data_path"] = data
-    if max_turns is not None:
-        make_kwargs["max_turns"] = max_turns
-    try:
-        probe = gym.make(env_id, **make_kwargs)
-    except gym.error.Error as exc:
-        raise typer.BadParameter(str(exc), param_hint="ENV_ID") from None
-    except ValueError as exc:  # a bad option, or split=train on a benchmark test set
-        raise typer.BadParameter(str(exc), param_hint="--split/--data") from None
-    task_ids = [t.task_id for t in probe.unwrapped.tasks]
-    probe.close()
-    indices = list(range(min(n, len(task_ids))))
-
-    policy, close = None, (lambda: None)
-    if agent == "llm":
-        if not model:
-            raise typer.BadParameter("the llm agent needs --model", param_hint="--model")
-        sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
-        policy = _build_policy(engine, model, base_url=base_url, api_key=api_key, api_mode=api_mode,
-                               tokenizer=tokenizer, device=device, dtype=dtype, sampling=sampling,
-                               system_prompt=system_prompt, concurrency=concurrency,
-                               timeout_s=min(episode_timeout, 600.0))
-        factory, close = policy_factory(policy)
-    else:
-        factory = agent_factory(agent, seed=seed, task_indices=indices, samples=samples)
+    make_kwargs, tasks = env_tasks(env_id, split=split, data=data, max_turns=max_turns)
+    indices = list(range(min(n, len(tasks))))
+    sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+    factory, close = episode_agents(
+        agent, model=model, seed=seed, task_indices=indices, samples=samples, engine=engine, base_url=base_url,
+        api_key=api_key, api_mode=api_mode, tokenizer=tokenizer, device=device, dtype=dtype, sampling=sampling,
+        system_prompt=system_prompt, concurrency=concurrency, timeout_s=min(episode_timeout, 600.0))
 
     out.mkdir(parents=True, exist_ok=True)
     trajectories_path = out / "trajectories.jsonl"
     try:
-        result = run_rollouts(lambda: gym.make(env_id, **make_kwargs), factory, task_indices=indices,
-                              samples=samples, concurrency=concurrency, seed=seed,
-                              episode_timeout_s=episode_timeout, max_tool_calls=max_tool_calls,
-                              out=trajectories_path, resume=resume, progress=progress)
+        result = play_tasks(env_id, make_kwargs, factory, tasks, indices=indices, samples=samples,
+                            out=trajectories_path, concurrency=concurrency, seed=seed,
+                            episode_timeout_s=episode_timeout, max_tool_calls=max_tool_calls,
+                            resume=resume, progress=progress)
     finally:
         close()
-    order = {(task_ids[i], k): i for i in indices for k in range(samples)}
-    _sort_file(trajectories_path, order)
     extra = {"agent": agent, "model": model, "engine": engine if agent == "llm" else None,
              "selector": selector, "seed": seed, "split": split,
              "distinct_tasks": len({t.task_id for t in result.trajectories}),

@@ -10,6 +10,7 @@ from coa_cli.bench import bench_command
 from coa_cli.cache import app as cache_app
 from coa_cli.distill import distill_command
 from coa_cli.eval import eval_command, report_command
+from coa_cli.filter_tasks import filter_tasks_command
 from coa_cli.retriever import app as retriever_app
 from coa_cli.serve import serve_command
 from coa_cli.teach import teach_command
@@ -58,6 +59,7 @@ def list_envs(
 
 app.command("eval")(eval_command)
 app.command("report")(report_command)
+app.command("filter-tasks")(filter_tasks_command)
 app.add_typer(retriever_app, name="retriever")
 app.add_typer(train_app, name="train")
 app.add_typer(cache_app, name="cache")

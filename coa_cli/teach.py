@@ -88,9 +88,8 @@ def teach_command(
     import coa_envs  # noqa: F401  (registers ids)
     from agents.metrics import summarize
     from agents.report import Run, comparison_rows
-    from agents.rollout import run_rollouts
     from agents.teachers import SystemConfigError, load_system, teacher_factory
-    from coa_cli.eval import _print_table, _sort_file  # the same table and file order as coa eval
+    from coa_cli.eval import _print_table, play_tasks  # the same runner, file order and table as coa eval
 
     if samples < 1 or n < 1 or concurrency < 1:
         raise typer.BadParameter("--n, --samples and --concurrency must be >= 1")
@@ -104,23 +103,22 @@ def teach_command(
         probe = gym.make(env_id, **make_kwargs)
     except (gym.error.Error, ValueError, TypeError, OSError) as exc:
         raise typer.BadParameter(str(exc), param_hint="ENV_ID / --env-kwargs") from None
-    task_ids = [t.task_id for t in probe.unwrapped.tasks]
+    tasks = list(probe.unwrapped.tasks)
     env_tools = list(probe.unwrapped.config.tools)
     probe.close()
     members = [agent.name for agent in team.agents_for(env_tools)]
     if not members:
         raise typer.BadParameter(f"no tool agent of {system} can use {env_id}'s tools {env_tools}",
                                  param_hint="--system")
-    indices = list(range(min(n, len(task_ids))))
+    indices = list(range(min(n, len(tasks))))
     out.mkdir(parents=True, exist_ok=True)
     (out / "system.json").write_text(json.dumps({"env_id": env_id, "make_kwargs": make_kwargs, "members": members,
                                                  "system": dataclasses.asdict(team)}, indent=2), encoding="utf-8")
     trajectories_path = out / "trajectories.jsonl"
-    result = run_rollouts(lambda: gym.make(env_id, **make_kwargs), teacher_factory(team, make_kwargs),
-                          task_indices=indices, samples=samples, concurrency=concurrency, seed=seed,
-                          episode_timeout_s=episode_timeout, max_tool_calls=10_000, end_on_length=False,
-                          out=trajectories_path, resume=resume, progress=progress)
-    _sort_file(trajectories_path, {(task_ids[i], k): i for i in indices for k in range(samples)})
+    result = play_tasks(env_id, make_kwargs, teacher_factory(team, make_kwargs), tasks, indices=indices,
+                        samples=samples, out=trajectories_path, concurrency=concurrency, seed=seed,
+                        episode_timeout_s=episode_timeout, max_tool_calls=10_000, end_on_length=False,
+                        resume=resume, progress=progress)
     extra = {"agent": f"teacher:{team.name}", "system": str(system), "members": members, "seed": seed, "split": split,
              "resumed_episodes": result.skipped,
              "failed_episodes": sum(1 for t in result.trajectories if t.status != "ok")}

@@ -45,7 +45,9 @@ class EnvConfig:
                 "data_path / task_options", override=False)
     tools: Mapping[str, Mapping[str, Any]] = _setting(
         {}, doc="tool tag -> {backend: ..., options}; an override is merged into the registry's")
-    reward: Mapping[str, Any] = _setting({}, doc="{name: <reward>, options}; an override is merged")
+    reward: Mapping[str, Any] = _setting(
+        {}, doc="{name: <term>, options} or {terms: [{name, weight, options}, ...], primary: <label>} "
+                "(coa_envs/rewards/compose.py); an override of the same term is merged, another replaces it")
     prompt: str = _setting("math", doc="name of a system prompt in coa_envs/prompts")
     system_prompt: str | None = _setting(None, doc="literal system prompt text (overrides prompt)")
     max_turns: int = _setting(8, doc="model turns before truncation", minimum=1)
@@ -70,10 +72,9 @@ class EnvConfig:
 
         for name, tool_config in self.tools.items():
             validate_tool_config(name, tool_config)
-        from coa_envs.rewards import available_rewards
+        from coa_envs.rewards import build_reward
 
-        if self.reward.get("name") not in available_rewards():
-            raise ValueError(f"reward.name={self.reward.get('name')!r} is not valid; allowed: {available_rewards()}")
+        build_reward(self.reward).close()  # names, weights and every term's options, checked now
         if self.context_budget_tokens and not self.tokenizer:
             raise ValueError("context_budget_tokens needs tokenizer=<HF tokenizer path or id>")
         if self.system_prompt is None:
@@ -174,6 +175,15 @@ def _merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def _reward_override(registered: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """An override naming the same one term tunes it (``{metric: f1}``); a ``terms:`` list or
+    another term's ``name`` is a new reward and replaces the registry's (merging a different
+    term's options into it would hand one term the other's settings)."""
+    if "terms" in extra or ("name" in extra and extra["name"] != registered.get("name")):
+        return copy.deepcopy(dict(extra))
+    return _merge(registered, extra)
+
+
 def build_config(entry: Mapping[str, Any], overrides: Mapping[str, Any]) -> EnvConfig:
     """Merge a registry entry with ``gym.make`` overrides into a validated :class:`EnvConfig`."""
     unknown_entry = set(entry) - REGISTRY_KEYS
@@ -193,10 +203,11 @@ def build_config(entry: Mapping[str, Any], overrides: Mapping[str, Any]) -> EnvC
     if not isinstance(task_options, Mapping):
         raise ValueError(f"task_options={task_options!r} is not valid; allowed: a mapping of loader options")
     values["tasks"] = _merge(tasks, task_options)
-    for name in ("tools", "reward"):  # an override is merged into the registry's, not replacing it
+    for name in ("tools", "reward"):  # an override is merged into the registry's (a new reward replaces it)
         extra = overrides.get(name) or {}
         if not isinstance(extra, Mapping):
             raise ValueError(f"{name}={extra!r} is not valid; allowed: a mapping")
-        values[name] = _merge(entry.get(name) or {}, extra)
+        registered = entry.get(name) or {}
+        values[name] = _reward_override(registered, extra) if name == "reward" else _merge(registered, extra)
     values.update((k, v) for k, v in overrides.items() if k not in TASK_OVERRIDES and k not in ("tools", "reward"))
     return EnvConfig(**values)

@@ -20,7 +20,8 @@ import gymnasium as gym
 from coa_envs.config import EnvConfig
 from coa_envs.prompts import render_system_prompt
 from coa_envs.protocol import ParsedTurn, ToolCall, parse_turn, render_observation
-from coa_envs.rewards import build_reward
+from coa_envs.rewards import EpisodeView, ToolCallRecord, build_reward
+from coa_envs.rewards.compose import term_errors
 from coa_envs.tasks import load_family_tasks
 from coa_envs.tools import build_tool
 from coa_envs.types import ErrorKind, Reward, Task, Tool, ToolContext, ToolResult
@@ -123,7 +124,11 @@ class CoAEnv(gym.Env[str, str]):
         self.history_chars = 0
         self.history_tokens = 0
         self.asked: set[tuple[str, str]] = set()
-        self.transcript: list[str] = []
+        self.prompt_text = ""
+        # After the prompt, in order: ("generated", turn) and ("observation", text) as the
+        # model saw them; with the tool-call log, what episode reward terms read.
+        self.segments: list[tuple[str, str]] = []
+        self.tool_log: list[ToolCallRecord] = []
         self.ctx = ToolContext(task=self.task, episode_id="")
 
     # -- prompt ---------------------------------------------------------------------------
@@ -158,7 +163,7 @@ class CoAEnv(gym.Env[str, str]):
         messages = self.messages(self.task)
         prompt = f"{messages[0]['content']}\n\n{messages[1]['content']}"
         self._count(prompt)
-        self.transcript.append(prompt)
+        self.prompt_text = prompt
         info = {
             "task_id": self.task.task_id,
             "messages": messages,
@@ -181,7 +186,7 @@ class CoAEnv(gym.Env[str, str]):
         self._count(action if isinstance(action, str) else "")
         parsed = parse_turn(action, allow_parallel=self.config.allow_parallel_tools)
         if isinstance(action, str):
-            self.transcript.append(action)
+            self.segments.append(("generated", action))
         reward, terminated = 0.0, False
         if parsed.error is not None:
             info["error_kind"] = ErrorKind.BAD_ACTION.value
@@ -200,7 +205,7 @@ class CoAEnv(gym.Env[str, str]):
         else:
             observation = render_observation(self._cut(text))
             self._count(observation)
-            self.transcript.append(observation)
+            self.segments.append(("observation", observation))
         truncated = False
         if not terminated:
             if self.turn >= self.config.max_turns:
@@ -217,15 +222,25 @@ class CoAEnv(gym.Env[str, str]):
         info["answer"] = parsed.answer
         if parsed.tool_calls:
             info["ignored_tool_calls"] = [c.tool for c in parsed.tool_calls]
+        reward = self.reward_fn
+        score_episode = getattr(reward, "score_episode", None)
         try:
-            result = self.reward_fn(parsed.answer, self.task)
+            if score_episode is None:  # a plain Reward callable set by hand: it sees the answer
+                result = reward(parsed.answer, self.task)
+            else:
+                result = score_episode(EpisodeView(task=self.task, answer=parsed.answer,
+                                                   segments=tuple(self.segments), tool_calls=tuple(self.tool_log)))
             info["reward_details"] = dict(result.details)
-            return float(result.score), True
         except Exception as exc:
-            log.exception("reward %s failed on task %s", self.config.reward.get("name"), self.task.task_id)
+            log.exception("reward %s failed on task %s", self.config.reward, self.task.task_id)
             info["reward_error"] = f"{type(exc).__name__}: {exc}"
             info["error_kind"] = ErrorKind.REWARD_ERROR.value
             return 0.0, True
+        failed = term_errors(result.details)
+        if failed:  # the failed terms scored 0; the others count (see coa_envs/rewards/compose.py)
+            info["reward_error"] = failed
+            info["error_kind"] = ErrorKind.REWARD_ERROR.value
+        return float(result.score), True
 
     def _run_tools(self, parsed: ParsedTurn, info: dict[str, Any]) -> str:
         calls = parsed.tool_calls
@@ -236,6 +251,7 @@ class CoAEnv(gym.Env[str, str]):
             result = self._call_tool(call)
             info["tool_latency_s"] = time.perf_counter() - started
             kind = None if result.error_kind is None else result.error_kind.value
+            self.tool_log.append(ToolCallRecord(call.tool, call.query, kind))
             info["error_kind"] = kind
             info["tool_error_kinds"] = [kind]
             info["tool_result_details"] = [dict(result.details)]
@@ -246,6 +262,7 @@ class CoAEnv(gym.Env[str, str]):
             results = list(pool.map(self._call_tool, calls))
         info["tool_latency_s"] = time.perf_counter() - started
         kinds = [None if r.error_kind is None else r.error_kind.value for r in results]
+        self.tool_log.extend(ToolCallRecord(c.tool, c.query, k) for c, k in zip(calls, kinds, strict=True))
         info["tool_error_kinds"] = kinds
         info["error_kind"] = next((k for k in kinds if k is not None), None)
         info["tool_result_details"] = [dict(r.details) for r in results]
@@ -309,7 +326,7 @@ class CoAEnv(gym.Env[str, str]):
 
     def render(self) -> str | None:
         if self.render_mode == "ansi":
-            return "".join(self.transcript)
+            return self.prompt_text + "".join(text for _, text in self.segments)
         return None
 
     def close(self) -> None:
@@ -323,6 +340,10 @@ class CoAEnv(gym.Env[str, str]):
                     except Exception:
                         log.exception("tool %s failed to close", tool.name)
         self._tools = None
+        closer = getattr(self._reward, "close", None)
+        if callable(closer):  # e.g. the LLM judge's HTTP client
+            closer()
+        self._reward = None
         if getattr(self, "_runtime", None) is not None:
             self._runtime.close()
             self._runtime = None

@@ -86,13 +86,15 @@ def _silence_dataset_version_warnings() -> None:
 def describe(env_id: str) -> Mapping[str, Any]:
     import importlib
 
+    from coa_envs.rewards.compose import describe_reward
+
     item = entry(env_id)
     family = importlib.import_module(f"coa_envs.tasks.{item['family']}")
     return {
         "id": env_id,
         "family": item["family"],
         "tools": {name: (cfg or {}).get("backend", "default") for name, cfg in (item.get("tools") or {}).items()},
-        "reward": (item.get("reward") or {}).get("name"),
+        "reward": describe_reward(item.get("reward") or {}),
         "max_turns": item.get("max_turns"),
         "split": family.SPLIT_NOTE,  # test set, or how training and held-out tasks are partitioned
         "description": item.get("description", ""),

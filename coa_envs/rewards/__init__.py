@@ -1,29 +1,43 @@
-"""Rewards: one module per reward (``coa_envs.rewards.<name>.build(**config) -> Reward``).
+"""Rewards: weighted, versioned terms, one module per term (``coa_envs.rewards.<name>``).
 
-A reward is a pure function ``(prediction, task) -> RewardResult``. ``build_reward`` is the
-only place that turns a registry ``reward:`` block into a callable.
+Each term module has ``VERSION`` and ``build(**options)`` (see :mod:`coa_envs.rewards.base`
+for the three shapes a term takes). ``build_reward`` is the only place that turns a registry
+``reward:`` block into a reward: a :class:`~coa_envs.rewards.compose.ComposedReward`, for the
+one-term form ``{name: em_f1}`` as for ``{terms: [...]}`` (:mod:`coa_envs.rewards.compose`).
 """
 
 from __future__ import annotations
 
-import importlib
 import pkgutil
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
-from coa_envs.types import Reward
+from coa_envs.rewards.base import EpisodeTerm, EpisodeView, GroupTerm, ToolCallRecord
+from coa_envs.rewards.compose import NOT_TERMS, ComposedReward, build_composed
 
-__all__ = ["available_rewards", "build_reward"]
+__all__ = [
+    "ComposedReward",
+    "EpisodeTerm",
+    "EpisodeView",
+    "GroupTerm",
+    "ToolCallRecord",
+    "available_rewards",
+    "build_reward",
+]
+
+
+@cache
+def _term_names() -> tuple[str, ...]:
+    return tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)
+                        if not m.name.startswith("_") and m.name not in NOT_TERMS))
 
 
 def available_rewards() -> list[str]:
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+    """The names a ``reward:`` block (or a term entry) may use."""
+    return list(_term_names())
 
 
-def build_reward(config: Mapping[str, Any]) -> Reward:
-    options = dict(config)
-    name = options.pop("name", None)
-    if name not in available_rewards():
-        raise ValueError(f"reward.name={name!r} is not a reward; allowed: {available_rewards()}")
-    module = importlib.import_module(f"coa_envs.rewards.{name}")
-    return module.build(**options)
+def build_reward(config: Mapping[str, Any]) -> ComposedReward:
+    """A registry ``reward:`` block (one-term or ``terms:`` form) as a validated reward."""
+    return build_composed(config, _term_names())

@@ -20,7 +20,9 @@ from typing import Any
 from coa_envs.types import RewardResult, Task
 from sandbox import ExecResult, Limits, Status
 
-__all__ = ["CodeTestsReward", "build", "extract_code", "outputs_match"]
+__all__ = ["VERSION", "CodeTestsReward", "build", "extract_code", "outputs_match"]
+
+VERSION = 1  # bump when the scores this term gives change (reported in reward_details)
 
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 # Names LeetCode-style solutions use without importing (``List[int]``, ``deque``...), as the

@@ -22,6 +22,7 @@ from typing import Any
 from coa_envs.types import RewardResult, Task
 
 __all__ = [
+    "VERSION",
     "EmF1Reward",
     "build",
     "exact_match",
@@ -31,6 +32,8 @@ __all__ = [
     "max_over_golds",
     "normalize_answer",
 ]
+
+VERSION = 1  # bump when the scores this term gives change (reported in reward_details)
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = frozenset(string.punctuation)

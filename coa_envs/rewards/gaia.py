@@ -26,7 +26,9 @@ from typing import Any
 
 from coa_envs.types import RewardResult, Task
 
-__all__ = ["GaiaReward", "build", "gaia_match", "normalize_answer_string", "parse_gaia_number"]
+__all__ = ["VERSION", "GaiaReward", "build", "gaia_match", "normalize_answer_string", "parse_gaia_number"]
+
+VERSION = 1  # bump when the scores this term gives change (reported in reward_details)
 
 _NUMBER_NOISE = ("$", "%", ",")
 _LIST_SEPARATORS = re.compile(r"[,;]")

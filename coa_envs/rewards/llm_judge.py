@@ -31,7 +31,9 @@ import httpx
 from coa_envs.rewards.gaia import gaia_match
 from coa_envs.types import RewardResult, Task
 
-__all__ = ["PROMPTS", "JudgeConfig", "JudgeError", "LLMJudgeReward", "build", "parse_verdict"]
+__all__ = ["PROMPTS", "VERSION", "JudgeConfig", "JudgeError", "LLMJudgeReward", "build", "parse_verdict"]
+
+VERSION = 1  # bump when the scores this term gives change (reported in reward_details)
 
 _GRADING_RULES = """\
 Your judgement must use exactly this format, one field per line:

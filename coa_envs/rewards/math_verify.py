@@ -19,7 +19,9 @@ from typing import Any
 
 from coa_envs.types import RewardResult, Task
 
-__all__ = ["MathVerifyReward", "build", "normalise_latex"]
+__all__ = ["VERSION", "MathVerifyReward", "build", "normalise_latex"]
+
+VERSION = 1  # bump when the scores this term gives change (reported in reward_details)
 
 _SPACE_RE = re.compile(r"\s+")
 _WRAPPERS = (r"\left", r"\right", r"\!", r"\,", r"\;", r"\displaystyle", "$")

@@ -25,6 +25,7 @@ __all__ = [
     "load_family_tasks",
     "require",
     "resolve_path",
+    "select_tasks",
 ]
 
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -90,7 +91,14 @@ def _cache_key(family: str, options: Mapping[str, Any]) -> str:
 
 
 def load_family_tasks(family: str, options: Mapping[str, Any]) -> list[Task]:
-    """Load (once per process) the tasks of ``family`` with loader ``options``."""
+    """Load (once per process) the tasks of ``family`` with loader ``options``.
+
+    ``task_list: PATH`` (every family) keeps only the tasks whose ids a JSONL file lists, one
+    ``{"task_id": ...}`` per line, as ``coa filter-tasks`` writes them, in the loader's order.
+    """
+    if options.get("task_list") is not None:
+        rest = {k: v for k, v in options.items() if k != "task_list"}
+        return select_tasks(load_family_tasks(family, rest), options["task_list"])
     key = _cache_key(family, options)
     with _cache_lock:
         cached = _cache.get(key)
@@ -111,3 +119,20 @@ def load_family_tasks(family: str, options: Mapping[str, Any]) -> list[Task]:
 def clear_cache() -> None:
     with _cache_lock:
         _cache.clear()
+
+
+def select_tasks(tasks: list[Task], task_list: str | Path) -> list[Task]:
+    """The tasks whose ids the JSONL ``task_list`` names; an id the tasks lack is an error
+    (a list made from another split, family or data file)."""
+    path = resolve_path(task_list)
+    if path is None or not path.is_file():
+        raise DataNotFoundError(f"task_list={task_list!r}: no such file (write one with `coa filter-tasks`)")
+    wanted = {str(require(record, "task_id", path, row)) for row, record in iter_jsonl(path)}
+    if not wanted:
+        raise TaskDataError(path, 1, "task_id", "is never given: the task list is empty")
+    known = {t.task_id for t in tasks}
+    missing = sorted(wanted - known)
+    if missing:
+        raise ValueError(f"task_list {path}: {len(missing)} task id(s) are not among this env's {len(tasks)} "
+                         f"tasks (another split or data file?), e.g. {missing[:3]}")
+    return [t for t in tasks if t.task_id in wanted]

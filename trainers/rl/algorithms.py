@@ -24,7 +24,6 @@ __all__ = [
     "kl_penalty",
     "masked_mean",
     "masked_whiten",
-    "overlong_penalty",
     "policy_loss",
     "value_loss",
 ]
@@ -107,19 +106,6 @@ def keep_informative_groups(group_rewards: Sequence[Sequence[float]], tol: float
         if rewards and max(rewards) - min(rewards) > tol:
             keep.append(index)
     return keep
-
-
-def overlong_penalty(length: int, max_length: int, buffer: int, factor: float = 1.0) -> float:
-    """DAPO soft overlong punishment: 0 up to ``max_length - buffer``, then a linear ramp
-    down to ``-factor`` at ``max_length`` and ``-factor`` beyond it."""
-    if buffer <= 0:
-        return 0.0
-    expected = max_length - buffer
-    if length <= expected:
-        return 0.0
-    if length <= max_length:
-        return factor * (expected - length) / buffer
-    return -factor
 
 
 def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: str, norm_tokens: float | None = None

@@ -13,29 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from trainers.rl.algorithms import overlong_penalty
-
 if TYPE_CHECKING:
     import torch
 
     from agents.trajectory import Trajectory
 
-__all__ = ["RLBatch", "collate", "generated_length", "shaped_rewards"]
-
-
-def generated_length(trajectory: Trajectory) -> int:
-    """Tokens the policy generated (observation tokens do not count toward overlong)."""
-    return sum(len(s.token_ids) for s in trajectory.segments if s.kind == "generated")
-
-
-def shaped_rewards(
-    trajectories: Sequence[Trajectory], max_length: int, overlong_buffer: int, factor: float
-) -> list[float]:
-    """Environment reward plus DAPO's overlong penalty on the generated length."""
-    return [
-        float(t.reward) + overlong_penalty(generated_length(t), max_length, overlong_buffer, factor)
-        for t in trajectories
-    ]
+__all__ = ["RLBatch", "collate"]
 
 
 @dataclass

@@ -8,7 +8,8 @@ clip range, dynamic sampling, loss aggregation, KL). Each step:
 2. DAPO dynamic sampling: drop groups whose rewards are all equal and sample more groups,
    at most ``max_sampling_rounds`` extra rounds, until the batch is full; groups that lost
    an episode to a crashed worker are dropped whole (and counted), never trained on half;
-3. shape rewards (overlong penalty), collate, ``learner.prepare`` (mismatch, values, KL,
+3. shape rewards: the reward's group terms over each complete group, DAPO's overlong term
+   among them (``trainers/rl/shaping.py``); collate, ``learner.prepare`` (mismatch, values, KL,
    advantages), ``learner.update``;
 4. push the new weights to the workers, log metrics, checkpoint every ``save_every``.
 With ``pipeline: true`` step k+1's rollouts run while step k updates (one step stale;
@@ -27,9 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 from trainers.common import Checkpointer, MetricsLogger
 from trainers.rl.algorithms import keep_informative_groups
-from trainers.rl.batch import collate, shaped_rewards
+from trainers.rl.batch import collate
 from trainers.rl.metrics import episode_stats, plot_reward_curve
 from trainers.rl.rollout import EpisodeJob
+from trainers.rl.shaping import rl_reward, shape_groups
 from trainers.rl.warmstart import warm_start
 
 if TYPE_CHECKING:
@@ -87,9 +89,18 @@ def _episode_seed(seed: int, step: int, group: int, sample: int) -> int:
     return random.Random(f"{seed}:{step}:{group}:{sample}").randrange(2**31)
 
 
-def collect_groups(config: RLConfig, sampler: TaskSampler, rollouts: Any, step: int
-                   ) -> CollectedBatch:
-    """Sample groups until ``prompts_per_step`` usable groups are in hand (or rounds run out)."""
+def training_reward(config: RLConfig) -> Any:
+    """The env's reward plus the algorithm's overlong term (see ``trainers/rl/shaping.py``)."""
+    algo = config.algorithm
+    return rl_reward(config.env.id, config.env.kwargs, config.rollout.max_response_tokens,
+                     algo.overlong_buffer, algo.overlong_penalty)
+
+
+def collect_groups(config: RLConfig, sampler: TaskSampler, rollouts: Any, step: int,
+                   reward: Any = None) -> CollectedBatch:
+    """Sample groups until ``prompts_per_step`` usable groups are in hand (or rounds run out);
+    each complete group's trajectories carry their shaped reward (``reward``'s group terms)."""
+    reward = training_reward(config) if reward is None else reward
     algo, seed = config.algorithm, config.bookkeeping.seed
     group_size = algo.group_size
     kept: list[list[Trajectory]] = []
@@ -117,9 +128,8 @@ def collect_groups(config: RLConfig, sampler: TaskSampler, rollouts: Any, step: 
         sampled.extend(t for t in trajectories if t.prompt_ids)
         complete = [g for g in by_group.values() if len(g) == group_size]
         incomplete += need - len(complete)
+        rewards = shape_groups(complete, reward)
         if algo.dynamic_sampling:
-            rewards = [shaped_rewards(g, config.rollout.max_response_tokens, algo.overlong_buffer,
-                                      algo.overlong_penalty) for g in complete]
             informative = [complete[i] for i in keep_informative_groups(rewards)]
             filtered += len(complete) - len(informative)
             complete = informative
@@ -157,8 +167,7 @@ def _train_on(config: RLConfig, learner: Any, groups: list[list[Trajectory]], pa
               ) -> dict[str, float]:
     algo = config.algorithm
     trajectories = [t for g in groups for t in g]
-    rewards = shaped_rewards(trajectories, config.rollout.max_response_tokens,
-                             algo.overlong_buffer, algo.overlong_penalty)
+    rewards = [float(t.reward) for t in trajectories]  # shaped in collect_groups
     group_ids = [gi for gi, g in enumerate(groups) for _ in g]
     batch = collate(trajectories, rewards, group_ids, pad_token_id=pad_id)
     # Minibatch sizes refer to the full batch; a short (filtered) batch trains in one go.
@@ -197,6 +206,7 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
             warm_start=dataclasses.replace(config.model.warm_start, episodes=0)))
     random.seed(book.seed)
     torch.manual_seed(book.seed)
+    reward = training_reward(config)  # a bad reward block fails here, before any worker starts
     rollouts, learner = build_groups(config)
     sampler = TaskSampler(rollouts.num_tasks(), book.seed)
     heldout_tasks = rollouts.num_tasks(heldout=True) if book.eval_every else 0
@@ -226,7 +236,7 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
         for step in range(start + 1, end + 1):
             t_step = time.perf_counter()
             if future is None:
-                future = executor.submit(collect_groups, config, sampler, rollouts, step)
+                future = executor.submit(collect_groups, config, sampler, rollouts, step, reward)
             collected: CollectedBatch = future.result()
             future = None
             rollout_s = time.perf_counter() - t_step
@@ -234,7 +244,7 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
                 rollouts.set_weights(*pending_weights)
                 pending_weights = None
             if config.rollout.pipeline and step < end:
-                future = executor.submit(collect_groups, config, sampler, rollouts, step + 1)
+                future = executor.submit(collect_groups, config, sampler, rollouts, step + 1, reward)
             metrics = {**episode_stats(collected.sampled), **collected.stats}
             if collected.groups:
                 # Padding ids are never attended to nor trained on; any id works.
@@ -268,6 +278,7 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
             future.result()
         executor.shutdown(wait=True)
         logger.close()
+        reward.close()
         if getattr(learner, "close", None) is not None:  # Ray: free the learner actors
             learner.close()
         rollouts.close()

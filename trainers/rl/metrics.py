@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agents.metrics import solved
 from trainers.common.metrics import read_metrics
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ def episode_stats(trajectories: Sequence[Trajectory], prefix: str = "rollout") -
         f"{prefix}/episodes": float(len(trajectories)),
         f"{prefix}/reward_mean": _mean(rewards),
         f"{prefix}/reward_std": float(statistics.pstdev(rewards)) if len(rewards) > 1 else 0.0,
-        f"{prefix}/accuracy": _mean([float(r >= 1.0) for r in rewards]),
+        f"{prefix}/accuracy": _mean([float(solved(t)) for t in trajectories]),  # the primary term
         f"{prefix}/response_tokens": _mean(responses),
         f"{prefix}/generated_tokens": _mean(generated),
         f"{prefix}/turns": _mean([t.num_turns for t in trajectories]),

@@ -57,9 +57,9 @@ class RolloutResult:
 
 
 def make_env(config: RLConfig, heldout: bool = False) -> Any:
-    """``gymnasium.make`` of the configured env id on its training tasks (``env.train_split``),
-    or with ``heldout`` on its held-out tasks (``split: test``, ``env.eval_kwargs`` merged over
-    ``env.kwargs``). Registers the coa ids on import."""
+    """``gymnasium.make`` of the configured env id on its training tasks (``env.train_split``,
+    only those of ``env.task_list`` when set), or with ``heldout`` on its held-out tasks
+    (``split: test``, ``env.eval_kwargs`` merged over ``env.kwargs``). Registers the coa ids."""
     import gymnasium as gym
 
     import coa_envs  # noqa: F401 - registers the ids
@@ -70,6 +70,8 @@ def make_env(config: RLConfig, heldout: bool = False) -> Any:
         kwargs = deep_merge(kwargs, config.env.eval_kwargs)
     split = "test" if heldout else config.env.train_split
     kwargs["task_options"] = {**dict(kwargs.get("task_options") or {}), "split": split}
+    if config.env.task_list and not heldout:  # a filtered list of training tasks (coa filter-tasks)
+        kwargs["task_options"]["task_list"] = config.env.task_list
     return gym.make(config.env.id, **kwargs)
 
 

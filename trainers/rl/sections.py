@@ -186,6 +186,9 @@ class EnvSection:
     eval_kwargs: dict[str, Any] = field(default_factory=dict)
     """Merged over ``kwargs`` for the env of the periodic eval, which always plays the
     held-out tasks (``split: test``); e.g. ``{task_options: {num_tasks: 200}}``."""
+    task_list: str | None = None
+    """Train only on the tasks this JSONL lists (``coa filter-tasks`` output: the tasks the
+    model neither always solves nor always fails); the periodic eval is not restricted."""
 
     def __post_init__(self) -> None:
         check_fields(self, "env.")

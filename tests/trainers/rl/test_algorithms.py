@@ -122,14 +122,6 @@ def test_masked_tokens_carry_zero_gradient():
         assert torch.any(logp.grad[mask == 1] != 0)
 
 
-def test_overlong_penalty_ramp():
-    assert alg.overlong_penalty(80, 100, 20) == 0.0
-    assert alg.overlong_penalty(90, 100, 20) == pytest.approx(-0.5)
-    assert alg.overlong_penalty(100, 100, 20) == pytest.approx(-1.0)
-    assert alg.overlong_penalty(130, 100, 20, factor=0.5) == pytest.approx(-0.5)
-    assert alg.overlong_penalty(130, 100, 0) == 0.0
-
-
 def test_kl_estimators():
     gen = torch.Generator().manual_seed(2)
     # samples from p = N-ish categorical: k1 and k3 estimate the same KL in expectation

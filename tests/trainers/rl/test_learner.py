@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from agents.trajectory import Trajectory  # noqa: E402
-from trainers.rl.batch import collate, shaped_rewards  # noqa: E402
+from trainers.rl.batch import collate  # noqa: E402
 from trainers.rl.config import load_config  # noqa: E402
 
 
@@ -36,13 +36,6 @@ def test_collate_is_target_aligned_and_masks_observations():
     assert batch.mask[1].tolist() == [0, 1, 0, 0, 0, 0, 0]
     assert batch.attention_mask[1].tolist() == [1, 1, 1, 0, 0, 0, 0, 0]
     assert batch.has_rollout_logprobs.tolist() == [True, True]
-
-
-def test_overlong_shaping_counts_generated_tokens_only():
-    long_obs = _trajectory([1], [("g", [2] * 10, [0.0] * 10), ("o", [3] * 500, [])])
-    assert shaped_rewards([long_obs], max_length=20, overlong_buffer=5, factor=1.0) == [1.0]
-    long_gen = _trajectory([1], [("g", [2] * 18, [0.0] * 18)])
-    assert shaped_rewards([long_gen], 20, 5, 1.0) == [pytest.approx(1.0 - 3 / 5)]
 
 
 @pytest.fixture(scope="module")

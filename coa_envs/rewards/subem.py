@@ -1,0 +1,49 @@
+"""Sub-exact match for multi-hop QA: a gold alias contained in the answer.
+
+The seed trains and reports MHQA with this looser cousin of EM beside it: after SQuAD
+normalisation (:func:`coa_envs.rewards.em_f1.normalize_answer`) the answer scores 1 when
+some gold alias occurs inside it, so "the river Thames in London" matches "Thames". As in
+the seed and FlashRAG the test is a plain substring test, so a gold "1" is found in
+"1990"; ``word_boundary: true`` asks for whole words instead. An empty gold never matches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from coa_envs.rewards.em_f1 import extract_answer, normalize_answer
+from coa_envs.types import RewardResult, Task
+
+__all__ = ["VERSION", "SubExactMatch", "build", "sub_exact_match"]
+
+VERSION = 1  # bump when the scores this term gives change (reported in reward_details)
+
+
+def sub_exact_match(prediction: str, gold: str, word_boundary: bool = False) -> bool:
+    """True when the normalised ``gold`` occurs inside the normalised ``prediction``."""
+    needle, haystack = normalize_answer(gold), normalize_answer(prediction)
+    if not needle:
+        return False
+    if word_boundary:
+        return f" {needle} " in f" {haystack} "
+    return needle in haystack
+
+
+@dataclass(frozen=True, slots=True)
+class SubExactMatch:
+    word_boundary: bool = False
+
+    def __call__(self, prediction: str, task: Task) -> RewardResult:
+        answer = extract_answer(prediction or "")
+        matched = next((g for g in task.gold if sub_exact_match(answer, str(g), self.word_boundary)), None)
+        details: dict[str, Any] = {"subem": float(matched is not None), "matched_gold": matched,
+                                   "prediction": answer, "golds": [str(g) for g in task.gold]}
+        return RewardResult(float(matched is not None), details)
+
+
+def build(word_boundary: bool = False) -> SubExactMatch:
+    """``reward: {name: subem}``; ``word_boundary: true`` matches whole words only."""
+    if not isinstance(word_boundary, bool):
+        raise ValueError(f"subem: word_boundary={word_boundary!r} is not valid; allowed: true or false")
+    return SubExactMatch(word_boundary)
