@@ -87,12 +87,15 @@ def _eval_path(scripts) -> list[Trajectory]:
 
 
 def _rl_path(scripts) -> tuple[list[Trajectory], dict[str, int]]:
-    from trainers.rl.config import RLConfig
+    from trainers.rl.config import load_config
     from trainers.rl.rollout import EpisodeJob, RolloutWorker
 
-    config = RLConfig(env_id=ENV_ID, env_kwargs=ENV_KWARGS, max_turns=MAX_TURNS, torch_threads=0,
-                      episodes_in_flight=2, tool_threads=2, max_new_tokens=256,
-                      max_response_tokens=100_000, use_ray=False, eval_every=0)
+    config = load_config(values={
+        "env": {"id": ENV_ID, "kwargs": ENV_KWARGS, "max_turns": MAX_TURNS},
+        "rollout": {"episodes_in_flight": 2, "tool_threads": 2, "max_new_tokens": 256,
+                    "max_response_tokens": 100_000},
+        "resources": {"torch_threads": 0, "use_ray": False},
+        "bookkeeping": {"eval_every": 0}})
     worker = RolloutWorker(config, engine=ScriptedEngine(scripts), tokenizer=CharTokenizer())
     try:
         result = worker.run([EpisodeJob(i, i, 0, 100 + i) for i in range(len(scripts))])
