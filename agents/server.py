@@ -19,7 +19,6 @@ string might still be forming, so a streamed stop string never leaks).
 # defined inside create_app as real types, not as strings it cannot resolve.
 import asyncio
 import json
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -298,20 +297,7 @@ def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> Iterato
 
     ``port=0`` picks a free port. The server stops when the block exits.
     """
-    import uvicorn
+    from coa_envs.service.running import serve_in_thread as serve_app
 
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="coa-serve", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the server did not start")
-        time.sleep(0.01)
-    bound = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://{host}:{bound}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with serve_app(app, host, port) as url:
+        yield f"{url}/v1"

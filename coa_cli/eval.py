@@ -191,6 +191,8 @@ def eval_command(
     out: Path = typer.Option(Path("runs/eval"), help="Output directory."),
     resume: bool = typer.Option(False, help="Keep finished episodes in OUT and run the rest."),
     data: str | None = typer.Option(None, help="Task file/dir (sets data_path)."),
+    env_url: str | None = typer.Option(None, help="Play ENV_ID in a `coa serve-env` server at this URL "
+                                                  "(token: $COA_ENV_TOKEN)."),
     split: str = typer.Option("test", help="test (held-out tasks) | train | all: which side of the "
                                            "env's train/test partition to run (see `coa list`)."),
     max_turns: int | None = typer.Option(None, help="Override the env's turn limit."),
@@ -221,12 +223,21 @@ def eval_command(
         make_kwargs["data_path"] = data
     if max_turns is not None:
         make_kwargs["max_turns"] = max_turns
+    def make_env() -> Any:
+        if env_url:
+            from coa_envs.registry import REMOTE_ID
+
+            return gym.make(REMOTE_ID, base_url=env_url, env_id=env_id, overrides=make_kwargs)
+        return gym.make(env_id, **make_kwargs)
+
     try:
-        probe = gym.make(env_id, **make_kwargs)
+        probe = make_env()
     except gym.error.Error as exc:
         raise typer.BadParameter(str(exc), param_hint="ENV_ID") from None
     except ValueError as exc:  # a bad option, or split=train on a benchmark test set
         raise typer.BadParameter(str(exc), param_hint="--split/--data") from None
+    except RuntimeError as exc:  # the env server refused (unknown id, override) or is unreachable
+        raise typer.BadParameter(str(exc), param_hint="--env-url") from None
     task_ids = [t.task_id for t in probe.unwrapped.tasks]
     probe.close()
     indices = list(range(min(n, len(task_ids))))
@@ -247,7 +258,7 @@ def eval_command(
     out.mkdir(parents=True, exist_ok=True)
     trajectories_path = out / "trajectories.jsonl"
     try:
-        result = run_rollouts(lambda: gym.make(env_id, **make_kwargs), factory, task_indices=indices,
+        result = run_rollouts(make_env, factory, task_indices=indices,
                               samples=samples, concurrency=concurrency, seed=seed,
                               episode_timeout_s=episode_timeout, max_tool_calls=max_tool_calls,
                               out=trajectories_path, resume=resume, progress=progress)
@@ -256,7 +267,7 @@ def eval_command(
     order = {(task_ids[i], k): i for i in indices for k in range(samples)}
     _sort_file(trajectories_path, order)
     extra = {"agent": agent, "model": model, "engine": engine if agent == "llm" else None,
-             "selector": selector, "seed": seed, "split": split,
+             "selector": selector, "seed": seed, "split": split, "env_url": env_url,
              "distinct_tasks": len({t.task_id for t in result.trajectories}),
              "resumed_episodes": result.skipped,
              "failed_episodes": sum(1 for t in result.trajectories if t.status != "ok")}

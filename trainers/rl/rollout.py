@@ -59,7 +59,8 @@ class RolloutResult:
 def make_env(config: RLConfig, heldout: bool = False) -> Any:
     """``gymnasium.make`` of the configured env id on its training tasks (``env.train_split``),
     or with ``heldout`` on its held-out tasks (``split: test``, ``env.eval_kwargs`` merged over
-    ``env.kwargs``). Registers the coa ids on import."""
+    ``env.kwargs``). Registers the coa ids on import;
+    a remote client when ``env.url`` is set."""
     import gymnasium as gym
 
     import coa_envs  # noqa: F401 - registers the ids
@@ -70,6 +71,10 @@ def make_env(config: RLConfig, heldout: bool = False) -> Any:
         kwargs = deep_merge(kwargs, config.env.eval_kwargs)
     split = "test" if heldout else config.env.train_split
     kwargs["task_options"] = {**dict(kwargs.get("task_options") or {}), "split": split}
+    if config.env.url:  # the env runs in a `coa serve-env` server; this is its client
+        from coa_envs.registry import REMOTE_ID
+
+        return gym.make(REMOTE_ID, base_url=config.env.url, env_id=config.env.id, overrides=kwargs)
     return gym.make(config.env.id, **kwargs)
 
 

@@ -186,10 +186,16 @@ class EnvSection:
     eval_kwargs: dict[str, Any] = field(default_factory=dict)
     """Merged over ``kwargs`` for the env of the periodic eval, which always plays the
     held-out tasks (``split: test``); e.g. ``{task_options: {num_tasks: 200}}``."""
+    url: str | None = None
+    """Step ``id`` in a ``coa serve-env`` server at this URL (``http://host:8100``) instead of
+    in the rollout workers; ``kwargs`` go to it as client overrides (the server decides
+    which it accepts). A bearer token, if the server wants one, comes from ``$COA_ENV_TOKEN``."""
 
     def __post_init__(self) -> None:
         check_fields(self, "env.")
         _at_least(self, "env.", 1, ("max_turns",))
+        if self.url is not None and not self.url.startswith(("http://", "https://", "ws://", "wss://")):
+            raise ConfigError(f"env.url={self.url!r}: give the server's base URL, e.g. http://127.0.0.1:8100")
 
     @property
     def train_split(self) -> str:
