@@ -10,6 +10,7 @@ from coa_cli.bench import bench_command
 from coa_cli.cache import app as cache_app
 from coa_cli.distill import distill_command
 from coa_cli.eval import eval_command, report_command
+from coa_cli.mcp import app as mcp_app
 from coa_cli.retriever import app as retriever_app
 from coa_cli.serve import serve_command
 from coa_cli.serve_env import serve_env_command
@@ -62,6 +63,7 @@ app.command("report")(report_command)
 app.add_typer(retriever_app, name="retriever")
 app.add_typer(train_app, name="train")
 app.add_typer(cache_app, name="cache")
+app.add_typer(mcp_app, name="mcp")
 app.command("serve")(serve_command)
 app.command("serve-env")(serve_env_command)
 app.command("distill")(distill_command)

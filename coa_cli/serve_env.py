@@ -15,7 +15,7 @@ import typer
 __all__ = ["parse_overrides", "serve_env_command"]
 
 
-def parse_overrides(pairs: list[str]) -> dict[str, object]:
+def parse_overrides(pairs: list[str], option: str = "--set") -> dict[str, object]:
     """``KEY=VALUE`` pairs, each VALUE read as YAML (``max_turns=4``, ``tools={code: {backend: subprocess}}``)."""
     import yaml
 
@@ -23,11 +23,11 @@ def parse_overrides(pairs: list[str]) -> dict[str, object]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise typer.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--set")
+            raise typer.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint=option)
         try:
             overrides[key.strip()] = yaml.safe_load(value)
         except yaml.YAMLError as exc:
-            raise typer.BadParameter(f"{pair!r}: the value is not YAML ({exc})", param_hint="--set") from None
+            raise typer.BadParameter(f"{pair!r}: the value is not YAML ({exc})", param_hint=option) from None
     return overrides
 
 
