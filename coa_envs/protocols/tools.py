@@ -1,9 +1,10 @@
 """Function calling: each tool as a JSON-schema function, and call arguments back to a query.
 
 A CoA tool takes one string (the query the tag protocol puts between its tags); as a
-function it takes one string parameter, named and described by the tool (``code`` takes
-``code``, the others a ``query``). The same definitions serve the OpenAI ``tools`` list and
-the MCP ``tools/list`` answer, so a tool is described once whatever the caller.
+function it takes one string parameter, named and described by the tool's own
+:class:`~coa_envs.types.ToolSpec` (``code`` takes ``code``, the others a ``query``). The
+same definitions serve the OpenAI ``tools`` list and the MCP ``tools/list`` answer, so a
+tool is described once whatever the caller.
 
 Tools from an external MCP server come with their own schema. The rule that maps any
 definition to the one query string a tool runs on: a function whose only parameter is a
@@ -31,26 +32,19 @@ class ToolArgumentError(ValueError):
     """A call's arguments do not match the tool's schema; the message is fit for the model."""
 
 
-def _describe(name: str) -> tuple[str, str, str]:
-    """(what the tool does, its parameter's name, what the parameter is)."""
-    from coa_envs.env import TOOL_DESCRIPTIONS
-
-    line = TOOL_DESCRIPTIONS[name]
-    usage, _, summary = line.partition(": ")
-    argument = usage.split(">", 1)[1].rsplit("</", 1)[0] if ">" in usage else "the query"
-    return summary.strip(), "code" if name == "code" else "query", argument.strip()
-
-
 def function_definition(name: str) -> dict[str, Any]:
-    """The OpenAI ``function`` object (``name``, ``description``, ``parameters``) of tool ``name``."""
-    summary, parameter, argument = _describe(name)
+    """The OpenAI ``function`` object (``name``, ``description``, ``parameters``) of tool ``name``,
+    from the :class:`~coa_envs.types.ToolSpec` its module owns."""
+    from coa_envs.tools import tool_spec
+
+    spec = tool_spec(name)
     return {
-        "name": name,
-        "description": summary,
+        "name": spec.name,
+        "description": spec.summary,
         "parameters": {
             "type": "object",
-            "properties": {parameter: {"type": "string", "description": argument}},
-            "required": [parameter],
+            "properties": {spec.parameter: {"type": "string", "description": spec.argument}},
+            "required": [spec.parameter],
             "additionalProperties": False,
         },
     }

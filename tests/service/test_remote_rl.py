@@ -1,4 +1,4 @@
-"""RL rollout workers stepping a served env (``env_url``) train exactly as with in-process envs."""
+"""RL rollout workers stepping a served env (``env.url``) train exactly as with in-process envs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from tests.service.servers import serve
-from trainers.rl.config import ConfigError, RLConfig
+from trainers.common import ConfigError
+from trainers.rl.config import RLConfig, load_config
 
 SERVER_SIDE = {"task_options": {"difficulty": "easy", "num_tasks": 16},
                "tools": {"wiki_search": {"backend": "bm25", "top_k": 1}}}
@@ -20,14 +21,16 @@ CLIENT_SIDE = {"system_prompt": "Search the wiki, then answer."}
 COMPARED = ("rollout/reward_mean", "rollout/tool_calls", "policy/entropy", "loss/policy", "eval/heldout_reward_mean")
 
 
-def _config(out, **overrides) -> RLConfig:
-    base = dict(algorithm="dapo", model="tiny", model_config={"hidden_size": 32, "layers": 1},
-                env_id="coa/SynthHop-v0", use_ray=False, torch_threads=1, total_steps=2, prompts_per_step=2,
-                group_size=2, minibatch_size=4, micro_batch_size=2, max_new_tokens=8, max_response_tokens=48,
-                max_turns=2, lr=1e-3, dynamic_sampling=False, entropy_coef=0.01, save_every=2,
-                output_dir=str(out), tensorboard=False, plot=False, eval_every=2, eval_episodes=4)
-    base.update(overrides)
-    return RLConfig(**base)
+def _config(out, env: dict) -> RLConfig:
+    return load_config(values={
+        "algorithm": {"name": "dapo", "total_steps": 2, "prompts_per_step": 2, "group_size": 2, "minibatch_size": 4,
+                      "lr": 1e-3, "dynamic_sampling": False, "entropy_coef": 0.01},
+        "model": {"path": "tiny", "config_overrides": {"hidden_size": 32, "layers": 1}},
+        "env": {"id": "coa/SynthHop-v0", "max_turns": 2, **env},
+        "rollout": {"max_new_tokens": 8, "max_response_tokens": 48},
+        "resources": {"use_ray": False, "torch_threads": 1, "micro_batch_size": 2},
+        "bookkeeping": {"save_every": 2, "output_dir": str(out), "tensorboard": False, "plot": False,
+                        "eval_every": 2, "eval_episodes": 4}})
 
 
 def _metrics(out) -> list[dict]:
@@ -41,9 +44,9 @@ def test_training_on_a_served_env_matches_training_in_process(tmp_path):
 
     local_out, remote_out = tmp_path / "local", tmp_path / "remote"
     local_kwargs = {**SERVER_SIDE, **CLIENT_SIDE}
-    train(_config(local_out, env_kwargs=local_kwargs))
+    train(_config(local_out, {"kwargs": local_kwargs}))
     with serve(["coa/SynthHop-v0"], overrides=SERVER_SIDE) as url:
-        remote = _config(remote_out, env_kwargs=CLIENT_SIDE, env_url=url)
+        remote = _config(remote_out, {"kwargs": CLIENT_SIDE, "url": url})
         env = make_env(remote)
         assert type(env.unwrapped).__name__ == "RemoteEnv" and len(env.unwrapped.tasks) == 13  # split=train
         env.close()
@@ -54,5 +57,5 @@ def test_training_on_a_served_env_matches_training_in_process(tmp_path):
 
 
 def test_env_url_must_be_a_url():
-    with pytest.raises(ConfigError, match="env_url"):
-        RLConfig(env_url="localhost:8100")
+    with pytest.raises(ConfigError, match=r"env\.url"):
+        load_config(values={"env": {"url": "localhost:8100"}})

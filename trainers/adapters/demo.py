@@ -20,13 +20,16 @@ SYNTHHOP_DEMO: dict[str, Any] = {
 def tiny_warm_start(out: str | Path, env_id: str = "coa/SynthHop-v0", env_kwargs: dict[str, Any] | None = None,
                     max_steps: int = 80) -> Path:
     """A tiny model SFT'd on ``env_id``'s oracle episodes (~20-40 s on 2 CPU cores); returns its dir."""
-    from trainers.rl.config import RLConfig
+    from trainers.rl.config import load_config
     from trainers.rl.warmstart import warm_start
 
-    config = RLConfig(env_id=env_id, env_kwargs=dict(env_kwargs or SYNTHHOP_DEMO), max_turns=3, use_ray=False,
-                      group_size=2, minibatch_size=2, micro_batch_size=2, model="tiny", eval_every=0,
-                      model_config={"hidden_size": 64, "layers": 2}, output_dir=str(out),
-                      warm_start={"episodes": 24, "max_steps": max_steps, "learning_rate": 5e-3})
+    config = load_config(values={
+        "model": {"path": "tiny", "config_overrides": {"hidden_size": 64, "layers": 2},
+                  "warm_start": {"episodes": 24, "max_steps": max_steps, "learning_rate": 5e-3}},
+        "env": {"id": env_id, "kwargs": dict(env_kwargs or SYNTHHOP_DEMO), "max_turns": 3},
+        "algorithm": {"group_size": 2, "minibatch_size": 2},
+        "resources": {"use_ray": False, "micro_batch_size": 2},
+        "bookkeeping": {"eval_every": 0, "output_dir": str(out)}})
     path = warm_start(config)
     assert path is not None
     return path
