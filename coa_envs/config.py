@@ -59,6 +59,12 @@ class EnvConfig:
         20_000, doc="observations longer than this are cut with a marker", minimum=1)
     render_mode: Literal["ansi"] | None = _setting(None, doc="'ansi': render() returns the transcript so far",
                                                    registry=False)
+    protocol: Literal["tags", "tools"] = _setting(
+        "tags", doc="how the model calls tools: 'tags' (the CoA tag grammar, one growing message) or 'tools' "
+                    "(OpenAI function calling: assistant messages with tool_calls, tool messages back)")
+    mcp_servers: Mapping[str, Mapping[str, Any]] = _setting(
+        {}, doc="name -> {url | command, tools, prefix, timeout_s, ...}: external MCP servers whose tools "
+                "this env also offers (coa_envs.mcp.client)")
 
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):
@@ -74,6 +80,11 @@ class EnvConfig:
 
         if self.reward.get("name") not in available_rewards():
             raise ValueError(f"reward.name={self.reward.get('name')!r} is not valid; allowed: {available_rewards()}")
+        if self.mcp_servers:
+            from coa_envs.mcp.client import validate_server_config
+
+            for name, server in self.mcp_servers.items():
+                validate_server_config(name, server)
         if self.context_budget_tokens and not self.tokenizer:
             raise ValueError("context_budget_tokens needs tokenizer=<HF tokenizer path or id>")
         if self.system_prompt is None:
@@ -193,10 +204,11 @@ def build_config(entry: Mapping[str, Any], overrides: Mapping[str, Any]) -> EnvC
     if not isinstance(task_options, Mapping):
         raise ValueError(f"task_options={task_options!r} is not valid; allowed: a mapping of loader options")
     values["tasks"] = _merge(tasks, task_options)
-    for name in ("tools", "reward"):  # an override is merged into the registry's, not replacing it
+    merged = ("tools", "reward", "mcp_servers")
+    for name in merged:  # an override is merged into the registry's, not replacing it
         extra = overrides.get(name) or {}
         if not isinstance(extra, Mapping):
             raise ValueError(f"{name}={extra!r} is not valid; allowed: a mapping")
         values[name] = _merge(entry.get(name) or {}, extra)
-    values.update((k, v) for k, v in overrides.items() if k not in TASK_OVERRIDES and k not in ("tools", "reward"))
+    values.update((k, v) for k, v in overrides.items() if k not in TASK_OVERRIDES and k not in merged)
     return EnvConfig(**values)

@@ -25,7 +25,7 @@ from typing import Any
 from coa_envs.protocols.tools import ToolArgumentError, query_to_arguments
 from coa_envs.types import ErrorKind, ToolContext, ToolResult
 
-__all__ = ["SERVER_KEYS", "MCPConnection", "MCPTool"]
+__all__ = ["SERVER_KEYS", "MCPConnection", "MCPTool", "open_mcp_tools", "tag_specs", "validate_server_config"]
 
 log = logging.getLogger(__name__)
 
@@ -42,18 +42,79 @@ SERVER_KEYS: dict[str, str] = {
 }
 
 
+def validate_server_config(name: str, config: Any) -> None:
+    """Refuse a ``mcp_servers.<name>`` entry that could never connect, saying what to change."""
+    if not isinstance(config, Mapping):
+        raise ValueError(f"mcp_servers.{name} must be a mapping (e.g. {{url: http://host:8200/mcp}})")
+    unknown = sorted(set(config) - set(SERVER_KEYS))
+    if unknown:
+        raise ValueError(f"mcp_servers.{name}: unknown key(s) {unknown}; allowed: {sorted(SERVER_KEYS)}")
+    if bool(config.get("url")) == bool(config.get("command")):
+        raise ValueError(f"mcp_servers.{name}: give exactly one of url (HTTP server) or command (stdio server)")
+    command = config.get("command")
+    if command is not None and (isinstance(command, str) or not isinstance(command, Sequence) or not command):
+        raise ValueError(f"mcp_servers.{name}.command must be a non-empty list, e.g. [coa, mcp, serve]")
+    for key in ("timeout_s", "connect_timeout_s"):
+        value = config.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"mcp_servers.{name}.{key}={value!r} is not valid; allowed: a positive number")
+    tools = config.get("tools")
+    if tools is not None and (isinstance(tools, str) or not all(isinstance(t, str) for t in tools)):
+        raise ValueError(f"mcp_servers.{name}.tools must be a list of tool names")
+
+
+def open_mcp_tools(servers: Mapping[str, Mapping[str, Any]], taken: Sequence[str] = ()) -> dict[str, MCPTool]:
+    """Connect to every server and return its (chosen) tools under their env names
+    (``prefix`` + remote name). Raises ``ValueError``/``ConnectionError`` with the reason
+    when a server is unreachable, a chosen tool is missing or a name clashes."""
+    import re
+
+    tools: dict[str, MCPTool] = {}
+    try:
+        for server, config in servers.items():
+            connection = MCPConnection(server, config)
+            listing = {d["name"]: d for d in connection.list_tools()}
+            wanted = list(config.get("tools") or listing)
+            missing = sorted(set(wanted) - set(listing))
+            if missing:
+                connection.close()
+                raise ValueError(f"mcp_servers.{server}: the server has no tool(s) {missing}; it has "
+                                 f"{sorted(listing)}")
+            for remote in wanted:
+                local = f"{config.get('prefix', '')}{remote}"
+                if not re.fullmatch(r"[a-z_][a-z0-9_]*", local):
+                    raise ValueError(f"mcp_servers.{server}: tool name {local!r} is not a lower-case identifier; "
+                                     "set prefix (or pick the tools) so every name is one")
+                if local in tools or local in taken:
+                    raise ValueError(f"mcp_servers.{server}: tool name {local!r} is taken; set "
+                                     f"mcp_servers.{server}.prefix (e.g. 'remote_')")
+                tools[local] = MCPTool(connection, remote, {**listing[remote], "name": local})
+    except BaseException:
+        for tool in tools.values():
+            tool.connection.close()
+        raise
+    return tools
+
+
+def tag_specs(tools: Mapping[str, MCPTool]) -> list[Any]:
+    """How MCP tools are listed in a tag-protocol system prompt (their body is the one
+    string argument, or a JSON object of arguments)."""
+    from coa_envs.protocols.tools import string_parameter
+    from coa_envs.types import ToolSpec
+
+    specs = []
+    for name, tool in tools.items():
+        usage = string_parameter(tool.definition) or "JSON object of arguments"
+        specs.append(ToolSpec(name=name, summary=tool.definition.get("description") or "an MCP tool.",
+                              usage=usage, argument=usage))
+    return specs
+
+
 class MCPConnection:
     """One MCP server, connected lazily; thread-safe ``list_tools`` and ``call``."""
 
     def __init__(self, name: str, config: Mapping[str, Any]):
-        unknown = sorted(set(config) - set(SERVER_KEYS))
-        if unknown:
-            raise ValueError(f"mcp_servers.{name}: unknown key(s) {unknown}; allowed: {sorted(SERVER_KEYS)}")
-        if bool(config.get("url")) == bool(config.get("command")):
-            raise ValueError(f"mcp_servers.{name}: give exactly one of url (HTTP server) or command (stdio server)")
-        command = config.get("command")
-        if command is not None and (isinstance(command, str) or not isinstance(command, Sequence) or not command):
-            raise ValueError(f"mcp_servers.{name}.command must be a non-empty list, e.g. [coa, mcp, serve]")
+        validate_server_config(name, config)
         self.name = name
         self.config = dict(config)
         self.timeout_s = float(config.get("timeout_s", 60.0))

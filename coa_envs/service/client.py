@@ -26,8 +26,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from coa_envs.env import TextSpace
 from coa_envs.service.wire import HANGUP_ERRORS, ErrorCode, dumps
+from coa_envs.spaces import TextSpace
 from coa_envs.types import Task
 
 __all__ = ["RemoteEnv", "RemoteEnvConfig", "RemoteEnvError"]
