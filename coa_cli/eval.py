@@ -196,6 +196,8 @@ def eval_command(
     split: str = typer.Option("test", help="test (held-out tasks) | train | all: which side of the "
                                            "env's train/test partition to run (see `coa list`)."),
     max_turns: int | None = typer.Option(None, help="Override the env's turn limit."),
+    protocol: str | None = typer.Option(None, help="tags | tools: how the model calls tools (default: the "
+                                                   "env's; tools = native function calling)."),
     max_tool_calls: int = typer.Option(50, help="End an episode after this many tool calls."),
     episode_timeout: float = typer.Option(600.0, help="Seconds per episode before error:timeout."),
     selector: str = typer.Option("majority", help="Best-of-K selector: majority | judge | MODULE:NAME"),
@@ -223,6 +225,8 @@ def eval_command(
         make_kwargs["data_path"] = data
     if max_turns is not None:
         make_kwargs["max_turns"] = max_turns
+    if protocol is not None:
+        make_kwargs["protocol"] = protocol
     def make_env() -> Any:
         if env_url:
             from coa_envs.registry import REMOTE_ID
