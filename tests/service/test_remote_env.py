@@ -147,3 +147,22 @@ def test_coa_eval_plays_a_served_env(tmp_path):
         refused = CliRunner().invoke(cli, ["eval", ENV, "--env-url", url, "--data", "/etc/passwd", "--n", "1",
                                            "--out", str(tmp_path / "x"), "--no-progress"])
         assert refused.exit_code == 2 and "data_path" in refused.output
+
+
+def test_a_served_env_speaks_the_tools_protocol_too():
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "code", "arguments": '{"code": "print(2 ** 5)"}'}}]}
+    with serve([ENV]) as url:
+        remote = gym.make(REMOTE_ID, base_url=url, env_id=ENV, overrides={"protocol": "tools"})
+        local = gym.make(ENV, protocol="tools")
+        try:
+            _, info = remote.reset(seed=4)
+            assert info["protocol"] == "tools" and info["tool_schemas"] == local.reset(seed=4)[1]["tool_schemas"]
+            assert remote.unwrapped.config.protocol == "tools"
+            got, want = remote.step(call), local.step(call)
+            assert json.loads(got[0]) == json.loads(want[0]) == [
+                {"role": "tool", "tool_call_id": "c1", "name": "code", "content": "32"}]
+            assert remote.step(json.dumps({"role": "assistant", "content": "<answer>1</answer>"}))[2] is True
+        finally:
+            remote.close()
+            local.close()
