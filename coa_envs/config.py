@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Literal
 
-__all__ = ["OVERRIDE_KEYS", "REGISTRY_KEYS", "TASK_OVERRIDES", "EnvConfig", "build_config", "describe_options"]
+__all__ = ["OVERRIDE_KEYS", "REGISTRY_KEYS", "TASK_OVERRIDES", "EnvConfig", "build_config", "deep_merge",
+           "describe_options"]
 
 
 def _setting(default: Any = dataclasses.MISSING, *, doc: str, key: str | None = None,
@@ -175,11 +176,12 @@ def describe_options() -> list[dict[str, Any]]:
     return rows
 
 
-def _merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``extra`` over ``base``, merging nested mappings (how overrides meet registry values)."""
     merged = copy.deepcopy(dict(base))
     for key, value in extra.items():
         if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _merge(merged[key], value)
+            merged[key] = deep_merge(merged[key], value)
         else:
             merged[key] = copy.deepcopy(value)
     return merged
@@ -203,12 +205,12 @@ def build_config(entry: Mapping[str, Any], overrides: Mapping[str, Any]) -> EnvC
     task_options = overrides.get("task_options") or {}
     if not isinstance(task_options, Mapping):
         raise ValueError(f"task_options={task_options!r} is not valid; allowed: a mapping of loader options")
-    values["tasks"] = _merge(tasks, task_options)
+    values["tasks"] = deep_merge(tasks, task_options)
     merged = ("tools", "reward", "mcp_servers")
     for name in merged:  # an override is merged into the registry's, not replacing it
         extra = overrides.get(name) or {}
         if not isinstance(extra, Mapping):
             raise ValueError(f"{name}={extra!r} is not valid; allowed: a mapping")
-        values[name] = _merge(entry.get(name) or {}, extra)
+        values[name] = deep_merge(entry.get(name) or {}, extra)
     values.update((k, v) for k, v in overrides.items() if k not in TASK_OVERRIDES and k not in merged)
     return EnvConfig(**values)

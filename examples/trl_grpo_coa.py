@@ -26,9 +26,8 @@ def main() -> None:
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
 
-    from trainers.adapters.demo import SYNTHHOP_DEMO, tiny_warm_start
+    from trainers.adapters.demo import SYNTHHOP_DEMO, grpo_demo, tiny_warm_start
     from trainers.adapters.trl_grpo import CoARollout
 
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
@@ -45,16 +44,7 @@ def main() -> None:
 
         tokenizer, model = load_tiny(tiny_warm_start(args.out, args.env, env_kwargs))
     rollout = CoARollout(args.env, env_kwargs=env_kwargs, env_url=args.env_url, max_new_tokens=32)
-    config = GRPOConfig(output_dir=args.out, per_device_train_batch_size=8, num_generations=4, max_steps=args.steps,
-                        learning_rate=1e-3, logging_steps=1, report_to=[], use_cpu=not torch.cuda.is_available(),
-                        save_strategy="no", beta=0.0, max_completion_length=512)
-    trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config, train_dataset=rollout.dataset(),
-                          reward_funcs=rollout.reward, rollout_func=rollout)
-    trainer.train()
-    for row in trainer.state.log_history:
-        if "loss" in row:
-            print(f"step {row['step']}: loss {row['loss']:.4f} reward {row['reward']:.3f} "
-                  f"(std {row['reward_std']:.3f}) grad_norm {row['grad_norm']:.3f}")
+    grpo_demo(model, tokenizer, rollout, args.out, args.steps)
     rollout.close()
 
 

@@ -22,10 +22,9 @@ def main() -> None:
 
     import torch
     import verifiers.v1 as vf
-    from trl import GRPOConfig, GRPOTrainer
 
     from agents.tiny import load_tiny
-    from trainers.adapters.demo import SYNTHHOP_DEMO, tiny_warm_start
+    from trainers.adapters.demo import SYNTHHOP_DEMO, grpo_demo, tiny_warm_start
     from trainers.adapters.verifiers_env import CoAChatHarnessConfig, CoAEnvConfig, CoATasksetConfig
     from trainers.adapters.verifiers_trl import VerifiersRollout
 
@@ -35,16 +34,7 @@ def main() -> None:
         taskset=CoATasksetConfig(env_id="coa/SynthHop-v0", env_kwargs=SYNTHHOP_DEMO),
         player=vf.AgentConfig(runtime=vf.SubprocessConfig(), max_turns=3, harness=CoAChatHarnessConfig(max_tokens=32)))
     rollout = VerifiersRollout(env_config)
-    config = GRPOConfig(output_dir=args.out, per_device_train_batch_size=8, num_generations=4, max_steps=args.steps,
-                        learning_rate=1e-3, logging_steps=1, report_to=[], use_cpu=not torch.cuda.is_available(),
-                        save_strategy="no", beta=0.0, max_completion_length=512)
-    trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config, train_dataset=rollout.dataset(),
-                          reward_funcs=rollout.reward, rollout_func=rollout)
-    trainer.train()
-    for row in trainer.state.log_history:
-        if "loss" in row:
-            print(f"step {row['step']}: loss {row['loss']:.4f} reward {row['reward']:.3f} "
-                  f"(std {row['reward_std']:.3f}) grad_norm {row['grad_norm']:.3f}")
+    grpo_demo(model, tokenizer, rollout, args.out, args.steps)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ Transport (HTTP, WebSocket) lives in :mod:`coa_envs.service.app`; this module kn
 from __future__ import annotations
 
 import asyncio
-import copy
 import itertools
 import json
 import logging
@@ -27,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from coa_envs.config import deep_merge
 from coa_envs.service.wire import ErrorCode, ServiceError, jsonable
 
 __all__ = ["DEFAULT_CLIENT_OVERRIDES", "Session", "SessionManager"]
@@ -101,14 +101,17 @@ def _pool_key(env_id: str, overrides: Mapping[str, Any]) -> str:
     return f"{env_id}|{json.dumps(overrides, sort_keys=True, default=str)}"
 
 
-def _merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    merged = copy.deepcopy(dict(base))
-    for key, value in extra.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
+def _refuse_unknown(given: Iterable[str], allowed: Iterable[str], what: str, code: ErrorCode) -> None:
+    extra = sorted(set(given) - set(allowed))
+    if extra:
+        raise ServiceError(code, f"{what} {extra} not allowed here; allowed: {sorted(allowed)}")
+
+
+def _close_env(env: Any) -> None:
+    try:
+        env.close()
+    except Exception:  # one env failing to close must not stop the others
+        log.exception("closing an env failed")
 
 
 class SessionManager:
@@ -165,19 +168,13 @@ class SessionManager:
         client = client or {}
         if not isinstance(client, Mapping):
             raise ServiceError(ErrorCode.BAD_OVERRIDE, "overrides must be a JSON object of gym.make keywords")
-        refused = sorted(set(client) - self.client_overrides)
-        if refused:
-            raise ServiceError(ErrorCode.BAD_OVERRIDE, f"override(s) {refused} are not allowed from clients here; "
-                                                       f"allowed: {sorted(self.client_overrides)}")
+        _refuse_unknown(client, self.client_overrides, "client override(s)", ErrorCode.BAD_OVERRIDE)
         task_options = client.get("task_options")
         if task_options is not None:
             if not isinstance(task_options, Mapping):
                 raise ServiceError(ErrorCode.BAD_OVERRIDE, "task_options must be a JSON object")
-            extra = sorted(set(task_options) - _CLIENT_TASK_OPTIONS)
-            if extra:
-                raise ServiceError(ErrorCode.BAD_OVERRIDE, f"task_options {extra} are not allowed from clients; "
-                                                           f"allowed: {sorted(_CLIENT_TASK_OPTIONS)}")
-        return _merge(self.overrides, client)
+            _refuse_unknown(task_options, _CLIENT_TASK_OPTIONS, "client task_options", ErrorCode.BAD_OVERRIDE)
+        return deep_merge(self.overrides, client)
 
     def _build(self, env_id: str, overrides: Mapping[str, Any]) -> Any:
         from coa_envs.registry import make_env
@@ -246,10 +243,7 @@ class SessionManager:
         if len(idle) < self.pool_size:
             idle.append(env)
             return
-        try:
-            env.close()
-        except Exception:
-            log.exception("closing an env failed")
+        _close_env(env)
 
     def _remember(self, session_id: str, reason: str) -> None:
         self._expired[session_id] = reason
@@ -280,10 +274,7 @@ class SessionManager:
             await self.close(session_id, "closed: the server shut down")
         for envs in self._idle.values():
             for env in envs:
-                try:
-                    env.close()
-                except Exception:
-                    log.exception("closing an env failed")
+                _close_env(env)
         self._idle.clear()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
@@ -294,10 +285,7 @@ class SessionManager:
     async def reset(self, session: Session, data: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(data, Mapping):
             raise ServiceError(ErrorCode.VALIDATION_ERROR, "reset data must be a JSON object")
-        unknown = sorted(set(data) - _RESET_KEYS)
-        if unknown:
-            raise ServiceError(ErrorCode.VALIDATION_ERROR, f"unknown reset field(s) {unknown}; allowed: "
-                                                           f"{sorted(_RESET_KEYS)}")
+        _refuse_unknown(data, _RESET_KEYS, "reset field(s)", ErrorCode.VALIDATION_ERROR)
         if data.get("env_id") not in (None, session.env_id):
             raise ServiceError(ErrorCode.VALIDATION_ERROR, f"this session serves {session.env_id}; open a new "
                                                            "session for another env")
@@ -334,9 +322,7 @@ class SessionManager:
     async def step(self, session: Session, data: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(data, Mapping) or "action" not in data:
             raise ServiceError(ErrorCode.VALIDATION_ERROR, 'step data must be {"action": <text or assistant message>}')
-        extra = sorted(set(data) - {"action"})
-        if extra:
-            raise ServiceError(ErrorCode.VALIDATION_ERROR, f"unknown step field(s) {extra}; send only action")
+        _refuse_unknown(data, ("action",), "step field(s)", ErrorCode.VALIDATION_ERROR)
         action = data["action"]
         if not isinstance(action, (str, dict)):
             raise ServiceError(ErrorCode.VALIDATION_ERROR, "action must be a string (tag protocol) or an assistant "

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SYNTHHOP_DEMO", "tiny_warm_start"]
+__all__ = ["SYNTHHOP_DEMO", "grpo_demo", "tiny_warm_start"]
 
 SYNTHHOP_DEMO: dict[str, Any] = {
     "task_options": {"difficulty": "easy", "num_tasks": 4},
@@ -33,3 +33,22 @@ def tiny_warm_start(out: str | Path, env_id: str = "coa/SynthHop-v0", env_kwargs
     path = warm_start(config)
     assert path is not None
     return path
+
+
+def grpo_demo(model: Any, tokenizer: Any, rollout: Any, out: str | Path, steps: int) -> list[dict[str, float]]:
+    """A few GRPO steps of TRL's trainer with ``rollout`` as its rollout_func (8 episodes a step,
+    groups of 4); returns the per-step log rows and prints one line per step."""
+    import torch
+    from trl import GRPOConfig, GRPOTrainer
+
+    config = GRPOConfig(output_dir=str(out), per_device_train_batch_size=8, num_generations=4, max_steps=steps,
+                        learning_rate=1e-3, logging_steps=1, report_to=[], use_cpu=not torch.cuda.is_available(),
+                        save_strategy="no", beta=0.0, max_completion_length=512)
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config, train_dataset=rollout.dataset(),
+                          reward_funcs=rollout.reward, rollout_func=rollout)
+    trainer.train()
+    rows = [row for row in trainer.state.log_history if "loss" in row]
+    for row in rows:
+        print(f"step {row['step']}: loss {row['loss']:.4f} reward {row['reward']:.3f} "
+              f"(std {row['reward_std']:.3f}) grad_norm {row['grad_norm']:.3f}")
+    return rows
