@@ -10,11 +10,21 @@ with merges that span tag joins that would silently change the ids and the loss 
 Engines that report no token ids (a hosted API) get text instead: the rendered prompt plus
 the response so far (completions endpoints) or the chat messages plus the assistant prefix
 (chat endpoints); the trajectory is then text-only and trainers tokenise per segment.
+
+In an env with ``protocol: tools`` (native function calling) each reply is its own
+assistant message: the prompt is the chat template with the env's tool definitions, a turn
+ends at the model's end-of-turn token, the reply's tool calls are read from the sampled
+text (:mod:`agents.toolcalls`) and handed to the env as the message's JSON, and each
+observation segment is the template text that carries the tool results into the next turn,
+encoded by itself. Sampled ids stay as sampled, so the episode stays token-exact with its
+loss mask. A ``chat``-mode HTTP engine instead sends ``tools`` and takes the server's
+``tool_calls`` (text-only trajectory).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 from agents.engines import Completion, Engine, EngineErrorKind, GenerationRequest, SamplingParams
@@ -62,6 +72,7 @@ class LLMPolicy:
         self._context_ids: list[int] = []
         self._exact = False
         self._turn = 0
+        self._tools: tuple[dict[str, Any], ...] = ()  # the env's function definitions (tools protocol)
 
     def fork(self, seed: int | None = None) -> LLMPolicy:
         """A fresh policy sharing the engine and settings (one per concurrent episode)."""
@@ -83,9 +94,17 @@ class LLMPolicy:
         self.segments = []
         self.last_completion = None
         self._turn = 0
-        if self.tokenizer is not None:
-            self.prompt_text = self.tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True)
+        self._tools = tuple(info.get("tool_schemas") or ()) if info.get("protocol") == "tools" else ()
+        if self.tokenizer is not None and self._chat_tools:
+            self.prompt_text, self.prompt_ids = "", []  # the server renders; ids are its business
+        elif self.tokenizer is not None:
+            if self._tools:
+                from agents.toolcalls import render_prompt
+
+                self.prompt_text = render_prompt(self.tokenizer, messages, self._tools)
+            else:
+                self.prompt_text = self.tokenizer.apply_chat_template(
+                    messages, tokenize=False, add_generation_prompt=True)
             self.prompt_ids = self._encode(self.prompt_text)
         else:
             self.prompt_text, self.prompt_ids = "", []
@@ -99,16 +118,51 @@ class LLMPolicy:
         params = self.sampling
         if self.seed is not None:
             params = dataclasses.replace(params, seed=self.seed * 1000 + self._turn)
+        if self._tools:  # a reply ends at the end-of-turn token, never at a CoA tag
+            params = dataclasses.replace(params, stop=())
         completion = self.engine.generate([self.request(params)], params)[0]
         self.last_completion = completion
         if not completion.ok:
             raise EngineError(completion.error_kind or EngineErrorKind.INTERNAL, completion.error)
         self.record(completion)
+        if self._tools:
+            return json.dumps(self._reply(completion), ensure_ascii=False)
         return completion.action_text
+
+    @property
+    def _chat_tools(self) -> bool:
+        """Function calling through a chat endpoint: the server renders and parses."""
+        return bool(self._tools) and getattr(self.engine, "mode", None) == "chat"
+
+    def _reply(self, completion: Completion) -> dict[str, Any]:
+        """The assistant message of a tools-protocol turn, kept in the chat history."""
+        from agents.toolcalls import parse_reply, wire_message
+
+        if completion.tool_calls or self._chat_tools or self.tokenizer is None:
+            message = {"role": "assistant", "content": completion.text or None}
+            if completion.tool_calls:
+                message["tool_calls"] = [dict(c) for c in completion.tool_calls]
+        else:
+            prefix = self.prompt_text + "".join(s.text for s in self.segments[:-1])
+            message = wire_message(parse_reply(self.tokenizer, completion.text, prefix, self._tools,
+                                               call_prefix=f"call_{self._turn}"))
+        self._messages.append(message)
+        return message
 
     # -- pieces the rollout runner drives directly (batched turns) -----------------------
     def observe(self, observation: str) -> None:
-        """Append an env observation: tokenised alone, never merged with its neighbours."""
+        """Append an env observation: tokenised alone, never merged with its neighbours.
+        In the tools protocol the observation is the env's tool messages (JSON); what the
+        model sees is the template text that carries them into the next turn."""
+        if self._tools:
+            results = json.loads(observation) if observation else []
+            reply = self._messages[-1]
+            self._messages.extend(results)
+            if self.tokenizer is not None and not self._chat_tools:
+                from agents.toolcalls import observation_text
+
+                observation = observation_text(self.tokenizer, self._messages[:-len(results) - 1] if results
+                                               else self._messages[:-1], reply, results, self._tools)
         ids = self._encode(observation) if self._exact else []
         self.segments.append(Segment("observation", observation, ids))
         self._context_ids.extend(ids)
@@ -120,8 +174,9 @@ class LLMPolicy:
             token_ids=tuple(self._context_ids) if self.token_exact else (),
             text=self.prompt_text + prefix,
             messages=tuple(self._messages),
-            prefix=prefix,
+            prefix="" if self._chat_tools else prefix,
             params=params,
+            tools=self._tools if self._chat_tools else (),
         )
 
     def record(self, completion: Completion) -> None:

@@ -8,7 +8,12 @@ server's extensions, so clients written for vLLM work unchanged: ``top_k``,
 ``include_stop_str_in_output``, ``return_tokens_as_token_ids``, ``return_token_ids``
 (adds ``token_ids``/``prompt_token_ids`` to each choice), token-id prompts, and
 ``add_generation_prompt``/``continue_final_message`` for chat. ``stop_reason`` names the
-stop string that ended a choice, as vLLM does.
+stop string that ended a choice, as vLLM does. Chat requests may carry ``tools`` (``tool_choice: none``
+turns them off; ``required`` or a named function is best effort: the model is not
+constrained) for a model whose chat template renders them: the
+template gets the definitions, and the calls the model writes come back as ``tool_calls``
+(``finish_reason: tool_calls``); assistant ``tool_calls`` and ``tool`` messages in the
+history are rendered by the template.
 
 Concurrent requests are merged into shared batches by :class:`BatchingEngine`. Streaming is
 real: tokens go out as the engine samples them (text deltas are held back while a stop
@@ -19,7 +24,6 @@ string might still be forming, so a streamed stop string never leaks).
 # defined inside create_app as real types, not as strings it cannot resolve.
 import asyncio
 import json
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -27,6 +31,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from agents.engines import Completion, Engine, GenerationRequest, SamplingParams
+from agents.toolcalls import parse_reply, render_prompt, supports_tools, wire_message
 
 __all__ = ["create_app", "serve_in_thread"]
 
@@ -89,6 +94,8 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str) -> Any:
         top_logprobs: int | None = None
         add_generation_prompt: bool = True
         continue_final_message: bool = False
+        tools: list[dict[str, Any]] | None = None
+        tool_choice: str | dict[str, Any] | None = None
 
     @asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
@@ -127,15 +134,26 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str) -> Any:
             message = {**message, "content": ""}
         return message
 
-    def chat_prompt(body: ChatBody) -> list[int]:
+    def chat_prompt(body: ChatBody) -> tuple[str, list[int]]:
+        tools = body.tools if body.tools and body.tool_choice != "none" else None
+        if tools is not None:
+            if body.stream or body.continue_final_message:
+                raise HTTPException(400, "tools work with non-streamed replies that start a new message "
+                                         "(stream and continue_final_message are off)")
+            if not supports_tools(tokenizer):
+                raise HTTPException(400, f"the chat template of {model_name} does not render tools, so this "
+                                         "model cannot call functions; send the request without tools")
         try:
-            text = tokenizer.apply_chat_template(
-                [flat(m) for m in body.messages], tokenize=False,
-                add_generation_prompt=body.add_generation_prompt and not body.continue_final_message,
-                continue_final_message=body.continue_final_message)
+            if tools is not None:
+                text = render_prompt(tokenizer, [flat(m) for m in body.messages], tools)
+            else:
+                text = tokenizer.apply_chat_template(
+                    [flat(m) for m in body.messages], tokenize=False,
+                    add_generation_prompt=body.add_generation_prompt and not body.continue_final_message,
+                    continue_final_message=body.continue_final_message)
         except Exception as exc:
             raise HTTPException(400, f"cannot render the chat template: {exc}") from None
-        return tokenizer.encode(text, add_special_tokens=False)
+        return text, tokenizer.encode(text, add_special_tokens=False)
 
     def run(prompts: list[list[int]], body: _Common, default_max: int) -> list[Completion]:
         requests = [GenerationRequest(token_ids=tuple(ids), params=params_for(body, i, default_max))
@@ -202,7 +220,8 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str) -> Any:
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatBody) -> Any:
-        ids = chat_prompt(body)
+        prompt_text, ids = chat_prompt(body)
+        use_tools = bool(body.tools) and body.tool_choice != "none"
         if body.stream:
             if body.n != 1:
                 raise HTTPException(400, "stream supports n=1")
@@ -214,9 +233,16 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str) -> Any:
             check(completion)
             text = _visible(completion.action_text, completion.stop_string,
                             body.include_stop_str_in_output)
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            finish = _finish(completion)
+            if use_tools:  # read the calls the model wrote in its template's format
+                reply = wire_message(parse_reply(tokenizer, completion.text, prompt_text, body.tools))
+                message = reply
+                if reply.get("tool_calls"):
+                    finish = "tool_calls"
             choice: dict[str, Any] = {
-                "index": index, "message": {"role": "assistant", "content": text},
-                "finish_reason": _finish(completion), "stop_reason": completion.stop_string,
+                "index": index, "message": message,
+                "finish_reason": finish, "stop_reason": completion.stop_string,
                 "logprobs": None}
             if body.logprobs:
                 choice["logprobs"] = {"content": [
@@ -298,20 +324,7 @@ def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> Iterato
 
     ``port=0`` picks a free port. The server stops when the block exits.
     """
-    import uvicorn
+    from coa_envs.service.running import serve_in_thread as serve_app
 
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="coa-serve", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the server did not start")
-        time.sleep(0.01)
-    bound = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://{host}:{bound}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with serve_app(app, host, port) as url:
+        yield f"{url}/v1"

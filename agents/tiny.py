@@ -63,12 +63,38 @@ COA_TAGS: tuple[str, ...] = (
 #: ``<|endoftext|>`` pads, ``<|im_end|>`` ends an assistant turn (eos).
 SPECIAL_TOKENS: tuple[str, ...] = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
-#: ChatML, as used by Qwen2 models: one block per message, optional generation prompt.
+#: ChatML, as used by Qwen2 models: one block per message, optional generation prompt. With
+#: ``tools`` it renders function calling the way Qwen2.5/Hermes models do (the definitions in
+#: the system block, calls as ``<tool_call>`` JSON, results as ``<tool_response>`` user turns);
+#: messages without tools render exactly as plain ChatML.
 CHATML_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\n' }}"
+    "{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\n\n' }}{%- endif %}"
+    "{{- '# Tools\n\nYou may call functions. Their signatures are within <tools></tools>:\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\n</tools>\n\nTo call a function, write a JSON object with its name and arguments within "
+    "<tool_call></tool_call> tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}\n</tool_call><|im_end|>\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if tools and loop.first and message['role'] == 'system' %}"
+    "{%- elif message['role'] == 'assistant' and message['tool_calls'] is defined and message['tool_calls'] %}"
+    "{{- '<|im_start|>assistant\n' + (message['content'] or '') }}"
+    "{%- for call in message['tool_calls'] %}"
+    "{%- set fn = call['function'] %}"
+    "{{- '\n<tool_call>\n{\"name\": ' + (fn['name'] | tojson) + ', \"arguments\": ' }}"
+    "{%- if fn['arguments'] is string %}{{- fn['arguments'] }}{%- else %}{{- fn['arguments'] | tojson }}{%- endif %}"
+    "{{- '}\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\n' }}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{{- '<|im_start|>user\n<tool_response>\n' + message['content'] + '\n</tool_response><|im_end|>\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
 )
 
 _WORD_TEXT = (

@@ -33,6 +33,7 @@ import typer
 __all__ = [
     "agent_factory",
     "build_policy",
+    "env_factory",
     "env_tasks",
     "episode_agents",
     "eval_command",
@@ -152,25 +153,42 @@ def build_policy(*, engine: str, model: str, base_url: str | None, api_key: str 
     return LLMPolicy(backend, sampling=sampling, system_prompt=system_prompt)
 
 
-def env_tasks(env_id: str, *, split: str, data: str | None, max_turns: int | None
-              ) -> tuple[dict[str, Any], list[Any]]:
-    """The ``gym.make`` options of a run (split, data, turn limit) and the tasks they give;
-    a bad id or option becomes the CLI error that names the flag."""
+def env_factory(env_id: str, make_kwargs: dict[str, Any], env_url: str | None = None) -> Callable[[], Any]:
+    """``make_env()`` for a run: ``gym.make`` in this process, or a ``coa/Remote-v0`` session on
+    the env server at ``env_url`` (``coa serve-env``) with the same options."""
     import gymnasium as gym
 
     import coa_envs  # noqa: F401  (registers ids)
+
+    if env_url:
+        from coa_envs.registry import REMOTE_ID
+
+        return lambda: gym.make(REMOTE_ID, base_url=env_url, env_id=env_id, overrides=make_kwargs)
+    return lambda: gym.make(env_id, **make_kwargs)
+
+
+def env_tasks(env_id: str, *, split: str, data: str | None, max_turns: int | None,
+              protocol: str | None = None, env_url: str | None = None
+              ) -> tuple[dict[str, Any], list[Any]]:
+    """The ``gym.make`` options of a run (split, data, turn limit, protocol) and the tasks they
+    give; a bad id or option becomes the CLI error that names the flag."""
+    import gymnasium as gym
 
     make_kwargs: dict[str, Any] = {"task_options": {"split": split}}
     if data:
         make_kwargs["data_path"] = data
     if max_turns is not None:
         make_kwargs["max_turns"] = max_turns
+    if protocol is not None:
+        make_kwargs["protocol"] = protocol
     try:
-        probe = gym.make(env_id, **make_kwargs)
+        probe = env_factory(env_id, make_kwargs, env_url)()
     except gym.error.Error as exc:
         raise typer.BadParameter(str(exc), param_hint="ENV_ID") from None
     except ValueError as exc:  # a bad option, or split=train on a benchmark test set
         raise typer.BadParameter(str(exc), param_hint="--split/--data") from None
+    except RuntimeError as exc:  # the env server refused (unknown id, override) or is unreachable
+        raise typer.BadParameter(str(exc), param_hint="--env-url") from None
     tasks = list(probe.unwrapped.tasks)
     probe.close()
     return make_kwargs, tasks
@@ -205,12 +223,11 @@ def _sort_file(path: Path, order: dict[tuple[str, int], int], latest: list[Any])
 
 
 def play_tasks(env_id: str, make_kwargs: dict[str, Any], factory: Callable[[Any, int], Any], tasks: list[Any], *,
-               indices: list[int], samples: int, out: Path, **rollout_kwargs: Any) -> Any:
+               indices: list[int], samples: int, out: Path, make_env: Callable[[], Any] | None = None,
+               **rollout_kwargs: Any) -> Any:
     """Play ``samples`` episodes of each task in ``indices``, streaming them to ``out``; then
     score the reward's group terms over each task's samples (:mod:`agents.group_rewards`) and
     rewrite ``out`` in task/sample order. Returns the :class:`~agents.rollout.RolloutResult`."""
-    import gymnasium as gym
-
     from agents.group_rewards import score_groups
     from agents.metrics import group_by_task
     from agents.rollout import run_rollouts
@@ -218,7 +235,7 @@ def play_tasks(env_id: str, make_kwargs: dict[str, Any], factory: Callable[[Any,
     from coa_envs.registry import entry
     from coa_envs.rewards import build_reward
 
-    result = run_rollouts(lambda: gym.make(env_id, **make_kwargs), factory, task_indices=indices,
+    result = run_rollouts(make_env or env_factory(env_id, make_kwargs), factory, task_indices=indices,
                           samples=samples, out=out, **rollout_kwargs)
     reward = build_reward(build_config(entry(env_id), make_kwargs).reward)
     by_id = {t.task_id: t for t in tasks}
@@ -277,9 +294,13 @@ def eval_command(
     out: Path = typer.Option(Path("runs/eval"), help="Output directory."),
     resume: bool = typer.Option(False, help="Keep finished episodes in OUT and run the rest."),
     data: str | None = typer.Option(None, help="Task file/dir (sets data_path)."),
+    env_url: str | None = typer.Option(None, help="Play ENV_ID in a `coa serve-env` server at this URL "
+                                                  "(token: $COA_ENV_TOKEN)."),
     split: str = typer.Option("test", help="test (held-out tasks) | train | all: which side of the "
                                            "env's train/test partition to run (see `coa list`)."),
     max_turns: int | None = typer.Option(None, help="Override the env's turn limit."),
+    protocol: str | None = typer.Option(None, help="tags | tools: how the model calls tools (default: the "
+                                                   "env's; tools = native function calling)."),
     max_tool_calls: int = typer.Option(50, help="End an episode after this many tool calls."),
     episode_timeout: float = typer.Option(600.0, help="Seconds per episode before error:timeout."),
     selector: str = typer.Option("majority", help="Best-of-K selector: majority | judge | MODULE:NAME"),
@@ -298,7 +319,8 @@ def eval_command(
         raise typer.BadParameter("--n, --samples and --concurrency must be >= 1")
     agent = agent or ("llm" if model else "oracle")
     choose = load_selector(selector, judge_url, judge_model)
-    make_kwargs, tasks = env_tasks(env_id, split=split, data=data, max_turns=max_turns)
+    make_kwargs, tasks = env_tasks(env_id, split=split, data=data, max_turns=max_turns, protocol=protocol,
+                                   env_url=env_url)
     indices = list(range(min(n, len(tasks))))
     sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
     factory, close = episode_agents(
@@ -312,11 +334,12 @@ def eval_command(
         result = play_tasks(env_id, make_kwargs, factory, tasks, indices=indices, samples=samples,
                             out=trajectories_path, concurrency=concurrency, seed=seed,
                             episode_timeout_s=episode_timeout, max_tool_calls=max_tool_calls,
-                            resume=resume, progress=progress)
+                            resume=resume, progress=progress,
+                            make_env=env_factory(env_id, make_kwargs, env_url))
     finally:
         close()
     extra = {"agent": agent, "model": model, "engine": engine if agent == "llm" else None,
-             "selector": selector, "seed": seed, "split": split,
+             "selector": selector, "seed": seed, "split": split, "env_url": env_url,
              "distinct_tasks": len({t.task_id for t in result.trajectories}),
              "resumed_episodes": result.skipped,
              "failed_episodes": sum(1 for t in result.trajectories if t.status != "ok")}

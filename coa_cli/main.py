@@ -11,8 +11,10 @@ from coa_cli.cache import app as cache_app
 from coa_cli.distill import distill_command
 from coa_cli.eval import eval_command, report_command
 from coa_cli.filter_tasks import filter_tasks_command
+from coa_cli.mcp import app as mcp_app
 from coa_cli.retriever import app as retriever_app
 from coa_cli.serve import serve_command
+from coa_cli.serve_env import serve_env_command
 from coa_cli.teach import teach_command
 from coa_cli.train import train_app
 from coa_cli.view import view_command
@@ -63,7 +65,9 @@ app.command("filter-tasks")(filter_tasks_command)
 app.add_typer(retriever_app, name="retriever")
 app.add_typer(train_app, name="train")
 app.add_typer(cache_app, name="cache")
+app.add_typer(mcp_app, name="mcp")
 app.command("serve")(serve_command)
+app.command("serve-env")(serve_env_command)
 app.command("distill")(distill_command)
 app.command("teach")(teach_command)
 app.command("bench")(bench_command)

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Literal
 
-__all__ = ["OVERRIDE_KEYS", "REGISTRY_KEYS", "TASK_OVERRIDES", "EnvConfig", "build_config", "describe_options"]
+__all__ = ["OVERRIDE_KEYS", "REGISTRY_KEYS", "TASK_OVERRIDES", "EnvConfig", "build_config", "deep_merge",
+           "describe_options"]
 
 
 def _setting(default: Any = dataclasses.MISSING, *, doc: str, key: str | None = None,
@@ -61,6 +62,12 @@ class EnvConfig:
         20_000, doc="observations longer than this are cut with a marker", minimum=1)
     render_mode: Literal["ansi"] | None = _setting(None, doc="'ansi': render() returns the transcript so far",
                                                    registry=False)
+    protocol: Literal["tags", "tools"] = _setting(
+        "tags", doc="how the model calls tools: 'tags' (the CoA tag grammar, one growing message) or 'tools' "
+                    "(OpenAI function calling: assistant messages with tool_calls, tool messages back)")
+    mcp_servers: Mapping[str, Mapping[str, Any]] = _setting(
+        {}, doc="name -> {url | command, tools, prefix, timeout_s, ...}: external MCP servers whose tools "
+                "this env also offers (coa_envs.mcp.client)")
 
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):
@@ -75,6 +82,11 @@ class EnvConfig:
         from coa_envs.rewards import build_reward
 
         build_reward(self.reward).close()  # names, weights and every term's options, checked now
+        if self.mcp_servers:
+            from coa_envs.mcp.client import validate_server_config
+
+            for name, server in self.mcp_servers.items():
+                validate_server_config(name, server)
         if self.context_budget_tokens and not self.tokenizer:
             raise ValueError("context_budget_tokens needs tokenizer=<HF tokenizer path or id>")
         if self.system_prompt is None:
@@ -165,11 +177,12 @@ def describe_options() -> list[dict[str, Any]]:
     return rows
 
 
-def _merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``extra`` over ``base``, merging nested mappings (how overrides meet registry values)."""
     merged = copy.deepcopy(dict(base))
     for key, value in extra.items():
         if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _merge(merged[key], value)
+            merged[key] = deep_merge(merged[key], value)
         else:
             merged[key] = copy.deepcopy(value)
     return merged
@@ -181,7 +194,7 @@ def _reward_override(registered: Mapping[str, Any], extra: Mapping[str, Any]) ->
     term's options into it would hand one term the other's settings)."""
     if "terms" in extra or ("name" in extra and extra["name"] != registered.get("name")):
         return copy.deepcopy(dict(extra))
-    return _merge(registered, extra)
+    return deep_merge(registered, extra)
 
 
 def build_config(entry: Mapping[str, Any], overrides: Mapping[str, Any]) -> EnvConfig:
@@ -202,12 +215,13 @@ def build_config(entry: Mapping[str, Any], overrides: Mapping[str, Any]) -> EnvC
     task_options = overrides.get("task_options") or {}
     if not isinstance(task_options, Mapping):
         raise ValueError(f"task_options={task_options!r} is not valid; allowed: a mapping of loader options")
-    values["tasks"] = _merge(tasks, task_options)
-    for name in ("tools", "reward"):  # an override is merged into the registry's (a new reward replaces it)
+    values["tasks"] = deep_merge(tasks, task_options)
+    merged = ("tools", "reward", "mcp_servers")
+    for name in merged:  # an override is merged into the registry's (a new reward replaces it)
         extra = overrides.get(name) or {}
         if not isinstance(extra, Mapping):
             raise ValueError(f"{name}={extra!r} is not valid; allowed: a mapping")
         registered = entry.get(name) or {}
-        values[name] = _reward_override(registered, extra) if name == "reward" else _merge(registered, extra)
-    values.update((k, v) for k, v in overrides.items() if k not in TASK_OVERRIDES and k not in ("tools", "reward"))
+        values[name] = _reward_override(registered, extra) if name == "reward" else deep_merge(registered, extra)
+    values.update((k, v) for k, v in overrides.items() if k not in TASK_OVERRIDES and k not in merged)
     return EnvConfig(**values)

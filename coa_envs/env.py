@@ -10,7 +10,6 @@ The env knows no policy and no trainer.
 from __future__ import annotations
 
 import logging
-import string
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -20,8 +19,10 @@ import gymnasium as gym
 from coa_envs.config import EnvConfig
 from coa_envs.prompts import render_system_prompt
 from coa_envs.protocol import ParsedTurn, ToolCall, parse_turn, render_observation
+from coa_envs.protocols import corrective_message
 from coa_envs.rewards import EpisodeView, ToolCallRecord, build_reward
 from coa_envs.rewards.compose import term_errors
+from coa_envs.spaces import TextSpace
 from coa_envs.tasks import load_family_tasks
 from coa_envs.tools import build_tool
 from coa_envs.types import ErrorKind, Reward, Task, Tool, ToolContext, ToolResult
@@ -34,33 +35,6 @@ _REPEAT_MESSAGE = (
     "You already made this exact {tool} call; its result is above. "
     "Use a different query or give your answer."
 )
-
-
-class TextSpace(gym.spaces.Text):
-    """Text space that accepts any Unicode string up to ``max_length``.
-
-    Gymnasium's ``Text`` checks membership against an explicit charset; a model may emit
-    any character, so ``contains`` only checks type and length. Sampling still draws from a
-    printable charset plus CoA tags so that random actions exercise the parser.
-    """
-
-    def __init__(self, max_length: int, seed: int | None = None):
-        super().__init__(max_length=max_length, min_length=0, charset=string.printable, seed=seed)
-
-    def contains(self, x: Any) -> bool:
-        return isinstance(x, str) and len(x) <= self.max_length
-
-    def __repr__(self) -> str:
-        return f"TextSpace(max_length={self.max_length})"
-
-
-def corrective_message(kind: str, message: str, tools: list[str]) -> str:
-    """The observation a model sees after a malformed turn: what was wrong and what to do."""
-    usage = " or ".join(f"<{t}>...</{t}>" for t in tools) if tools else "no tools"
-    return (
-        f"Invalid action ({kind}): {message}. "
-        f"Each turn must contain exactly one tool call ({usage}) or a final <answer>...</answer>."
-    )
 
 
 def _with_family_runtime(config: EnvConfig) -> tuple[EnvConfig, Any]:
@@ -100,6 +74,8 @@ class CoAEnv(gym.Env[str, str]):
             raise
         self._task_index = {t.task_id: i for i, t in enumerate(self.tasks)}
         self._tools: dict[str, Tool] | None = None
+        self._mcp: dict[str, Any] | None = None  # MCP tools by env name, connected on first use
+        self._definitions: dict[str, dict[str, Any]] | None = None
         self._reward: Reward | None = None
         self._token_counter: Any = None
         self.task: Task | None = None
@@ -107,9 +83,37 @@ class CoAEnv(gym.Env[str, str]):
 
     # -- lazily built resources (dropped on pickling, rebuilt on demand) -----------------
     @property
+    def mcp_tools(self) -> dict[str, Any]:
+        """Tools of the configured MCP servers (``mcp_servers``), by the names the env gives them."""
+        if self._mcp is None:
+            if not self.config.mcp_servers:
+                self._mcp = {}
+            else:
+                from coa_envs.mcp.client import open_mcp_tools
+
+                self._mcp = open_mcp_tools(self.config.mcp_servers, taken=list(self.config.tools))
+        return self._mcp
+
+    @property
+    def tool_names(self) -> list[str]:
+        """Every tool this env offers: its configured tools, then its MCP servers' tools."""
+        return [*self.config.tools, *self.mcp_tools]
+
+    @property
+    def tool_definitions(self) -> dict[str, dict[str, Any]]:
+        """Each tool as a JSON-schema function (the ``tools`` protocol's and MCP's view)."""
+        if self._definitions is None:
+            from coa_envs.protocols.tools import function_definition
+
+            self._definitions = {**{name: function_definition(name) for name in self.config.tools},
+                                 **{name: tool.definition for name, tool in self.mcp_tools.items()}}
+        return self._definitions
+
+    @property
     def tools(self) -> dict[str, Tool]:
         if self._tools is None:
             self._tools = {name: build_tool(name, cfg) for name, cfg in self.config.tools.items()}
+            self._tools.update(self.mcp_tools)
         return self._tools
 
     @property
@@ -135,7 +139,12 @@ class CoAEnv(gym.Env[str, str]):
     def system_prompt(self) -> str:
         if self.config.system_prompt is not None:
             return self.config.system_prompt
-        return render_system_prompt(self.config.prompt, self.config.tools)
+        if self.config.protocol == "tools":  # the tools travel as function definitions, not as text
+            return render_system_prompt(f"{self.config.prompt}_tools", [])
+        from coa_envs.mcp.client import tag_specs
+
+        return render_system_prompt(self.config.prompt, [*self.config.tools, *tag_specs(self.mcp_tools)])
+
 
     def messages(self, task: Task) -> list[dict[str, str]]:
         user = task.question
@@ -167,9 +176,14 @@ class CoAEnv(gym.Env[str, str]):
         info = {
             "task_id": self.task.task_id,
             "messages": messages,
-            "tools": list(self.config.tools),
+            "tools": self.tool_names,
             "max_turns": self.config.max_turns,
+            "protocol": self.config.protocol,
         }
+        if self.config.protocol == "tools":
+            from coa_envs.protocols.tools import openai_tools
+
+            info["tool_schemas"] = openai_tools(self.tool_definitions.values())
         return prompt, info
 
     def step(self, action: str):
@@ -178,32 +192,45 @@ class CoAEnv(gym.Env[str, str]):
         info: dict[str, Any] = {"turn": self.turn + 1, "tool": [], "tool_error_kinds": [],
                                 "tool_latency_s": 0.0, "error_kind": None, "answer": None,
                                 "reward_details": None}
+        tools_protocol = self.config.protocol == "tools"
         if self.task is None or self.done:
             info["error_kind"] = ErrorKind.BAD_ACTION.value
             info["action_error"] = "the episode is over; call reset()"
-            return render_observation("The episode is over."), 0.0, True, False, info
+            return self._render_text("The episode is over."), 0.0, True, False, info
         self.turn += 1
-        self._count(action if isinstance(action, str) else "")
-        parsed = parse_turn(action, allow_parallel=self.config.allow_parallel_tools)
-        if isinstance(action, str):
-            self.segments.append(("generated", action))
+        call_ids: tuple[str, ...] = ()
+        call_errors: tuple[str | None, ...] = ()
+        if tools_protocol:
+            from coa_envs.protocols.tools import parse_message
+
+            parsed, call_ids, call_errors, action_text = parse_message(
+                action, self.tool_definitions, allow_parallel=self.config.allow_parallel_tools)
+        else:
+            parsed = parse_turn(action, allow_parallel=self.config.allow_parallel_tools,
+                                extra_tools=tuple(self.mcp_tools))
+            action_text = action if isinstance(action, str) else ""
+        self._count(action_text)
+        if action_text:
+            self.segments.append(("generated", action_text))
         reward, terminated = 0.0, False
+        texts: list[str] = []
         if parsed.error is not None:
             info["error_kind"] = ErrorKind.BAD_ACTION.value
             info["protocol_error"] = parsed.error.kind.value
             info["action_error"] = parsed.error.message
-            text = corrective_message(parsed.error.kind.value, parsed.error.message, list(self.config.tools))
+            corrective = corrective_message(parsed.error.kind.value, parsed.error.message, self.tool_names,
+                                            self.config.protocol)
+            texts = [corrective] * max(1, len(call_ids))
         elif parsed.answer is not None:
             reward, terminated = self._score(parsed, info)
-            text = ""
         else:
-            text = self._run_tools(parsed, info)
+            texts = [r.text for r in self._run_tools(parsed, info, call_errors)]
 
         if terminated:
             self.done = True
             observation = ""
         else:
-            observation = render_observation(self._cut(text))
+            observation = self._render(parsed, call_ids, texts)
             self._count(observation)
             self.segments.append(("observation", observation))
         truncated = False
@@ -215,6 +242,27 @@ class CoAEnv(gym.Env[str, str]):
             if truncated:
                 self.done = True
         return observation, reward, terminated, truncated, info
+
+    def _render(self, parsed: ParsedTurn, call_ids: tuple[str, ...], texts: list[str]) -> str:
+        """The observation in the env's protocol: one ``<observation>`` span (parallel calls
+        headed by tool and number), or one ``tool`` message per call id."""
+        texts = [self._cut(t) for t in texts]
+        if self.config.protocol == "tools":
+            from coa_envs.protocols.tools import render_tool_messages
+
+            return render_tool_messages(call_ids, [c.tool for c in parsed.tool_calls], texts)
+        if len(texts) > 1:
+            pairs = enumerate(zip(parsed.tool_calls, texts, strict=True))
+            return render_observation("\n\n".join(f"[{call.tool} #{i + 1}]\n{text}" for i, (call, text) in pairs))
+        return render_observation(texts[0] if texts else "")
+
+    def _render_text(self, text: str) -> str:
+        """A message from the env that answers no call (an episode-level note)."""
+        if self.config.protocol == "tools":
+            from coa_envs.protocols.tools import render_tool_messages
+
+            return render_tool_messages((), (), [text])
+        return render_observation(text)
 
     # -- helpers --------------------------------------------------------------------------
     def _score(self, parsed: ParsedTurn, info: dict[str, Any]) -> tuple[float, bool]:
@@ -242,36 +290,35 @@ class CoAEnv(gym.Env[str, str]):
             info["error_kind"] = ErrorKind.REWARD_ERROR.value
         return float(result.score), True
 
-    def _run_tools(self, parsed: ParsedTurn, info: dict[str, Any]) -> str:
+    def _run_tools(self, parsed: ParsedTurn, info: dict[str, Any],
+                   refused: tuple[str | None, ...] = ()) -> list[ToolResult]:
+        """Run the turn's calls (several concurrently); a call in ``refused`` (its arguments
+        failed the schema) gets its message instead of running."""
         calls = parsed.tool_calls
-        if len(calls) == 1:  # the common case, kept lean: it is most of the step overhead
-            call = calls[0]
-            info["tool"] = [call.tool]
-            started = time.perf_counter()
-            result = self._call_tool(call)
-            info["tool_latency_s"] = time.perf_counter() - started
-            kind = None if result.error_kind is None else result.error_kind.value
-            self.tool_log.append(ToolCallRecord(call.tool, call.query, kind))
-            info["error_kind"] = kind
-            info["tool_error_kinds"] = [kind]
-            info["tool_result_details"] = [dict(result.details)]
-            return result.text
         info["tool"] = [c.tool for c in calls]
         started = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-            results = list(pool.map(self._call_tool, calls))
+        if len(calls) == 1 and not any(refused):  # the common case, kept lean: most of the step overhead
+            results = [self._call_tool(calls[0])]
+        else:
+            reasons = refused or (None,) * len(calls)
+
+            def one(pair: tuple[ToolCall, str | None]) -> ToolResult:
+                call, reason = pair
+                return ToolResult.failure(reason, ErrorKind.BAD_ACTION) if reason else self._call_tool(call)
+
+            with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+                results = list(pool.map(one, zip(calls, reasons, strict=True)))
         info["tool_latency_s"] = time.perf_counter() - started
         kinds = [None if r.error_kind is None else r.error_kind.value for r in results]
         self.tool_log.extend(ToolCallRecord(c.tool, c.query, k) for c, k in zip(calls, kinds, strict=True))
         info["tool_error_kinds"] = kinds
         info["error_kind"] = next((k for k in kinds if k is not None), None)
         info["tool_result_details"] = [dict(r.details) for r in results]
-        pairs = enumerate(zip(calls, results, strict=True))
-        return "\n\n".join(f"[{call.tool} #{i + 1}]\n{result.text}" for i, (call, result) in pairs)
+        return results
 
     def _call_tool(self, call: ToolCall) -> ToolResult:
-        if call.tool not in self.config.tools:
-            available = ", ".join(self.config.tools) or "none"
+        if call.tool not in self.config.tools and call.tool not in self.mcp_tools:
+            available = ", ".join(self.tool_names) or "none"
             return ToolResult.failure(
                 f"The tool <{call.tool}> is not available in this task. Available tools: {available}.",
                 ErrorKind.TOOL_NOT_AVAILABLE,
@@ -344,6 +391,9 @@ class CoAEnv(gym.Env[str, str]):
         if callable(closer):  # e.g. the LLM judge's HTTP client
             closer()
         self._reward = None
+        for tool in (self._mcp or {}).values():
+            tool.close()
+        self._mcp, self._definitions = None, None
         if getattr(self, "_runtime", None) is not None:
             self._runtime.close()
             self._runtime = None
@@ -353,6 +403,8 @@ class CoAEnv(gym.Env[str, str]):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_tools"] = None
+        state["_mcp"] = None  # connections are per process; reopened on demand
+        state["_definitions"] = None
         state["_reward"] = None
         state["_token_counter"] = None
         state["_runtime"] = None  # the original env owns it; the config keeps its settings

@@ -142,13 +142,25 @@ class _Grammar(NamedTuple):
 _grammar_cache = _Grammar.build(tool_tags())
 
 
-def _grammar() -> _Grammar:
-    """The grammar for the tools registered now (rebuilt only after a registration)."""
+_extra_grammars: dict[tuple[tuple[str, ...], tuple[str, ...]], _Grammar] = {}
+
+
+def _grammar(extra: tuple[str, ...] = ()) -> _Grammar:
+    """The grammar for the tools registered now (rebuilt only after a registration), plus
+    ``extra`` tags of one env's own (its MCP servers' tools)."""
     global _grammar_cache
     tools = tool_tags()
     if _grammar_cache.tools is not tools:
         _grammar_cache = _Grammar.build(tools)
-    return _grammar_cache
+    if not extra:
+        return _grammar_cache
+    key = (tools, extra)
+    grammar = _extra_grammars.get(key)
+    if grammar is None:
+        if len(_extra_grammars) > 64:  # a bounded cache: envs with many different MCP tool sets
+            _extra_grammars.clear()
+        grammar = _extra_grammars[key] = _Grammar.build((*tools, *(t for t in extra if t not in tools)))
+    return grammar
 
 
 def _fail(kind: ProtocolErrorKind, message: str, spans: list[str]) -> ParsedTurn:
@@ -161,9 +173,10 @@ def strip_code_fence(code: str) -> str:
     return match.group(1) if match else code.strip("\n")
 
 
-def parse_turn(text: str, *, allow_parallel: bool = False) -> ParsedTurn:
-    """Parse one model turn. Never raises; see the module docstring for the grammar."""
-    grammar = _grammar()
+def parse_turn(text: str, *, allow_parallel: bool = False, extra_tools: tuple[str, ...] = ()) -> ParsedTurn:
+    """Parse one model turn. Never raises; see the module docstring for the grammar.
+    ``extra_tools`` are tool tags an env adds to the registered ones (MCP tools)."""
+    grammar = _grammar(extra_tools)
     if isinstance(text, str) and len(text) <= MAX_TURN_CHARS and text.isascii():
         fast = _parse_plain_spans(text, allow_parallel, grammar)
         if fast is not None:

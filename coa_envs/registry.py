@@ -15,7 +15,7 @@ from typing import Any
 
 import gymnasium as gym
 
-__all__ = ["describe", "entries", "entry", "ids", "make_env", "register_all", "resolve_path"]
+__all__ = ["REMOTE_ID", "describe", "entries", "entry", "ids", "make_env", "register_all", "resolve_path"]
 
 from coa_envs.tasks import resolve_path  # re-exported: loaders and users resolve pkg: paths here
 
@@ -62,11 +62,18 @@ def make_env(env_id: str, **overrides: Any):
     return CoAEnv(build_config(entry(env_id), overrides))
 
 
+REMOTE_ID = "coa/Remote-v0"
+
+
 def register_all() -> None:
     for env_id in _load():
         if env_id in gym.registry:
             continue
         gym.register(id=env_id, entry_point="coa_envs.registry:make_env", kwargs={"env_id": env_id})
+    # Not a task set but a client: any id above, served by `coa serve-env` elsewhere
+    # (gym.make(REMOTE_ID, base_url=..., env_id=...)). Kept out of ids(): it needs a server.
+    if REMOTE_ID not in gym.registry:
+        gym.register(id=REMOTE_ID, entry_point="coa_envs.service.client:RemoteEnv")
     _silence_dataset_version_warnings()
 
 

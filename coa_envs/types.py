@@ -109,6 +109,7 @@ class ToolSpec:
     summary: str  # what the tool does and returns, one sentence
     usage: str  # the shape of the query inside the tag: "query", "URL | what to look for"
     argument: str  # the query described in words, for schema-based protocols
+    parameter: str = "query"  # the name of that one string parameter (function calling, MCP)
 
 
 @runtime_checkable

@@ -91,14 +91,16 @@ class GenerationRequest:
     generated so far in this episode (continued, not re-prompted, on chat endpoints).
     ``on_token(token_id, logprob)``, when set, is called for every sampled token as it is
     sampled (streaming servers); engines that cannot stream call it after the fact.
+    ``tools`` (OpenAI ``tools`` list) asks a chat endpoint for native function calling.
     """
 
     token_ids: tuple[int, ...] = ()
     text: str = ""
-    messages: tuple[dict[str, str], ...] = ()
+    messages: tuple[dict[str, Any], ...] = ()
     prefix: str = ""
     params: SamplingParams | None = None
     on_token: Callable[[int, float], None] | None = field(default=None, compare=False)
+    tools: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +116,8 @@ class Completion:
     error: str = ""
     eos_text: str = ""
     usage: dict[str, Any] = field(default_factory=dict)
+    tool_calls: tuple[dict[str, Any], ...] = ()
+    """Function calls a chat endpoint returned (OpenAI shape), when ``tools`` were sent."""
 
     @property
     def ok(self) -> bool:

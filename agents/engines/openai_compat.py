@@ -7,6 +7,10 @@ grow. ``chat`` sends the messages to ``/v1/chat/completions`` and, after the fir
 the assistant's text so far as a final assistant message with vLLM's
 ``continue_final_message`` (servers without it restart the assistant turn).
 
+With ``tools`` in a request (the ``tools`` protocol) ``chat`` mode sends them and returns
+the ``tool_calls`` the server parsed; ``completions`` mode sends the rendered prompt and the
+policy reads the calls from the sampled text itself (token-exact).
+
 ``server_extensions=True`` (the default; right for ``coa serve`` and vLLM, wrong for
 api.openai.com) asks for the sampled token ids (``return_token_ids``,
 ``return_tokens_as_token_ids``), the stop string in the output
@@ -178,7 +182,9 @@ class OpenAIEngine:
         args = self._sampling_args(params)
         messages = [dict(m) for m in request.messages] or [{"role": "user",
                                                              "content": request.text}]
-        if request.prefix:
+        if request.tools:  # native function calling: each reply is its own message
+            args["tools"] = list(request.tools)
+        if request.prefix and not request.tools:
             messages.append({"role": "assistant", "content": request.prefix})
             if self.server_extensions:
                 args["extra_body"] = {**args.get("extra_body", {}),
@@ -200,6 +206,11 @@ class OpenAIEngine:
                 tokens = list(lp.tokens or []) if lp else []
             else:
                 text = choice.message.content or ""
+                calls = tuple({"id": c.id, "type": "function",
+                               "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                              for c in choice.message.tool_calls or ())
+                if calls:
+                    return Completion(text, (), (), "stop", tool_calls=calls)
                 content = choice.logprobs.content if choice.logprobs else None
                 logprobs = [float(x.logprob) for x in content or []]
                 tokens = [x.token for x in content or []]

@@ -14,8 +14,6 @@ concurrent rollouts. fastapi and uvicorn are imported only here (the ``serve`` e
 import asyncio
 import contextlib
 import json
-import socket
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -137,31 +135,9 @@ def run_server(retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, 
 
 @contextlib.contextmanager
 def serve_in_thread(retriever: Retriever, host: str = "127.0.0.1", port: int = 0, **app_options: Any) -> Iterator[str]:
-    """Run the server in a background thread for tests/benchmarks; yields its base url.
+    """Run the server in a background thread for tests/benchmarks; yields its base url
+    (``port=0`` picks a free port; the server is shut down and joined when the block exits)."""
+    from coa_envs.service.running import serve_in_thread as serve_app
 
-    The socket is bound before the thread starts (``port=0`` picks a free port), and the
-    server is shut down and joined when the block exits.
-    """
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    config = uvicorn.Config(create_app(retriever, **app_options), log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        for _ in range(500):
-            if server.started:
-                break
-            if not thread.is_alive():
-                raise RuntimeError("retrieval server thread exited during startup")
-            threading.Event().wait(0.01)
-        else:
-            raise RuntimeError("retrieval server did not start within 5 s")
-        yield f"http://{host}:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
+    with serve_app(create_app(retriever, **app_options), host, port) as url:
+        yield url

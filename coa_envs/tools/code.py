@@ -19,7 +19,7 @@ from sandbox import ExecResult, Grants, Limits, Status
 __all__ = ["BACKENDS", "SPEC", "STATEFUL_BACKENDS", "CodeTool", "build", "render_exec_result"]
 
 SPEC = ToolSpec(name="code", usage="```python\n...\n```", argument="a Python program; print() what you need to see",
-                summary="run Python in a sandbox; print() what you need to see.")
+                summary="run Python in a sandbox; print() what you need to see.", parameter="code")
 
 BACKENDS = ("default", "auto", "pool", "subprocess", "bwrap", "nsjail", "docker")
 #: Sessions run on the pool's worker code (jailed, or unjailed for "subprocess"); the

@@ -59,7 +59,8 @@ class RolloutResult:
 def make_env(config: RLConfig, heldout: bool = False) -> Any:
     """``gymnasium.make`` of the configured env id on its training tasks (``env.train_split``,
     only those of ``env.task_list`` when set), or with ``heldout`` on its held-out tasks
-    (``split: test``, ``env.eval_kwargs`` merged over ``env.kwargs``). Registers the coa ids."""
+    (``split: test``, ``env.eval_kwargs`` merged over ``env.kwargs``); a remote client when
+    ``env.url`` is set. Registers the coa ids on import."""
     import gymnasium as gym
 
     import coa_envs  # noqa: F401 - registers the ids
@@ -72,6 +73,10 @@ def make_env(config: RLConfig, heldout: bool = False) -> Any:
     kwargs["task_options"] = {**dict(kwargs.get("task_options") or {}), "split": split}
     if config.env.task_list and not heldout:  # a filtered list of training tasks (coa filter-tasks)
         kwargs["task_options"]["task_list"] = config.env.task_list
+    if config.env.url:  # the env runs in a `coa serve-env` server; this is its client
+        from coa_envs.registry import REMOTE_ID
+
+        return gym.make(REMOTE_ID, base_url=config.env.url, env_id=config.env.id, overrides=kwargs)
     return gym.make(config.env.id, **kwargs)
 
 

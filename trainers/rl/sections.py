@@ -189,10 +189,16 @@ class EnvSection:
     task_list: str | None = None
     """Train only on the tasks this JSONL lists (``coa filter-tasks`` output: the tasks the
     model neither always solves nor always fails); the periodic eval is not restricted."""
+    url: str | None = None
+    """Step ``id`` in a ``coa serve-env`` server at this URL (``http://host:8100``) instead of
+    in the rollout workers; ``kwargs`` go to it as client overrides (the server decides
+    which it accepts). A bearer token, if the server wants one, comes from ``$COA_ENV_TOKEN``."""
 
     def __post_init__(self) -> None:
         check_fields(self, "env.")
         _at_least(self, "env.", 1, ("max_turns",))
+        if self.url is not None and not self.url.startswith(("http://", "https://", "ws://", "wss://")):
+            raise ConfigError(f"env.url={self.url!r}: give the server's base URL, e.g. http://127.0.0.1:8100")
 
     @property
     def train_split(self) -> str:

@@ -1,0 +1,127 @@
+"""Native function calling on the model side: render tools with the chat template, read the
+tool calls a model wrote, and the exact text the template puts between turns.
+
+Shared by ``coa serve`` (which answers ``tools`` requests with ``tool_calls``) and by
+:class:`~agents.policy.LLMPolicy` in the ``tools`` protocol (which keeps episodes
+token-exact: the sampled ids as sampled, and each observation's template text encoded by
+itself). Parsing is transformers' own ``tokenizer.parse_response``: with the tokenizer's
+``response_template`` when it ships one, else with :data:`HERMES_RESPONSE_TEMPLATE`, the
+``<tool_call>{json}</tool_call>`` format of Qwen2.5/Hermes-style templates (and of the tiny
+test model's template).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["HERMES_RESPONSE_TEMPLATE", "ToolTemplateError", "observation_text", "parse_reply", "render_prompt",
+           "supports_tools", "wire_message"]
+
+HERMES_RESPONSE_TEMPLATE: dict[str, Any] = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "tool_calls": {"open": "<tool_call>", "close_pattern": r"</tool_call>\s*", "repeats": True,
+                       "content": "json", "transform": {"type": "function", "function": "{content}"}},
+        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
+    },
+}
+
+
+class ToolTemplateError(ValueError):
+    """The model's chat template cannot do function calling (or not prefix-preservingly)."""
+
+
+def supports_tools(tokenizer: Any) -> bool:
+    """Whether the chat template renders a ``tools`` list (the usual sign of tool support)."""
+    template = getattr(tokenizer, "chat_template", None) or ""
+    return isinstance(template, str) and "tools" in template
+
+
+def _template_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as chat templates expect them: tool-call arguments as objects, not JSON text."""
+    out = []
+    for message in messages:
+        message = dict(message)
+        if message.get("content") is None:
+            message["content"] = ""
+        if message.get("tool_calls"):
+            calls = []
+            for call in message["tool_calls"]:
+                function = dict(call.get("function") or {})
+                arguments = function.get("arguments")
+                if isinstance(arguments, str):
+                    with contextlib.suppress(json.JSONDecodeError):  # else the template shows the text
+                        function["arguments"] = json.loads(arguments) if arguments.strip() else {}
+                calls.append({**call, "function": function})
+            message["tool_calls"] = calls
+        out.append(message)
+    return out
+
+
+def render_prompt(tokenizer: Any, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+                  *, add_generation_prompt: bool = True) -> str:
+    """The chat template over ``messages`` with ``tools``; refuses a template without tool support."""
+    if tools and not supports_tools(tokenizer):
+        raise ToolTemplateError("the model's chat template does not render tools, so it cannot call functions; "
+                                "use an env with protocol: tags, or a model whose template supports tools")
+    return tokenizer.apply_chat_template(_template_messages(messages), tools=list(tools) if tools else None,
+                                         tokenize=False, add_generation_prompt=add_generation_prompt)
+
+
+def parse_reply(tokenizer: Any, text: str, prefix: str, tools: Sequence[Mapping[str, Any]] | None = None,
+                call_prefix: str | None = None) -> dict[str, Any]:
+    """The assistant message a model's generated ``text`` stands for (OpenAI shape: ``content``
+    and ``tool_calls`` with JSON-text arguments and call ids). A call whose JSON cannot be
+    read becomes a call without a name, which the env answers with a correction."""
+    schema = getattr(tokenizer, "response_template", None) or HERMES_RESPONSE_TEMPLATE
+    ids = call_prefix or f"call_{uuid.uuid4().hex[:12]}"
+    try:
+        parsed = tokenizer.parse_response(text, schema=schema, prefix=prefix)
+    except ValueError as exc:
+        raw = text.split("<tool_call>", 1)[-1].split("</tool_call>", 1)[0]
+        return {"role": "assistant", "content": text.split("<tool_call>", 1)[0].strip() or None,
+                "tool_calls": [{"id": f"{ids}_0", "type": "function",
+                                "function": {"name": "", "arguments": raw, "error": str(exc).splitlines()[0]}}]}
+    message: dict[str, Any] = {"role": "assistant", "content": (parsed.get("content") or "").strip() or None}
+    calls = []
+    for index, call in enumerate(parsed.get("tool_calls") or []):
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping):
+            function = {"name": "", "arguments": json.dumps(call)}
+        arguments = function.get("arguments", {})
+        calls.append({"id": f"{ids}_{index}", "type": "function",
+                      "function": {"name": str(function.get("name") or ""),
+                                   "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)}})
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def wire_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A message as the chat API sends it (drops parse notes such as a call's ``error``)."""
+    out = {"role": "assistant", "content": message.get("content")}
+    if message.get("tool_calls"):
+        out["tool_calls"] = [{"id": c["id"], "type": "function",
+                              "function": {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}}
+                             for c in message["tool_calls"]]
+    return out
+
+
+def observation_text(tokenizer: Any, history: Sequence[Mapping[str, Any]], reply: Mapping[str, Any],
+                     results: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> str:
+    """The text the template puts after the model's reply (which ended at its end-of-turn
+    token) and before the next reply: the results' turns and the next generation prompt.
+    Encoded by itself it extends the episode's ids exactly as the template would."""
+    before = render_prompt(tokenizer, [*history, reply], tools, add_generation_prompt=False)
+    after = render_prompt(tokenizer, [*history, reply, *results], tools, add_generation_prompt=True)
+    if not after.startswith(before):
+        raise ToolTemplateError("the chat template rewrites earlier turns when a turn is added (not "
+                                "prefix-preserving), so a multi-turn episode cannot stay token-exact")
+    eos = getattr(tokenizer, "eos_token", None) or ""
+    cut = before.rfind(eos) + len(eos) if eos and eos in before else len(before)
+    return after[cut:]

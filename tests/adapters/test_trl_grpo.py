@@ -1,0 +1,89 @@
+"""TRL's GRPOTrainer trains on a coa env through its rollout_func hook (CoARollout): whole
+multi-turn CoA episodes, token-exact, observations masked, rewards from the env."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.adapters.conftest import ENV_ID, ENV_KWARGS, grpo_args, step_logs
+
+
+def _recording(rollout):
+    """Keep every batch's trajectories (the rollout keeps only the last)."""
+    batches = []
+
+    def call(prompts, trainer):
+        out = rollout(prompts, trainer)
+        batches.append(list(rollout.last_trajectories))
+        return out
+
+    call.__name__ = "coa_rollout"
+    return call, batches
+
+
+def test_grpo_steps_on_episodes_the_env_scored(tmp_path, random_tiny):
+    from trl import GRPOTrainer
+
+    from trainers.adapters.trl_grpo import CoARollout
+
+    tokenizer, model = random_tiny
+    rollout = CoARollout(ENV_ID, env_kwargs=ENV_KWARGS, max_new_tokens=16, concurrency=4)
+    dataset = rollout.dataset()
+    assert len(dataset) == 4 and dataset[0]["prompt"][0]["content"] == "Search the wiki, then answer."
+    hook, batches = _recording(rollout)
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, train_dataset=dataset,
+                          args=grpo_args(tmp_path, per_device_train_batch_size=4, num_generations=2, max_steps=2),
+                          reward_funcs=rollout.reward, rollout_func=hook)
+    trainer.train()
+    logs = step_logs(trainer)
+    assert len(logs) == 2 and all(math.isfinite(row["loss"]) for row in logs)
+    for row, batch in zip(logs, batches, strict=True):
+        assert len(batch) == 4  # 2 prompts x 2 generations, each its own episode
+        assert row["reward"] == pytest.approx(sum(t.reward for t in batch) / len(batch))
+        assert {t.status.split(":")[0] for t in batch} <= {"ok", "truncated", "error"}
+    # What TRL trained on is the token-exact trajectory: prompt = the env's messages
+    # through the chat template, env_mask = 0 exactly on the observation tokens.
+    out = rollout(dataset["prompt"][:1], trainer)
+    trajectory = rollout.last_trajectories[0]
+    expected_prompt = tokenizer.apply_chat_template(dataset[0]["prompt"], add_generation_prompt=True,
+                                                    tokenize=True, return_dict=False)
+    assert out["prompt_ids"][0] == list(expected_prompt) == trajectory.prompt_ids
+    observation_ids = [i for s in trajectory.segments if s.kind == "observation" for i in s.token_ids]
+    masked = [i for i, m in zip(out["completion_ids"][0], out["env_mask"][0], strict=True) if m == 0]
+    assert masked == observation_ids
+    assert len(out["logprobs"][0]) == len(out["completion_ids"][0])
+    rollout.close()
+
+
+def test_a_prompt_not_from_the_dataset_is_refused(random_tiny):
+    from trainers.adapters.trl_grpo import CoARollout
+
+    rollout = CoARollout(ENV_ID, env_kwargs=ENV_KWARGS)
+    with pytest.raises(KeyError, match=r"rollout.dataset\(\)"):
+        rollout([[{"role": "user", "content": "something else"}]], trainer=None)
+
+
+@pytest.mark.slow
+def test_grpo_from_a_warm_start_gets_rewards_and_gradients(tmp_path, warm_tiny_dir):
+    import torch
+    from trl import GRPOTrainer
+
+    from agents.tiny import load_tiny
+    from trainers.adapters.trl_grpo import CoARollout
+
+    tokenizer, model = load_tiny(warm_tiny_dir)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rollout = CoARollout(ENV_ID, env_kwargs=ENV_KWARGS, max_new_tokens=32, concurrency=4)
+    hook, batches = _recording(rollout)
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, train_dataset=rollout.dataset(),
+                          args=grpo_args(tmp_path, max_steps=4), reward_funcs=rollout.reward, rollout_func=hook)
+    trainer.train()
+    logs = step_logs(trainer)
+    assert all(math.isfinite(row["loss"]) for row in logs)
+    rewards = [t.reward for batch in batches for t in batch]
+    assert 0 < sum(rewards) < len(rewards)  # some episodes solved, some not: the env decides
+    assert any(row["grad_norm"] > 0 for row in logs)
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    rollout.close()
