@@ -5,17 +5,44 @@ batch of requests goes in one ``LLM.generate`` call with token-id prompts. Each 
 asks for the sampled token's logprob (``logprobs=0``) and keeps the stop string in the
 output; the text is re-decoded from the ids so ``decode(ids) == text`` holds exactly as
 with the ``hf`` engine (vLLM's own text is cut at the stop string, its ids are not).
+
+Two things RL depends on:
+
+* **Which logprobs.** By default vLLM reports *raw* logprobs (before temperature), while the
+  token was sampled from ``softmax(logits / T)``; an importance ratio anchored on raw
+  logprobs is off by the temperature on every token. Where the installed vLLM has the
+  ``logprobs_mode`` engine argument (0.10.2+), the engine asks for ``processed_logprobs``
+  (after temperature; also after top-k/top-p, which RL leaves off). Where it has not, a
+  request with temperature != 1 gets *no* logprobs back (``Completion.logprobs == ()``):
+  the RL learner then recomputes the behaviour logprobs itself at the same temperature
+  (``Learner.prepare``: episodes without engine logprobs use the learner's), so the
+  ratio is right, at the cost of losing the correction for a stale (pipelined) rollout.
+  :attr:`VLLMEngine.processed_logprobs` says which case holds.
+* **Weight updates.** :meth:`VLLMEngine.load_weights` loads new weights into the running
+  workers and then resets the prefix cache: cached KV blocks were computed with the old
+  weights, and a prompt sharing a prefix with an earlier one would reuse them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from agents.engines import Completion, EngineErrorKind, GenerationRequest, SamplingParams
 
 __all__ = ["VLLMEngine"]
+
+_PROCESSED = "processed_logprobs"
+
+
+def _supports_logprobs_mode(vllm: Any) -> bool:
+    """Whether this vLLM's engine arguments include ``logprobs_mode`` (0.10.2 and later)."""
+    engine_args = getattr(vllm, "EngineArgs", None)
+    if engine_args is None or not dataclasses.is_dataclass(engine_args):
+        return False
+    return any(f.name == "logprobs_mode" for f in dataclasses.fields(engine_args))
 
 
 class VLLMEngine:
@@ -31,6 +58,9 @@ class VLLMEngine:
             raise ImportError("the vllm engine needs `pip install coa-envs[vllm]` "
                               "(and a CUDA GPU)") from exc
         self._vllm = vllm
+        if "logprobs_mode" not in llm_kwargs and _supports_logprobs_mode(vllm):
+            llm_kwargs["logprobs_mode"] = _PROCESSED
+        self.processed_logprobs = llm_kwargs.get("logprobs_mode") == _PROCESSED
         self.llm = vllm.LLM(model=model, seed=seed, **llm_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.eos_text = self.tokenizer.eos_token or ""
@@ -60,13 +90,18 @@ class VLLMEngine:
             kind = (EngineErrorKind.CONTEXT_OVERFLOW if "longer than" in message
                     else EngineErrorKind.INTERNAL)
             return [Completion.failure(kind, message) for _ in requests]
-        return [self._completion(out.outputs[0], r) for out, r in
+        return [self._completion(out.outputs[0], r, r.params or params) for out, r in
                 zip(outputs, requests, strict=True)]
 
-    def _completion(self, output: Any, request: GenerationRequest) -> Completion:
+    def _completion(self, output: Any, request: GenerationRequest,
+                    params: SamplingParams) -> Completion:
         ids = tuple(int(t) for t in output.token_ids)
-        logprobs = tuple(float(step[t].logprob) for step, t in zip(output.logprobs or [], ids,
-                                                                     strict=False))
+        logprobs: tuple[float, ...] = ()
+        # Raw logprobs of a tempered sample are not the sampling distribution's; report
+        # none rather than wrong ones (trainers recompute them, see the module docstring).
+        if self.processed_logprobs or params.temperature in (0.0, 1.0):
+            logprobs = tuple(float(step[t].logprob) for step, t in zip(output.logprobs or [], ids,
+                                                                         strict=False))
         text = self.tokenizer.decode(list(ids), skip_special_tokens=False)
         stop = output.stop_reason if isinstance(output.stop_reason, str) else None
         if output.finish_reason == "length":
@@ -76,7 +111,24 @@ class VLLMEngine:
         else:
             reason = "eos"
         if request.on_token is not None:  # vLLM's offline API does not stream
-            for token, logprob in zip(ids, logprobs, strict=False):
-                request.on_token(token, logprob)
+            for index, token in enumerate(ids):
+                request.on_token(token, logprobs[index] if index < len(logprobs) else float("nan"))
         return Completion(text, ids, logprobs, reason, stop, eos_text=self.eos_text,  # type: ignore[arg-type]
                           usage={"completion_tokens": len(ids)})
+
+    # -- weights ---------------------------------------------------------------------------
+    def load_weights(self, state: dict[str, Any] | Iterable[tuple[str, Any]]) -> None:
+        """Load new weights (name -> tensor) into every vLLM worker, then drop the prefix
+        cache, whose KV blocks the old weights computed."""
+        items = list(state.items()) if isinstance(state, dict) else list(state)
+        with self._lock:
+            if hasattr(self.llm, "collective_rpc"):  # vLLM V1 (and late V0): every worker
+                self.llm.collective_rpc(_load_in_worker, args=(items,))
+            else:  # older V0: one in-process driver worker
+                runner = self.llm.llm_engine.model_executor.driver_worker.model_runner
+                runner.model.load_weights(items)
+            self.llm.reset_prefix_cache()
+
+
+def _load_in_worker(worker: Any, items: list[tuple[str, Any]]) -> None:  # runs inside vLLM
+    worker.model_runner.model.load_weights(items)

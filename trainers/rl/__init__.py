@@ -3,10 +3,12 @@
 Layout (each module one job): ``config``/``sections`` (the sectioned config, presets;
 loaded, checkpointed and logged by the shared ``trainers.common``), ``algorithms``
 (advantages and losses as tensor functions), ``batch`` (trajectories to tensors),
-``models``/``learner`` (policy, critic, reference, the update), ``rollout`` (episode
-generation inside a worker), ``actors`` (Ray placement and fault tolerance), ``metrics``
-(episode statistics, the reward curve), and ``loop`` (the story top to bottom). Importing
-this package is light: torch, transformers and ray load inside the functions that need them.
+``shaping`` (the training reward: the env's terms plus DAPO's overlong term),
+``models``/``learner``/``optim`` (policy, critic, reference, the update; fp32 masters,
+clipping, LR schedule), ``rollout`` (episode generation inside a worker), ``actors`` (Ray
+placement and fault tolerance), ``metrics`` (episode statistics, the reward curve), and
+``loop`` (the story top to bottom). Importing this package is light: torch, transformers
+and ray load inside the functions that need them.
 """
 
 from trainers.rl.config import ConfigError, RLConfig, load_config

@@ -138,10 +138,18 @@ def policy_loss(
     clip_eps_high: float,
     loss_agg: str = "token-mean",
     norm_tokens: float | None = None,
+    clip_ratio_c: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped surrogate with decoupled bounds ``[1 - ε_low, 1 + ε_high]`` (DAPO clip-higher;
     PPO/GRPO use ε_low = ε_high). ``old_logprobs`` are the behaviour policy's (the rollout
-    engine's) logprobs of the sampled tokens. Returns the loss and detached statistics."""
+    engine's) logprobs of the sampled tokens. Returns the loss and detached statistics.
+
+    Dual clip (``clip_ratio_c`` > 1, Ye et al. 2020): for a negative advantage the clipped
+    surrogate ``-A * max(r, 1 - ε_low)`` grows without bound in ``r``; a token the behaviour
+    policy found unlikely but the current policy likes (stale or mismatched rollout
+    logprobs: r = 50) would dominate the batch. Its loss is capped at ``-A * c``, so such a
+    token adds no gradient. Off with 0.
+    """
     import torch
 
     log_ratio = (logprobs - old_logprobs) * mask
@@ -149,11 +157,17 @@ def policy_loss(
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps_low, 1.0 + clip_eps_high)
     per_token = torch.maximum(unclipped, clipped)
+    dual_clipped = torch.zeros_like(per_token, dtype=torch.bool)
+    if clip_ratio_c > 0:
+        cap = -advantages * clip_ratio_c
+        dual_clipped = (advantages < 0) & (per_token > cap)
+        per_token = torch.where(dual_clipped, cap, per_token)
     loss = aggregate(per_token, mask, loss_agg, norm_tokens)
     with torch.no_grad():
         was_clipped = (clipped > unclipped).float()
         stats = {
             "clip_frac": masked_mean(was_clipped, mask),
+            "dual_clip_frac": masked_mean(dual_clipped.float(), mask),
             "ratio_mean": masked_mean(ratio, mask),
             "approx_kl_old": masked_mean(0.5 * log_ratio**2, mask),
         }
@@ -186,19 +200,24 @@ def value_loss(
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str) -> torch.Tensor:
-    """Per-token estimate of KL(π || π_ref) from sampled tokens.
+    """Per-token estimate of KL(π || π_ref) from tokens sampled from π.
 
-    k1 = log π - log π_ref (unbiased, high variance, can be negative);
-    k3 = exp(log π_ref - log π) - (log π_ref - log π) - 1 (unbiased, always >= 0).
+    k1 = log π - log π_ref: unbiased for the KL *value*, but as a loss its expected gradient
+    is zero (E_π[∇ log π] = 0), so it only adds noise: a metric, never a loss (the config
+    refuses it there). k2 = ½ (log π - log π_ref)²: biased value, but its gradient is the
+    KL's gradient on-policy. k3 = exp(log π_ref - log π) - (log π_ref - log π) - 1:
+    unbiased, always >= 0, low variance (verl's ``low_var_kl``).
     """
     import torch
 
     if estimator == "k1":
         return logprobs - ref_logprobs
+    if estimator == "k2":
+        return 0.5 * (logprobs - ref_logprobs) ** 2
     if estimator == "k3":
         log_ratio = torch.clamp(ref_logprobs - logprobs, -20.0, 20.0)
         return torch.exp(log_ratio) - log_ratio - 1.0
-    raise ValueError(f"unknown KL estimator {estimator!r}: use k1 or k3")
+    raise ValueError(f"unknown KL estimator {estimator!r}: use k1, k2 or k3")
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:

@@ -1,27 +1,32 @@
 """The learner: owns the policy (+ critic, reference, optimiser) and turns a batch into an update.
 
-Two calls per RL step: :meth:`Learner.prepare` (no grad: recompute the policy's logprobs
-to measure the rollout/training mismatch, critic values, reference logprobs, then
+Two calls per RL step: :meth:`Learner.prepare` (no grad, eval mode: recompute the policy's
+logprobs to measure the rollout/training mismatch, critic values, reference logprobs, then
 advantages) and :meth:`Learner.update` (epochs x minibatches x micro-batches of the
-clipped loss). Plain Python: the Ray actor in ``actors.py`` wraps it, and the local mode
-calls it directly. With ``world_size > 1`` (``learner_workers`` Ray actors) each rank
-holds a DDP replica and trains on its shard of every minibatch; the loss is scaled so the
-DDP-averaged gradient equals the one-process gradient of the whole minibatch (tested).
+clipped loss; every episode of the batch is in exactly one minibatch per epoch). Plain
+Python: the Ray actor in ``actors.py`` wraps it, and the local mode calls it directly. With
+``world_size > 1`` (``learner_workers`` Ray actors) each rank holds a DDP replica and trains
+on its shard of every minibatch; the loss is scaled so the DDP-averaged gradient equals the
+one-process gradient of the whole minibatch (tested). Weights are fp32 masters; a bf16/fp16
+``model.dtype`` is the compute dtype under autocast (``trainers/rl/optim.py``).
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainers.rl import algorithms as alg
 from trainers.rl.batch import RLBatch
 from trainers.rl.models import ValueHead, forward_tokens, load_tokenizer_and_policy
+from trainers.rl.optim import LearnerOptimizer
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
 
     from trainers.rl.config import RLConfig
 
@@ -70,7 +75,9 @@ class Learner:
         torch.manual_seed(seed + 1000 * rank)
         self.device = torch.device("cuda", torch.cuda.current_device()) if use_cuda else \
             torch.device("cpu")
-        self.tokenizer, policy = load_tokenizer_and_policy(config)
+        self.compute_dtype = getattr(torch, config.model.dtype)
+        # fp32 master weights whatever model.dtype is; the forward runs under autocast
+        self.tokenizer, policy = load_tokenizer_and_policy(config, dtype="float32")
         if config.model.gradient_checkpointing:
             policy.gradient_checkpointing_enable()
         hidden = policy.config.hidden_size
@@ -81,8 +88,9 @@ class Learner:
             self.critic = _module(torch.nn)(copy.deepcopy(policy), ValueHead(hidden), temperature)
             self.critic = self.critic.to(self.device).train()
         self.reference = None
-        if config.uses_reference:
-            self.reference = copy.deepcopy(policy).to(self.device).eval().requires_grad_(False)
+        if config.uses_reference:  # frozen: its weights may live in the compute dtype
+            self.reference = copy.deepcopy(policy).to(self.device, self.compute_dtype).eval()
+            self.reference.requires_grad_(False)
         self.train_module = self.module
         self.train_critic = self.critic
         if world_size > 1:
@@ -92,12 +100,11 @@ class Learner:
             self.train_module = DistributedDataParallel(self.module, device_ids=ids)
             if self.critic is not None:
                 self.train_critic = DistributedDataParallel(self.critic, device_ids=ids)
-        groups = [{"params": list(policy.parameters()), "lr": algo.lr}]
-        if value_head is not None:
-            groups.append({"params": list(value_head.parameters()), "lr": algo.critic_lr})
+        critic_params = list(value_head.parameters()) if value_head is not None else []
         if self.critic is not None:
-            groups.append({"params": list(self.critic.parameters()), "lr": algo.critic_lr})
-        self.optimizer = torch.optim.AdamW(groups, weight_decay=algo.weight_decay)
+            critic_params += list(self.critic.parameters())
+        self.optim = LearnerOptimizer(algo, list(policy.parameters()), critic_params,
+                                      config.model.dtype, self.device.type)
         self.generator = torch.Generator().manual_seed(seed + 7)
         self.updates = 0
 
@@ -105,17 +112,26 @@ class Learner:
     def policy(self) -> Any:
         return self.module.policy
 
+    @contextmanager
+    def _autocast(self) -> Iterator[None]:
+        import torch
+
+        with torch.autocast(self.device.type, dtype=self.compute_dtype,
+                            enabled=self.compute_dtype != torch.float32):
+            yield
+
     # -- weights ---------------------------------------------------------------------
     def policy_state(self) -> dict[str, Any]:
-        """Policy weights on CPU, for syncing rollout engines after an update."""
-        return {k: v.detach().to("cpu") for k, v in self.policy.state_dict().items()}
+        """Policy weights on CPU in the engines' dtype, for syncing them after an update."""
+        return {k: v.detach().to("cpu", self.compute_dtype if v.is_floating_point() else v.dtype)
+                for k, v in self.policy.state_dict().items()}
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "module": self.module.state_dict(),
             "critic": None if self.critic is None else self.critic.state_dict(),
             "reference": None if self.reference is None else self.reference.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "optim": self.optim.state_dict(),
             "generator": self.generator.get_state(),
             "updates": self.updates,
         }
@@ -126,13 +142,13 @@ class Learner:
             self.critic.load_state_dict(state["critic"])
         if self.reference is not None and state.get("reference") is not None:
             self.reference.load_state_dict(state["reference"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.optim.load_state_dict(state["optim"])
         self.generator.set_state(state["generator"])
         self.updates = int(state["updates"])
 
     def save_pretrained(self, directory: str | Path) -> None:
-        """Write the policy in HF format (loadable by the eval CLI and vLLM)."""
-        self.policy.save_pretrained(str(directory))
+        """Write the policy in HF format and model.dtype (loadable by the eval CLI and vLLM)."""
+        self.policy.save_pretrained(str(directory), state_dict=self.policy_state())
         self.tokenizer.save_pretrained(str(directory))
 
     # -- step 1: no-grad passes and advantages -----------------------------------------
@@ -142,6 +158,19 @@ class Learner:
         size = self.config.resources.micro_batch_size
         return [batch.select(torch.arange(i, min(i + size, batch.size)))
                 for i in range(0, batch.size, size)]
+
+    @contextmanager
+    def _eval_mode(self) -> Iterator[None]:
+        """Dropout off while recomputing: the recompute scores the policy the engine sampled
+        from (engines run in eval mode), not one noisy dropout draw of it."""
+        trained = [m for m in (self.module, self.critic) if m is not None]
+        for module in trained:
+            module.eval()
+        try:
+            yield
+        finally:
+            for module in trained:
+                module.train()
 
     def prepare(self, batch: RLBatch) -> tuple[RLBatch, dict[str, float]]:
         """Fill old values, reference logprobs and advantages; report logprob mismatch."""
@@ -155,7 +184,7 @@ class Learner:
         entropy = torch.zeros_like(batch.mask)
         t_policy = t_aux = 0.0
         start = 0
-        with torch.no_grad():
+        with torch.no_grad(), self._eval_mode(), self._autocast():
             for micro in self._micro_batches(batch):
                 rows = slice(start, start + micro.size)
                 start += micro.size
@@ -217,45 +246,56 @@ class Learner:
 
     # -- step 2: the clipped update ----------------------------------------------------
     def update(self, batch: RLBatch) -> dict[str, float]:
-        """PPO epochs over shuffled minibatches; gradients accumulate over micro-batches."""
+        """PPO epochs over shuffled minibatches; gradients accumulate over micro-batches.
+
+        The batch is cut into ``ceil(size / minibatch_size)`` minibatches of near-equal size
+        (56 episodes with minibatch 32: two of 28), so every episode is trained on and no
+        optimiser step rests on a few leftover episodes.
+        """
         import torch
 
         cfg = self.config.algorithm
         sums: dict[str, float] = {}
         count = 0
+        loss_tokens = loss_episodes = 0.0
         t0 = time.perf_counter()
+        parts = max(1, math.ceil(batch.size / cfg.minibatch_size))
         for _epoch in range(cfg.ppo_epochs):
             # Every rank draws the same order (same generator state) and takes its shard.
             order = torch.randperm(batch.size, generator=self.generator)
-            for begin in range(0, batch.size, cfg.minibatch_size):
-                rows = order[begin:begin + cfg.minibatch_size]
-                if len(rows) < cfg.minibatch_size and begin > 0:
-                    continue  # a ragged tail would weigh its few episodes too much
-                # Equal shards, so every rank runs the same number of backward passes (DDP).
-                rows = rows[:len(rows) - len(rows) % self.world_size]
-                if len(rows) == 0:
-                    continue
+            for rows in torch.tensor_split(order, parts):
                 whole = batch.select(rows)
                 total_tokens = float(whole.mask.sum().clamp(min=1))
-                mine = whole if self.world_size == 1 else whole.select(
-                    torch.arange(self.rank, len(rows), self.world_size))
-                stats = self._minibatch_step(mine, total_tokens, len(rows))
+                # Rank r takes rows r, r + world, ...: shards differ by at most one episode.
+                # Each rank still runs its own backward passes and one synchronised one; a
+                # rank left without rows runs a zero-weighted one so DDP's reduce lines up.
+                shard = torch.arange(self.rank, len(rows), self.world_size)
+                mine = whole if self.world_size == 1 else \
+                    whole.select(shard if len(shard) else torch.arange(1))
+                stats = self._minibatch_step(mine, total_tokens, len(rows),
+                                             weight=1.0 if len(shard) else 0.0)
                 for key, value in stats.items():
                     sums[key] = sums.get(key, 0.0) + value
                 count += 1
+                loss_tokens += float(whole.mask.sum())
+                loss_episodes += len(rows)
+        lr = self.optim.end_update()
         self.updates += 1
         out = {key: value / max(count, 1) for key, value in sums.items()}
-        out["time/update_s"] = time.perf_counter() - t0
+        out.update({
+            "time/update_s": time.perf_counter() - t0,
+            "policy/lr": lr,
+            # generated tokens / episodes that entered the loss, per epoch (the batch's all)
+            "train/loss_tokens": loss_tokens / cfg.ppo_epochs,
+            "train/loss_episodes": loss_episodes / cfg.ppo_epochs,
+        })
         return out
 
-    def _minibatch_step(self, minibatch: RLBatch, total_tokens: float, episodes: int
-                        ) -> dict[str, float]:
+    def _minibatch_step(self, minibatch: RLBatch, total_tokens: float, episodes: int,
+                        weight: float = 1.0) -> dict[str, float]:
         """One optimiser step on this rank's share of a minibatch of ``episodes`` episodes
         holding ``total_tokens`` generated tokens (over all ranks)."""
-        import torch
-
-        cfg = self.config.algorithm
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optim.zero_grad()
         micro_batches = self._micro_batches(minibatch)
         sums: dict[str, float] = {}
         for index, micro in enumerate(micro_batches):
@@ -270,13 +310,10 @@ class Learner:
                         if module is not None:
                             stack.enter_context(module.no_sync())
                 loss, stats = self._micro_loss(micro, total_tokens / self.world_size, share)
-                loss.backward()
+                self.optim.backward(loss * weight)
             for key, value in stats.items():
                 sums[key] = sums.get(key, 0.0) + value * micro.size / minibatch.size
-        params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        self.optimizer.step()
-        sums["policy/grad_norm"] = float(grad_norm)
+        sums.update(self.optim.step())
         return sums
 
     def _micro_loss(self, micro: RLBatch, total_tokens: float, share: float
@@ -284,8 +321,12 @@ class Learner:
         cfg = self.config.algorithm
         mask = micro.mask
         want_entropy_grad = cfg.entropy_coef > 0
-        logprobs, entropy, values = self.train_module(
-            micro.input_ids, micro.attention_mask, True, want_entropy_grad)
+        with self._autocast():
+            logprobs, entropy, values = self.train_module(
+                micro.input_ids, micro.attention_mask, True, want_entropy_grad)
+            if self.train_critic is not None and self.config.uses_critic:
+                _, _, values = self.train_critic(micro.input_ids, micro.attention_mask, False,
+                                                 False)
         # token-mean divides by the whole minibatch's tokens; seq-mean modes weigh a
         # micro-batch by its share of the minibatch's episodes.
         norm = total_tokens if cfg.loss_agg == "token-mean" else None
@@ -296,12 +337,13 @@ class Learner:
 
         pg_loss, pg_stats = alg.policy_loss(
             logprobs, micro.old_logprobs, micro.advantages, mask, cfg.clip_eps_low,
-            cfg.clip_eps_high, cfg.loss_agg, norm)
+            cfg.clip_eps_high, cfg.loss_agg, norm, clip_ratio_c=cfg.clip_ratio_c)
         loss = pg_loss * scale
         # Report losses per micro-batch's own tokens so the share-weighted sum is a mean.
         to_own = 1.0 if norm is None else total_tokens / float(mask.sum().clamp(min=1))
         stats = {"loss/policy": float(pg_loss.detach()) * to_own,
                  "policy/clip_frac": float(pg_stats["clip_frac"]),
+                 "policy/dual_clip_frac": float(pg_stats["dual_clip_frac"]),
                  "policy/ratio_mean": float(pg_stats["ratio_mean"]),
                  "policy/approx_kl_old": float(pg_stats["approx_kl_old"])}
         if cfg.entropy_coef > 0:
@@ -310,9 +352,6 @@ class Learner:
             kl = alg.kl_penalty(logprobs, micro.ref_logprobs, cfg.kl_estimator)
             loss = loss + cfg.kl_coef * reduce(kl)
         if self.config.uses_critic:
-            if self.train_critic is not None:
-                _, _, values = self.train_critic(micro.input_ids, micro.attention_mask, False,
-                                                 False)
             vf_loss, vf_stats = alg.value_loss(values, micro.old_values, micro.returns, mask,
                                                cfg.value_clip, cfg.loss_agg, norm)
             loss = loss + cfg.vf_coef * vf_loss * scale

@@ -5,12 +5,13 @@ clip range, dynamic sampling, loss aggregation, KL). Each step:
 
 1. draw ``prompts_per_step`` tasks from the seeded sampler, ``group_size`` episodes each,
    and run them on the rollout workers (token ids + the engine's logprobs);
-2. DAPO dynamic sampling: drop groups whose rewards are all equal and sample more groups,
+2. DAPO dynamic sampling: drop groups whose task rewards are all equal and sample more groups,
    at most ``max_sampling_rounds`` extra rounds, until the batch is full; groups that lost
    an episode to a crashed worker are dropped whole (and counted), never trained on half;
 3. shape rewards: the reward's group terms over each complete group, DAPO's overlong term
    among them (``trainers/rl/shaping.py``); collate, ``learner.prepare`` (mismatch, values, KL,
-   advantages), ``learner.update``;
+   advantages), ``learner.update`` (every episode of the batch enters the loss:
+   ``train/loss_episodes``);
 4. push the new weights to the workers, log metrics, checkpoint every ``save_every``.
 With ``pipeline: true`` step k+1's rollouts run while step k updates (one step stale;
 the importance ratio uses the rollout logprobs, so the update stays correct).
@@ -128,9 +129,13 @@ def collect_groups(config: RLConfig, sampler: TaskSampler, rollouts: Any, step: 
         sampled.extend(t for t in trajectories if t.prompt_ids)
         complete = [g for g in by_group.values() if len(g) == group_size]
         incomplete += need - len(complete)
-        rewards = shape_groups(complete, reward)
+        # The env's reward, before the group terms are added: DAPO filters on accuracy, and a
+        # group whose answers all scored the same carries no answer signal, whatever the
+        # shaping terms (overlong, group length) would add.
+        task_rewards = [[float(t.reward) for t in g] for g in complete]
+        shape_groups(complete, reward)
         if algo.dynamic_sampling:
-            informative = [complete[i] for i in keep_informative_groups(rewards)]
+            informative = [complete[i] for i in keep_informative_groups(task_rewards)]
             filtered += len(complete) - len(informative)
             complete = informative
         kept.extend(complete)
@@ -170,7 +175,6 @@ def _train_on(config: RLConfig, learner: Any, groups: list[list[Trajectory]], pa
     rewards = [float(t.reward) for t in trajectories]  # shaped in collect_groups
     group_ids = [gi for gi, g in enumerate(groups) for _ in g]
     batch = collate(trajectories, rewards, group_ids, pad_token_id=pad_id)
-    # Minibatch sizes refer to the full batch; a short (filtered) batch trains in one go.
     t0 = time.perf_counter()
     prepared, stats = learner.prepare(batch)
     stats.update(learner.update(prepared))

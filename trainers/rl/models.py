@@ -36,11 +36,12 @@ def _dtype(name: str) -> Any:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
-def load_tokenizer_and_policy(config: RLConfig) -> tuple[Any, Any]:
+def load_tokenizer_and_policy(config: RLConfig, dtype: str | None = None) -> tuple[Any, Any]:
     """``(tokenizer, causal LM)`` from ``config.model.path`` (a HF directory/name or ``tiny``).
 
     ``model.init_checkpoint`` (e.g. the SFT trainer's output directory, saved with
-    ``save_pretrained``) replaces the weights after the architecture is built.
+    ``save_pretrained``) replaces the weights after the architecture is built. The weights
+    are cast to ``dtype`` (default ``model.dtype``; the learner asks for float32 masters).
     """
     import torch
 
@@ -67,7 +68,7 @@ def load_tokenizer_and_policy(config: RLConfig) -> tuple[Any, Any]:
         _load_weights(model, Path(spec.init_checkpoint))
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer, model.to(_dtype(spec.dtype))
+    return tokenizer, model.to(_dtype(dtype or spec.dtype))
 
 
 def _load_weights(model: Any, directory: Path) -> None:
@@ -105,10 +106,6 @@ def ValueHead(hidden_size: int) -> Any:
     return head
 
 
-def _trunk_and_head(model: Any) -> tuple[Any, Any]:
-    return getattr(model, model.base_model_prefix), model.get_output_embeddings()
-
-
 def forward_tokens(
     model: Any,
     input_ids: torch.Tensor,
@@ -121,25 +118,36 @@ def forward_tokens(
 ) -> ModelOutputs:
     """One forward: logprobs of the given next tokens, optional entropy and values.
 
-    Goes through the trunk and the LM head separately so a value head can read the same
-    hidden states without a second pass, and logprobs use ``logsumexp`` instead of a
-    full ``log_softmax`` copy of the ``[B, L, vocab]`` logits.
+    Logits come from the model's own forward, so whatever it does after the LM head
+    (Gemma-2's final-logit softcapping, a logit scale) is in the learner's logprobs exactly
+    as in the engines' (which call the same forward); scoring ``lm_head(hidden)`` directly
+    would silently drop it. A value head reads the hidden states the LM head reads (caught
+    by a forward hook on the output embeddings), so the critic costs no second pass.
+    Logprobs use ``logsumexp`` instead of a full ``log_softmax`` copy of the logits.
     """
     import torch
 
     from trainers.rl.algorithms import entropy_from_logits
 
-    trunk, lm_head = _trunk_and_head(model)
-    hidden = trunk(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    hidden = hidden[:, :-1]
-    values = None
+    if not with_logits:  # a critic-only pass: the trunk's last hidden state is all it needs
+        trunk = getattr(model, model.base_model_prefix)
+        hidden = trunk(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return ModelOutputs(logprobs=torch.empty(0), entropy=None,
+                            values=_values(value_head, hidden[:, :-1]))
+    captured: list[Any] = []
+    hook = None
     if value_head is not None:
-        values = value_head(hidden.to(value_head.weight.dtype)).squeeze(-1).float()
-    if not with_logits:
-        return ModelOutputs(logprobs=torch.empty(0), entropy=None, values=values)
+        hook = model.get_output_embeddings().register_forward_hook(
+            lambda _module, args, _out: captured.append(args[0]))
+    try:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    finally:
+        if hook is not None:
+            hook.remove()
+    values = _values(value_head, captured[-1][:, :-1]) if value_head is not None else None
     # The engine reports log_softmax(logits / T) of what it sampled; score the same quantity
     # or every importance ratio is off by the temperature.
-    logits = lm_head(hidden).float()
+    logits = logits[:, :-1].float()
     if temperature != 1.0:
         logits = logits / temperature
     targets = input_ids[:, 1:]
@@ -150,3 +158,9 @@ def forward_tokens(
         # Entropy is a metric unless it is in the loss; detaching saves a [B, L, V] graph.
         entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
     return ModelOutputs(logprobs=logprobs, entropy=entropy, values=values)
+
+
+def _values(value_head: Any, hidden: torch.Tensor) -> torch.Tensor | None:
+    if value_head is None:
+        return None
+    return value_head(hidden.to(value_head.weight.dtype)).squeeze(-1).float()

@@ -267,8 +267,9 @@ class RolloutWorker:
         return _Episode(job=job, env=env, recorder=recorder, context=list(prompt_ids))
 
     def _budget(self, episode: _Episode) -> int:
-        used = len(episode.context) - len(episode.trajectory.prompt_ids)
-        return self.config.rollout.max_response_tokens - used
+        """Response tokens the episode may still use: the cap counts every token after the
+        prompt, as the overlong term (coa_envs/rewards/overlong.py) does."""
+        return self.config.rollout.max_response_tokens - len(episode.trajectory.response_ids())
 
     def _apply_step(self, episode: _Episode, future: Future) -> bool:
         """Record one env step's outcome; True when the episode is over."""
@@ -328,21 +329,14 @@ def _build_engine(config: RLConfig) -> tuple[Any, Any]:
 
 
 def _load_engine_weights(engine: Any, state: dict[str, Any]) -> None:
+    """New learner weights into the engine: its own ``load_weights`` where it has one (vLLM:
+    into every worker, then a prefix-cache reset), else its transformers model's."""
+    loader = getattr(engine, "load_weights", None)
+    if loader is not None:
+        loader(state)
+        return
     model = getattr(engine, "model", None)
     if model is not None and hasattr(model, "load_state_dict"):
         model.load_state_dict(state, strict=True)
         return
-    # vLLM: hand the tensors to the worker's model loader (no restart, no disk round trip).
-    llm = getattr(engine, "llm", None)
-    if llm is not None:
-        if hasattr(llm, "collective_rpc"):
-            llm.collective_rpc(_vllm_load, args=(list(state.items()),))
-            return
-        runner = llm.llm_engine.model_executor.driver_worker.model_runner
-        runner.model.load_weights(state.items())
-        return
     raise TypeError(f"engine {type(engine).__name__} exposes no weights to update")
-
-
-def _vllm_load(worker: Any, items: list[tuple[str, Any]]) -> None:  # runs inside vLLM workers
-    worker.model_runner.model.load_weights(items)

@@ -47,12 +47,24 @@ class AlgorithmSection:
     weight_decay: float = 0.0
     """AdamW weight decay."""
     max_grad_norm: float = 1.0
-    """Gradient-norm clip of each optimiser step."""
+    """Gradient-norm clip of the policy's parameters in each optimiser step."""
+    critic_max_grad_norm: float = 1.0
+    """Gradient-norm clip of the value head / critic, apart from the policy's: a fresh value
+    head's large early gradients would otherwise shrink the policy step with them."""
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """Learning-rate shape over total_steps after the warm-up (linear/cosine decay to 0)."""
+    lr_warmup_steps: int = 0
+    """RL steps of linear warm-up from 0 to lr (the first updates rest on a fresh critic and
+    noisy advantages)."""
     # -- policy loss ---------------------------------------------------------------------
     clip_eps_low: float = 0.2
     """Lower clip of the importance ratio: 1 - clip_eps_low."""
     clip_eps_high: float = 0.28
     """Upper clip: 1 + clip_eps_high (DAPO's clip-higher raises it above clip_eps_low)."""
+    clip_ratio_c: float = 3.0
+    """Dual clip: the loss of a token with negative advantage is capped at -A * clip_ratio_c,
+    so a stale or mismatched rollout logprob (importance ratio 50) cannot dominate a batch.
+    0 turns it off; otherwise it must be > 1."""
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
     """token-mean: every generated token weighs the same (DAPO, PPO); seq-mean-token-mean:
     mean per episode, then over episodes (GRPO); seq-mean-token-sum: sum per episode."""
@@ -60,8 +72,10 @@ class AlgorithmSection:
     """Weight of an entropy bonus in the loss (0 = entropy is only logged)."""
     kl_coef: float = 0.0
     """Weight of KL(policy || reference) in the loss; 0 = no reference model is loaded."""
-    kl_estimator: Literal["k1", "k3"] = "k3"
-    """Per-token KL estimate from sampled tokens (k3: unbiased, always >= 0)."""
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    """Per-token KL estimate from sampled tokens in the loss: k3 (unbiased, >= 0, low
+    variance) or k2 (½ log-ratio², the KL's gradient on-policy). k1 is refused as a loss:
+    its expected gradient is zero."""
     # -- advantages ----------------------------------------------------------------------
     group_std_norm: bool = True
     """GRPO/DAPO: divide group-centred rewards by the group std (false = Dr. GRPO style)."""
@@ -83,7 +97,8 @@ class AlgorithmSection:
     """PPO: normalise advantages over the batch's generated tokens."""
     # -- DAPO extras ---------------------------------------------------------------------
     dynamic_sampling: bool = True
-    """Drop groups whose rewards are all equal and sample more until the batch is full."""
+    """Drop groups whose task rewards are all equal (all right or all wrong: no answer
+    signal, overlong shaping aside) and sample more until the batch is full."""
     max_sampling_rounds: int = 4
     """Extra sampling rounds dynamic sampling may take before training on what it has."""
     overlong_buffer: int = 64
@@ -113,11 +128,22 @@ class AlgorithmSection:
             raise ConfigError("algorithm.gamma and algorithm.lam must be in [0, 1]")
         if self.lr <= 0 or self.critic_lr <= 0:
             raise ConfigError("algorithm.lr and algorithm.critic_lr must be > 0")
+        if self.clip_ratio_c and self.clip_ratio_c <= 1.0:
+            raise ConfigError(f"algorithm.clip_ratio_c={self.clip_ratio_c}: the dual clip must be "
+                              "> 1 (3 is usual), or 0 to turn it off")
+        if self.kl_coef > 0 and self.kl_estimator == "k1":
+            raise ConfigError("algorithm.kl_estimator=k1 has zero expected gradient as a loss "
+                              "(E[∇ log π] = 0): use k3 (or k2) with algorithm.kl_coef > 0")
+        if self.lr_warmup_steps > self.total_steps:
+            raise ConfigError(f"algorithm.lr_warmup_steps={self.lr_warmup_steps} exceeds "
+                              f"algorithm.total_steps={self.total_steps}")
         _at_least(self, "algorithm.", 1, ("total_steps", "prompts_per_step", "group_size",
                                           "minibatch_size", "ppo_epochs"))
         _at_least(self, "algorithm.", 0, ("kl_coef", "entropy_coef", "weight_decay",
                                           "max_sampling_rounds", "overlong_buffer",
-                                          "overlong_penalty", "max_grad_norm"))
+                                          "overlong_penalty", "max_grad_norm",
+                                          "critic_max_grad_norm", "clip_ratio_c",
+                                          "lr_warmup_steps"))
 
 
 @dataclass
@@ -160,7 +186,8 @@ class ModelSection:
     """Model-config overrides: sizes for ``tiny`` (hidden_size, layers, ...), or for a HF
     model with ``random_init: true`` (built from its config with random weights)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    """Weights of the rollout engines and compute dtype of the learner."""
+    """The rollout engines' weights, and the learner's compute dtype: the learner keeps fp32
+    master weights and runs forward passes under autocast (fp16 with loss scaling)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, ~30% more compute)."""
     warm_start: WarmStartSection = field(default_factory=WarmStartSection)

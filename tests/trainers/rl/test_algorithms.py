@@ -135,7 +135,46 @@ def test_kl_estimators():
     assert float(k3.mean()) == pytest.approx(true_kl, abs=0.01)
     assert torch.all(k3 >= 0)
     with pytest.raises(ValueError):
-        alg.kl_penalty(logp, logq, "k2")
+        alg.kl_penalty(logp, logq, "k4")
+
+
+def test_k1_as_a_loss_has_no_expected_gradient_and_k2_has_the_kls():
+    """Why the config refuses k1 in the loss: the gradient of E_π[log π - log q] estimated
+    from samples of π is E_π[∇ log π] = 0, while KL(π||q) does have a gradient (k2's)."""
+    gen = torch.Generator().manual_seed(3)
+    theta = torch.tensor([0.5, 0.0, -0.5], requires_grad=True)
+    logq = torch.tensor([0.3, 0.3, 0.4]).log()
+    exact = torch.autograd.grad((theta.softmax(-1) * (theta.log_softmax(-1) - logq)).sum(),
+                                theta)[0]
+    samples = torch.multinomial(theta.detach().softmax(-1), 200_000, replacement=True,
+                                generator=gen)
+
+    def sampled_gradient(estimator: str) -> torch.Tensor:
+        logp = theta.log_softmax(-1)[samples]
+        return torch.autograd.grad(alg.kl_penalty(logp, logq[samples], estimator).mean(),
+                                   theta)[0]
+
+    assert sampled_gradient("k1").abs().max() < 0.01  # zero up to sampling noise
+    assert exact.abs().max() > 0.1
+    assert torch.allclose(sampled_gradient("k2"), exact, atol=0.01)
+
+
+def test_dual_clip_caps_the_loss_of_negative_advantages_hand_computed():
+    mask = torch.ones(1, 3)
+    old = torch.zeros(1, 3)
+    # ratios 50, 50, 0.5: a stale behaviour logprob makes the first two tokens 50x likelier
+    logp = torch.tensor([[math.log(50.0), math.log(50.0), math.log(0.5)]], requires_grad=True)
+    adv = torch.tensor([[-1.0, 2.0, -1.0]])
+    loss, stats = alg.policy_loss(logp, old, adv, mask, 0.2, 0.28, "token-mean",
+                                  clip_ratio_c=3.0)
+    # token 1: max(50, 0.8) * 1 = 50 capped at 3; token 2: positive advantage, clipped to
+    # -2 * 1.28; token 3: max(0.5, 0.8) * 1 = 0.8, under the cap
+    assert float(loss.detach()) == pytest.approx((3.0 - 2.0 * 1.28 + 0.8) / 3)
+    assert float(stats["dual_clip_frac"]) == pytest.approx(1 / 3)
+    loss.backward()
+    assert logp.grad[0, 0] == 0  # the capped token adds no gradient
+    plain, _ = alg.policy_loss(logp.detach(), old, adv, mask, 0.2, 0.28, "token-mean")
+    assert float(plain) == pytest.approx((50.0 - 2.0 * 1.28 + 0.8) / 3)  # off: unbounded
 
 
 def test_value_loss_clips_against_old_values():

@@ -92,7 +92,7 @@ def test_observation_tokens_get_no_advantage_and_no_gradient(tiny_setup):
     assert torch.all(prepared.returns[batch.mask == 0] == 0)
 
     def grads(b):
-        learner.optimizer.zero_grad(set_to_none=True)
+        learner.optim.zero_grad()
         loss, _ = learner._micro_loss(b, float(b.mask.sum()), 1.0)
         loss.backward()
         return [p.grad.clone() for p in learner.policy.parameters() if p.grad is not None]
@@ -106,7 +106,7 @@ def test_observation_tokens_get_no_advantage_and_no_gradient(tiny_setup):
     tampered.returns[off] = 30.0
     dirty = grads(tampered)
     assert all(torch.allclose(a, b) for a, b in zip(clean, dirty, strict=True))
-    learner.optimizer.zero_grad(set_to_none=True)
+    learner.optim.zero_grad()
 
 
 def test_update_raises_logprob_of_rewarded_samples(tiny_setup):

@@ -172,6 +172,41 @@ def test_an_env_that_crashes_drops_its_whole_group_and_counts_it(tmp_path, monke
     assert batch.stats["errors/env"] == 2  # both samples of task 0 (status error:env), counted
 
 
+def test_dynamic_sampling_filters_on_the_task_reward_not_the_length_shaping(tmp_path):
+    """DAPO drops groups whose answers all scored the same; one overlong episode in such a
+    group changes its shaped rewards but gives no answer signal, so it is still dropped."""
+    from agents.trajectory import Trajectory
+    from trainers.rl.loop import collect_groups
+
+    def episode(job, reward, tokens):
+        t = Trajectory(env_id="t", task_id=str(job.task_index), prompt_ids=[1], reward=reward,
+                       info={"group_id": job.group_id, "task_index": job.task_index})
+        t.add_generated("x", [2] * tokens, [0.0] * tokens)
+        return t
+
+    class Rollouts:  # task 0: both wrong, one of them overlong; task 1: one right
+        def run(self, jobs, purpose="train"):
+            made = [episode(j, 0.0, 40 if j.sample_index else 4) if j.task_index == 0
+                    else episode(j, float(j.sample_index), 4) for j in jobs]
+            return made, {}
+
+    class Tasks:
+        order = [0, 1]
+
+        def next(self):
+            return self.order.pop(0)
+
+        def state_dict(self):
+            return {}
+
+    cfg = _config(tmp_path, **{"algorithm": {"max_sampling_rounds": 0, "dynamic_sampling": True,
+                                             "overlong_buffer": 16},
+                               "rollout.max_response_tokens": 48})
+    batch = collect_groups(cfg, Tasks(), Rollouts(), step=1)
+    assert [{t.info["task_index"] for t in g} for g in batch.groups] == [{1}]
+    assert batch.stats["sampling/groups_filtered_all_equal"] == 1
+
+
 @pytest.mark.parametrize("overlap", [True, False])
 def test_rollout_worker_runs_more_jobs_than_envs_in_order(tmp_path, overlap):
     """Jobs beyond episodes_in_flight wait for a free env, in both step modes."""
