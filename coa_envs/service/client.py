@@ -105,7 +105,7 @@ class RemoteEnv(gym.Env[str, str]):
 
     # -- connection -----------------------------------------------------------------------
     def _open(self) -> None:
-        from websockets.exceptions import InvalidHandshake, InvalidURI
+        from websockets.exceptions import WebSocketException
         from websockets.sync.client import connect
 
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
@@ -116,7 +116,7 @@ class RemoteEnv(gym.Env[str, str]):
             options["legacy"] = True
         try:
             self._connection = connect(url, **options)
-        except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
+        except (OSError, TimeoutError, WebSocketException) as exc:  # incl. a handshake cut off mid-send
             raise RemoteEnvError(ErrorCode.CONNECTION_LOST, f"cannot reach the env server at {url}: "
                                                             f"{type(exc).__name__}: {exc}") from None
         try:

@@ -177,7 +177,8 @@ def test_acceptance_coa_eval_oracle_is_one_and_retrieval_baseline_far_below(tmp_
     means = {}
     for agent in ("oracle", "agents.baselines:retrieval_baseline"):
         out = tmp_path / agent
-        result = CliRunner().invoke(app, ["eval", "coa/SynthHop-v0", "--agent", agent, "--n", "200", "--out", str(out)])
+        result = CliRunner().invoke(app, ["eval", "coa/SynthHop-v0", "--agent", agent, "--n", "200",
+                                          "--split", "all", "--out", str(out)])
         assert result.exit_code == 0, result.output
         summary = json.loads((out / "summary.json").read_text())
         assert summary["episodes"] == 200 and summary["errors"] == 0

@@ -25,7 +25,7 @@ def _hermetic(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("data", ["gaia", "gaia_simple.json"])
 def test_coa_eval_gaia_oracle_scores_one_on_both_layouts(tmp_path, data):
-    result = CliRunner().invoke(app, ["eval", "coa/GAIA-v0", "--data", str(FIXTURES / data),
+    result = CliRunner().invoke(app, ["eval", "coa/GAIA-v0", "--data", str(FIXTURES / data), "--split", "all",
                                       "--agent", "oracle", "--n", "10", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "summary.json").read_text())
