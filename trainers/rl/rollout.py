@@ -305,9 +305,11 @@ def _turn_seed(seed: int, turn: int) -> int:
 
 
 def _stop_strings() -> tuple[str, ...]:
-    from coa_envs.protocol import STOP_STRINGS
+    """Every registered tool's closing tag, read now: a tool registered after import (a
+    user's ``register_tool``) must stop generation too, or the env never answers its call."""
+    from coa_envs.protocol import stop_strings
 
-    return STOP_STRINGS
+    return stop_strings()
 
 
 def _build_engine(config: RLConfig) -> tuple[Any, Any]:
