@@ -19,7 +19,6 @@ Stdlib + PyYAML only, so ``--help`` and config errors never wait for torch.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import re
 import types
@@ -29,6 +28,8 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import yaml
+
+from coa_envs.config import deep_merge as merge_mappings
 
 __all__ = [
     "ConfigError",
@@ -103,17 +104,20 @@ def _nest(dotted: str, value: Any) -> dict[str, Any]:
 def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
     """``update`` on top of ``base``; mappings merge key by key, anything else replaces.
 
-    Keys may be dotted (``{"rollout.max_turns": 2}``): they address nested mappings.
+    Keys may be dotted (``{"rollout.max_turns": 2}``): they address nested mappings. The
+    merge itself is the env config's (:func:`coa_envs.config.deep_merge`); trainer configs
+    add only the dotted keys that command-line overrides use.
     """
-    merged = copy.deepcopy(dict(base))
-    for key, value in update.items():
-        if "." in key:
-            merged = deep_merge(merged, _nest(key, value))
-        elif isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
+    return merge_mappings(base, _undot(update))
+
+
+def _undot(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    """``mapping`` with every dotted key, at any depth, turned into nested mappings."""
+    plain: dict[str, Any] = {}
+    for key, value in mapping.items():
+        value = _undot(value) if isinstance(value, Mapping) else value
+        plain = merge_mappings(plain, _nest(key, value) if "." in key else {key: value})
+    return plain
 
 
 # -- building and checking dataclasses --------------------------------------------------
