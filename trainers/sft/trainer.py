@@ -39,7 +39,7 @@ from trainers.sft.config import SFTConfig, load_config
 from trainers.sft.model import load_model, load_tokenizer, loss_sum, save_for_inference
 from trainers.sft.progress import ProgressBar
 
-__all__ = ["SFTConfig", "SFTResult", "TrainerPosition", "load_config", "train"]
+__all__ = ["SFTConfig", "SFTResult", "TrainerPosition", "load_config", "make_optimizer", "train"]
 
 # Optimiser and scheduler state inside a checkpoint directory (DeepSpeed keeps its own).
 _OPTIMIZER_FILE = "optimizer.pt"
@@ -168,7 +168,8 @@ def _make_loss_module(model: Any, chunked: bool) -> Any:
     return CausalLMLoss()
 
 
-def _optimizer(config: SFTConfig, model: Any, device: Any) -> Any:
+def make_optimizer(config: SFTConfig, model: Any, device: Any) -> Any:
+    """AdamW over the trainable weights; no decay on biases and norms (``config.optim``)."""
     import torch
 
     params = [p for p in model.parameters() if p.requires_grad]
@@ -267,7 +268,7 @@ def _train(config: SFTConfig) -> SFTResult:
         int(optim.warmup_ratio * total_steps)
 
     # -- optimiser, schedule, wrappers ------------------------------------------------
-    optimizer = _optimizer(config, model, device)
+    optimizer = make_optimizer(config, model, device)
     scheduler = get_cosine_schedule_with_warmup(optimizer, warmup, total_steps)
     position = TrainerPosition()
     if checkpoint is not None:
