@@ -178,11 +178,14 @@ def collect_groups(config: RLConfig, samplers: list[Any], rollouts: Any, step: i
         "sampling/groups_dropped_incomplete": float(incomplete),
         "sampling/groups_kept": float(min(len(kept), algo.prompts_per_step)),
     })
-    if len(entries) > 1:
-        totals.update({f"sampling/{e.name}/groups": float(n) for e, n in zip(entries, drawn,
-                                                                              strict=True)})
+    kept = kept[:algo.prompts_per_step]
+    if len(entries) > 1:  # drawn by weight; kept after dynamic sampling and crashes
+        for index, entry in enumerate(entries):
+            totals[f"sampling/{entry.name}/groups"] = float(drawn[index])
+            totals[f"sampling/{entry.name}/groups_kept"] = float(sum(
+                1 for g in kept if int(g[0].info.get("env_index", 0)) == index))
     states = {e.name: sampler.state_dict() for e, sampler in zip(entries, samplers, strict=True)}
-    return CollectedBatch(kept[:algo.prompts_per_step], sampled, totals, states)
+    return CollectedBatch(kept, sampled, totals, states)
 
 
 def per_env_stats(config: RLConfig, trajectories: list[Trajectory], prefix: str

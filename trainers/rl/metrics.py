@@ -72,7 +72,7 @@ def plot_reward_curve(metrics_path: str | Path, png_path: str | Path, title: str
     acc = [r.get("rollout/accuracy", 0.0) for r in rows]
     window = max(1, min(10, len(mean) // 5))
     smooth = _smoothed(mean, window)
-    fig, ax = plt.subplots(figsize=(9, 5) if envs else (7, 4))
+    fig, ax = plt.subplots(figsize=(11, 4.5) if envs else (7, 4))
     ax.plot(steps, mean, label="batch reward mean", color="tab:blue", alpha=0.35)
     ax.plot(steps, smooth, label=f"batch reward, {window}-step mean", color="tab:blue")
     ax.plot(steps, acc, label="batch accuracy", color="tab:green", linestyle="--", alpha=0.5)
@@ -98,7 +98,10 @@ def plot_reward_curve(metrics_path: str | Path, png_path: str | Path, title: str
     ax.set_ylabel("reward")
     ax.set_title(title or "RL reward curve")
     ax.grid(alpha=0.3)
-    ax.legend(loc="best", fontsize="small" if envs else None)
+    if envs:  # more lines than fit beside the curves: the legend goes right of the axes
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    else:
+        ax.legend(loc="best")
     fig.tight_layout()
     png_path = Path(png_path)
     fig.savefig(png_path, dpi=100)

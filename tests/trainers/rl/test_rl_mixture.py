@@ -63,6 +63,9 @@ def test_groups_are_one_task_of_one_env_drawn_by_weight(tmp_path):
                  and k.endswith("/groups")}
         assert set(drawn) == {"sampling/SynthHop-v0/groups", "sampling/NQ-v0/groups"}
         assert sum(drawn.values()) == 6
+        kept = [batch.stats[f"sampling/{name}/groups_kept"] for name in ("SynthHop-v0", "NQ-v0")]
+        assert kept == [sum(1 for g in batch.groups if g[0].env_id == f"coa/{name}")
+                        for name in ("SynthHop-v0", "NQ-v0")]
     assert set(envs) == {"coa/SynthHop-v0", "coa/NQ-v0"}
     assert set(batches[-1].sampler_state) == {"SynthHop-v0", "NQ-v0"}
 
