@@ -130,9 +130,7 @@ class DPOConfig:
                               "on the pairs; a separate dpo.reference_path cannot share it")
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["optim"]["adam_betas"] = list(self.optim.adam_betas)
-        return data
+        return dataclasses.asdict(self)
 
 
 def _check_layout(data: dict[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.common import Checkpointer, MetricsLogger
+from trainers.common.threads import torch_threads
 from trainers.data import epoch_order, split_eval
 from trainers.dpo.config import DPOConfig, load_config
 from trainers.dpo.data import PairDataError, PairRow, PreparedPairs, pair_samples, prepare_pair_rows
@@ -169,15 +170,8 @@ def _evaluate(model: Any, scorer: _Scorer, rows: tuple[PairRow, ...], autocast: 
 
 def train(config: DPOConfig) -> DPOResult:
     """Run (or resume) a DPO run; returns the per-step series and where the model went."""
-    import torch
-
-    threads = torch.get_num_threads()
-    if config.resources.torch_threads:
-        torch.set_num_threads(config.resources.torch_threads)
-    try:
+    with torch_threads(config.resources.torch_threads):
         return _train(config)
-    finally:  # a process-wide setting: give the caller back what it had
-        torch.set_num_threads(threads)
 
 
 def _train(config: DPOConfig) -> DPOResult:

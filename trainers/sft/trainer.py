@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.common import Checkpointer, MetricsLogger
+from trainers.common.threads import torch_threads
 from trainers.data import (
     PreparedData,
     TruncationReport,
@@ -218,15 +219,8 @@ def _full_weights(engine: Any, model: Any) -> Any:
 
 def train(config: SFTConfig) -> SFTResult:
     """Run (or resume) a masked SFT run; returns the losses and where the model went."""
-    import torch
-
-    threads = torch.get_num_threads()
-    if config.resources.torch_threads:
-        torch.set_num_threads(config.resources.torch_threads)
-    try:
+    with torch_threads(config.resources.torch_threads):
         return _train(config)
-    finally:  # a process-wide setting: give the caller back what it had
-        torch.set_num_threads(threads)
 
 
 def _train(config: SFTConfig) -> SFTResult:
