@@ -348,7 +348,8 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
             future.result()
         executor.shutdown(wait=True)
         logger.close()
-        reward.close()
+        for reward in rewards:
+            reward.close()
         if getattr(learner, "close", None) is not None:  # Ray: free the learner actors
             learner.close()
         rollouts.close()

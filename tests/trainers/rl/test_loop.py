@@ -202,7 +202,7 @@ def test_dynamic_sampling_filters_on_the_task_reward_not_the_length_shaping(tmp_
     cfg = _config(tmp_path, **{"algorithm": {"max_sampling_rounds": 0, "dynamic_sampling": True,
                                              "overlong_buffer": 16},
                                "rollout.max_response_tokens": 48})
-    batch = collect_groups(cfg, Tasks(), Rollouts(), step=1)
+    batch = collect_groups(cfg, [Tasks()], Rollouts(), step=1)
     assert [{t.info["task_index"] for t in g} for g in batch.groups] == [{1}]
     assert batch.stats["sampling/groups_filtered_all_equal"] == 1
 
