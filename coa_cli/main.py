@@ -12,6 +12,7 @@ from coa_cli.distill import distill_command
 from coa_cli.eval import eval_command, report_command
 from coa_cli.filter_tasks import filter_tasks_command
 from coa_cli.mcp import app as mcp_app
+from coa_cli.pairs import pairs_command
 from coa_cli.retriever import app as retriever_app
 from coa_cli.serve import serve_command
 from coa_cli.serve_env import serve_env_command
@@ -72,6 +73,7 @@ app.command("distill")(distill_command)
 app.command("teach")(teach_command)
 app.command("bench")(bench_command)
 app.command("view")(view_command)
+app.command("pairs")(pairs_command)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""``coa train sft|rl --config FILE [key=value ...]``: the trainers' command line.
+"""``coa train sft|dpo|rl --config FILE [key=value ...]``: the trainers' command line.
 
 Trainers import torch; they are imported inside each command so ``coa --help`` stays light.
 """
@@ -15,7 +15,7 @@ from coa_cli.train_rl import rl_command
 __all__ = ["train_app"]
 
 train_app = typer.Typer(no_args_is_help=True, add_completion=False,
-                        help="Train a policy: masked SFT (sft) or agentic RL.")
+                        help="Train a policy: masked SFT (sft), preference DPO (dpo) or agentic RL.")
 
 
 @train_app.command(
@@ -44,6 +44,43 @@ def sft_command(
     if result.eval_losses:
         typer.echo(f"eval loss (generated tokens): {result.eval_losses[-1][1]:.4f}")
     typer.echo(f"data: {result.train_report.summary()}")
+    typer.echo(f"tokens/s: {result.tokens_per_s:,.0f}")
+    typer.echo(f"model: {result.final_dir or 'halted; resume with --resume'}")
+
+
+@train_app.command(
+    "dpo", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def dpo_command(
+    config: Path = typer.Option(..., "--config", "-c", exists=True, dir_okay=False,
+                                help="YAML config (see examples/dpo_tiny.yaml)."),
+    overrides: list[str] = typer.Argument(None, help="key=value overrides, e.g. dpo.beta=0.1 "
+                                          "optim.max_steps=10 data.train_path=pairs.jsonl."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the newest checkpoint "
+                                "in bookkeeping.output_dir (same as bookkeeping.resume=latest)."),
+) -> None:
+    """Masked DPO on preference pairs from `coa pairs` (log-probs of generated tokens only)."""
+    from trainers.common import ConfigError
+    from trainers.dpo import PairsError, load_config, train
+    from trainers.dpo.data import PairDataError
+
+    extra = [*(overrides or []), *(["bookkeeping.resume=latest"] if resume else [])]
+    try:
+        cfg = load_config(config, extra)
+    except ConfigError as error:
+        raise typer.BadParameter(str(error), param_hint="--config / overrides") from error
+    try:
+        result = train(cfg)
+    except (PairsError, PairDataError) as error:
+        raise typer.BadParameter(str(error), param_hint="data") from None
+    if result.losses:
+        typer.echo(f"steps: {result.steps}  loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}"
+                   f"  reward margin {result.reward_margins[0]:.4f} -> "
+                   f"{result.reward_margins[-1]:.4f}")
+    if result.eval_metrics:
+        last = result.eval_metrics[-1][1]
+        typer.echo(f"eval: loss {last['eval/loss']:.4f}  reward accuracy "
+                   f"{last['eval/rewards/accuracy']:.3f}  margin {last['eval/rewards/margin']:.4f}")
+    typer.echo(f"data: {result.data_summary}")
     typer.echo(f"tokens/s: {result.tokens_per_s:,.0f}")
     typer.echo(f"model: {result.final_dir or 'halted; resume with --resume'}")
 

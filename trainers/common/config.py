@@ -123,9 +123,19 @@ def _undot(mapping: Mapping[str, Any]) -> dict[str, Any]:
 # -- building and checking dataclasses --------------------------------------------------
 def _section_type(hint: Any) -> type | None:
     """The dataclass a field holds (also through ``X | None``), else None."""
+    if get_origin(hint) is list:
+        return None
     for candidate in (hint, *get_args(hint)):
         if isinstance(candidate, type) and dataclasses.is_dataclass(candidate):
             return candidate
+    return None
+
+
+def _item_type(hint: Any) -> type | None:
+    """The dataclass of a ``list[Section]`` field (e.g. a mixture's entries), else None."""
+    args = get_args(hint) if get_origin(hint) is list else ()
+    if args and isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
+        return args[0]
     return None
 
 
@@ -150,7 +160,11 @@ def build_section(cls: type[T], data: Mapping[str, Any], *, prefix: str = "",
             where = f"section {prefix.rstrip('.')!r}" if prefix else "the config"
             raise ConfigError(f"unknown key {dotted!r} in {where}; known keys: {sorted(names)}")
         section = _section_type(hints[key])
-        if section is not None and isinstance(value, Mapping):
+        item = _item_type(hints[key])
+        if item is not None and isinstance(value, list):
+            value = [build_section(item, v, prefix=f"{dotted}[{i}].", moved=moved)
+                     if isinstance(v, Mapping) else v for i, v in enumerate(value)]
+        elif section is not None and isinstance(value, Mapping):
             value = build_section(section, value, prefix=f"{dotted}.", moved=moved)
         elif section is not None and value is not None and not dataclasses.is_dataclass(value):
             raise ConfigError(f"{dotted} is a section: give it a mapping of keys "

@@ -62,8 +62,8 @@ class LocalRollouts:
     def __init__(self, config: RLConfig, overlap_tools: bool = True) -> None:
         self.workers = [RolloutWorker(config, 0, overlap_tools=overlap_tools)]
 
-    def num_tasks(self, heldout: bool = False) -> int:
-        return self.workers[0].num_tasks(heldout)
+    def num_tasks(self, heldout: bool = False, env_index: int = 0) -> int:
+        return self.workers[0].num_tasks(heldout, env_index)
 
     def set_weights(self, state: dict[str, Any], version: int) -> None:
         for worker in self.workers:
@@ -106,9 +106,9 @@ class RayRollouts:
         self._version = -1
         self.restarts = 0
 
-    def num_tasks(self, heldout: bool = False) -> int:
-        results = self.manager.foreach_actor(lambda w: w.num_tasks(heldout), remote_actor_ids=[
-            self.manager.healthy_actor_ids()[0]])
+    def num_tasks(self, heldout: bool = False, env_index: int = 0) -> int:
+        results = self.manager.foreach_actor(lambda w: w.num_tasks(heldout, env_index),
+                                             remote_actor_ids=[self.manager.healthy_actor_ids()[0]])
         return next(iter(results)).get()
 
     def set_weights(self, state: dict[str, Any], version: int) -> None:

@@ -105,7 +105,8 @@ class RLConfig:
             raise ConfigError(f"resources.micro_batch_size={res.micro_batch_size} must be <= "
                               f"algorithm.minibatch_size={algo.minibatch_size}")
         if book.eval_every and self.env.train_split != "train":
-            raise ConfigError(f"env.kwargs.task_options.split={self.env.train_split!r}: the "
+            where = "env.envs[].env_kwargs" if self.env.envs else "env.kwargs"
+            raise ConfigError(f"{where}.task_options.split={self.env.train_split!r}: the "
                               "periodic eval scores the held-out tasks (split=test), which must "
                               "not be trained on; train on split=train or set "
                               "bookkeeping.eval_every=0")
@@ -153,6 +154,10 @@ def _resolve_presets(data: dict[str, Any]) -> dict[str, Any]:
     if isinstance(data.get("model"), str):
         raise ConfigError(f"model is a section: write `model: {{path: {data['model']}}}` "
                           f"(or model.path={data['model']})")
+    env = data.get("env")
+    if isinstance(env, dict) and env.get("envs") and ({"id", "kwargs"} & set(env)):
+        raise ConfigError("env.envs names each env with its env_kwargs: drop env.id and "
+                          "env.kwargs (or drop env.envs to train on one env)")
     algo = data.get("algorithm", {})
     if isinstance(algo, str):
         raise ConfigError(f"algorithm is a section: write `algorithm: {{name: {algo}}}` "

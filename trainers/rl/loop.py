@@ -4,7 +4,9 @@ One loop for PPO, GRPO and DAPO; ``RLConfig`` decides the differences (critic or
 clip range, dynamic sampling, loss aggregation, KL). Each step:
 
 1. draw ``prompts_per_step`` tasks from the seeded sampler, ``group_size`` episodes each,
-   and run them on the rollout workers (token ids + the engine's logprobs);
+   and run them on the rollout workers (token ids + the engine's logprobs); with a mixture
+   (``env.envs``) each group's env is drawn by weight first, then a task of that env from
+   the env's own sampler, so a group is always one task of one env;
 2. DAPO dynamic sampling: drop groups whose task rewards are all equal and sample more groups,
    at most ``max_sampling_rounds`` extra rounds, until the batch is full; groups that lost
    an episode to a crashed worker are dropped whole (and counted), never trained on half;
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainers.common import Checkpointer, MetricsLogger
+from trainers.common.mixture import choose
 from trainers.rl.algorithms import keep_informative_groups
 from trainers.rl.batch import collate
 from trainers.rl.metrics import episode_stats, plot_reward_curve
@@ -39,7 +42,8 @@ if TYPE_CHECKING:
     from agents.trajectory import Trajectory
     from trainers.rl.config import RLConfig
 
-__all__ = ["CollectedBatch", "TaskSampler", "collect_groups", "evaluate", "train"]
+__all__ = ["CollectedBatch", "TaskSampler", "collect_groups", "evaluate", "load_sampler_states",
+           "make_samplers", "per_env_stats", "train"]
 
 
 @dataclass
@@ -78,32 +82,53 @@ class TaskSampler:
 
 @dataclass
 class CollectedBatch:
-    """The groups to train on, every episode sampled for them, and sampler state after."""
+    """The groups to train on, every episode sampled for them, and sampler state after
+    (per env name)."""
 
     groups: list[list[Trajectory]]
     sampled: list[Trajectory]
     stats: dict[str, float]
-    sampler_state: dict[str, int]
+    sampler_state: dict[str, dict[str, int]]
+
+
+def make_samplers(config: RLConfig, rollouts: Any) -> list[TaskSampler]:
+    """One task sampler per env of the mixture (its training tasks, its own seed)."""
+    seed = config.bookkeeping.seed
+    return [TaskSampler(rollouts.num_tasks(False, k), seed + k)
+            for k in range(len(config.env.mixture))]
+
+
+def load_sampler_states(config: RLConfig, samplers: list[TaskSampler],
+                        state: dict[str, Any]) -> None:
+    """Put each env's sampler back (``samplers`` by env name; a checkpoint written before
+    mixtures holds one ``sampler``, the single env's)."""
+    saved = state.get("samplers") or {config.env.mixture[0].name: state["sampler"]}
+    for entry, sampler in zip(config.env.mixture, samplers, strict=True):
+        sampler.load_state_dict(saved[entry.name])
 
 
 def _episode_seed(seed: int, step: int, group: int, sample: int) -> int:
     return random.Random(f"{seed}:{step}:{group}:{sample}").randrange(2**31)
 
 
-def training_reward(config: RLConfig) -> Any:
-    """The env's reward plus the algorithm's overlong term (see ``trainers/rl/shaping.py``)."""
+def training_rewards(config: RLConfig) -> list[Any]:
+    """Each mixture env's reward plus the algorithm's overlong term (``trainers/rl/shaping.py``),
+    in ``config.env.mixture`` order."""
     algo = config.algorithm
-    return rl_reward(config.env.id, config.env.kwargs, config.rollout.max_response_tokens,
-                     algo.overlong_buffer, algo.overlong_penalty)
+    return [rl_reward(entry.id, entry.env_kwargs, config.rollout.max_response_tokens,
+                      algo.overlong_buffer, algo.overlong_penalty) for entry in config.env.mixture]
 
 
-def collect_groups(config: RLConfig, sampler: TaskSampler, rollouts: Any, step: int,
-                   reward: Any = None) -> CollectedBatch:
+def collect_groups(config: RLConfig, samplers: list[Any], rollouts: Any, step: int,
+                   rewards: list[Any] | None = None) -> CollectedBatch:
     """Sample groups until ``prompts_per_step`` usable groups are in hand (or rounds run out);
-    each complete group's trajectories carry their shaped reward (``reward``'s group terms)."""
-    reward = training_reward(config) if reward is None else reward
+    each complete group's trajectories carry their shaped reward (the group terms of its env's
+    reward in ``rewards``). ``samplers`` holds one task sampler per env of ``config.env.mixture``."""
+    rewards = training_rewards(config) if rewards is None else rewards
     algo, seed = config.algorithm, config.bookkeeping.seed
+    entries = config.env.mixture
     group_size = algo.group_size
+    drawn = [0] * len(entries)
     kept: list[list[Trajectory]] = []
     sampled: list[Trajectory] = []
     totals: dict[str, float] = {}
@@ -113,9 +138,11 @@ def collect_groups(config: RLConfig, sampler: TaskSampler, rollouts: Any, step: 
         need = algo.prompts_per_step - len(kept)
         jobs = []
         for _ in range(need):
-            task_index = sampler.next()
+            env_index = choose(entries, seed, step, next_group)
+            task_index = samplers[env_index].next()
+            drawn[env_index] += 1
             jobs.extend(EpisodeJob(task_index, next_group, k,
-                                   _episode_seed(seed, step, next_group, k))
+                                   _episode_seed(seed, step, next_group, k), env_index=env_index)
                         for k in range(group_size))
             next_group += 1
         trajectories, stats = rollouts.run(jobs)
@@ -133,7 +160,10 @@ def collect_groups(config: RLConfig, sampler: TaskSampler, rollouts: Any, step: 
         # group whose answers all scored the same carries no answer signal, whatever the
         # shaping terms (overlong, group length) would add.
         task_rewards = [[float(t.reward) for t in g] for g in complete]
-        shape_groups(complete, reward)
+        for env_index in range(len(entries)):  # each group's terms come from its own env's reward
+            mine = [g for g in complete if int(g[0].info.get("env_index", 0)) == env_index]
+            if mine:
+                shape_groups(mine, rewards[env_index])
         if algo.dynamic_sampling:
             informative = [complete[i] for i in keep_informative_groups(task_rewards)]
             filtered += len(complete) - len(informative)
@@ -148,23 +178,57 @@ def collect_groups(config: RLConfig, sampler: TaskSampler, rollouts: Any, step: 
         "sampling/groups_dropped_incomplete": float(incomplete),
         "sampling/groups_kept": float(min(len(kept), algo.prompts_per_step)),
     })
-    return CollectedBatch(kept[:algo.prompts_per_step], sampled, totals, sampler.state_dict())
+    kept = kept[:algo.prompts_per_step]
+    if len(entries) > 1:  # drawn by weight; kept after dynamic sampling and crashes
+        for index, entry in enumerate(entries):
+            totals[f"sampling/{entry.name}/groups"] = float(drawn[index])
+            totals[f"sampling/{entry.name}/groups_kept"] = float(sum(
+                1 for g in kept if int(g[0].info.get("env_index", 0)) == index))
+    states = {e.name: sampler.state_dict() for e, sampler in zip(entries, samplers, strict=True)}
+    return CollectedBatch(kept, sampled, totals, states)
+
+
+def per_env_stats(config: RLConfig, trajectories: list[Trajectory], prefix: str
+                  ) -> dict[str, float]:
+    """``<prefix>/<name>/...`` episode statistics of each env of a mixture (none for one env)."""
+    entries = config.env.mixture
+    if len(entries) < 2:
+        return {}
+    stats: dict[str, float] = {}
+    for index, entry in enumerate(entries):
+        mine = [t for t in trajectories if int(t.info.get("env_index", 0)) == index]
+        if mine:
+            stats.update(episode_stats(mine, prefix=f"{prefix}/{entry.name}"))
+    return stats
 
 
 _EVAL_SEED = 2**31  # training seeds come from _episode_seed (< 2**31); eval seeds sit above
 
 
-def evaluate(config: RLConfig, rollouts: Any, num_tasks: int) -> dict[str, float]:
-    """Score the current policy on the same ``eval_episodes`` episodes of the env's held-out
-    tasks (``split: test``, never trained on) every time, cycling over ``num_tasks`` of them."""
-    jobs = [EpisodeJob(i % num_tasks, i, i // num_tasks, _EVAL_SEED + i, heldout=True)
-            for i in range(config.bookkeeping.eval_episodes)]
+def _heldout_metrics(played: list[Trajectory], prefix: str) -> dict[str, float]:
+    stats = episode_stats(played, prefix=prefix)
+    metrics = {f"{prefix}/heldout_{k[len(prefix) + 1:]}": v for k, v in stats.items()
+               if k[len(prefix) + 1:] in ("episodes", "reward_mean", "accuracy", "tool_calls")}
+    metrics[f"{prefix}/heldout_tasks"] = float(len({t.task_id for t in played}))
+    return metrics
+
+
+def evaluate(config: RLConfig, rollouts: Any, num_tasks: list[int]) -> dict[str, float]:
+    """Score the current policy on the same ``eval_episodes`` episodes of each env's held-out
+    tasks (``split: test``, never trained on) every time, cycling over ``num_tasks[env]`` of
+    them. A mixture logs each env (``eval/<name>/heldout_*``) and all episodes together."""
+    episodes = config.bookkeeping.eval_episodes
+    jobs = [EpisodeJob(i % tasks, env * episodes + i, i // tasks, _EVAL_SEED + i, heldout=True,
+                       env_index=env)
+            for env, tasks in enumerate(num_tasks) for i in range(episodes)]
     trajectories, _ = rollouts.run(jobs)
     played = [t for t in trajectories if t.prompt_ids]
-    stats = episode_stats(played, prefix="eval")
-    metrics = {k.replace("eval/", "eval/heldout_"): v for k, v in stats.items()
-               if k in ("eval/episodes", "eval/reward_mean", "eval/accuracy", "eval/tool_calls")}
-    metrics["eval/heldout_tasks"] = float(len({t.task_id for t in played}))
+    metrics = _heldout_metrics(played, "eval")
+    if len(num_tasks) > 1:
+        metrics["eval/heldout_tasks"] = float(len({(t.env_id, t.task_id) for t in played}))
+        for env, entry in enumerate(config.env.mixture):
+            mine = [t for t in played if int(t.info.get("env_index", 0)) == env]
+            metrics.update(_heldout_metrics(mine, f"eval/{entry.name}"))
     return metrics
 
 
@@ -210,10 +274,11 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
             warm_start=dataclasses.replace(config.model.warm_start, episodes=0)))
     random.seed(book.seed)
     torch.manual_seed(book.seed)
-    reward = training_reward(config)  # a bad reward block fails here, before any worker starts
+    rewards = training_rewards(config)  # a bad reward block fails here, before any worker starts
     rollouts, learner = build_groups(config)
-    sampler = TaskSampler(rollouts.num_tasks(), book.seed)
-    heldout_tasks = rollouts.num_tasks(heldout=True) if book.eval_every else 0
+    samplers = make_samplers(config, rollouts)
+    heldout_tasks = [rollouts.num_tasks(True, k) for k in range(len(config.env.mixture))] \
+        if book.eval_every else []
     checkpoints = Checkpointer(out, keep=book.keep_checkpoints)
     start = 0
     resume_from = checkpoints.resolve(book.resume)
@@ -221,7 +286,7 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
         learner.load_state_dict(torch.load(resume_from / "learner.pt", map_location="cpu",
                                            weights_only=False))
         state = checkpoints.read_state(resume_from)
-        sampler.load_state_dict(state["sampler"])
+        load_sampler_states(config, samplers, state)
         start = int(state["step"])
         checkpoints.restore_rng(resume_from)
         print(f"[rl] resumed from {resume_from} at step {start}", flush=True)
@@ -240,7 +305,7 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
         for step in range(start + 1, end + 1):
             t_step = time.perf_counter()
             if future is None:
-                future = executor.submit(collect_groups, config, sampler, rollouts, step, reward)
+                future = executor.submit(collect_groups, config, samplers, rollouts, step, rewards)
             collected: CollectedBatch = future.result()
             future = None
             rollout_s = time.perf_counter() - t_step
@@ -248,8 +313,9 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
                 rollouts.set_weights(*pending_weights)
                 pending_weights = None
             if config.rollout.pipeline and step < end:
-                future = executor.submit(collect_groups, config, sampler, rollouts, step + 1, reward)
-            metrics = {**episode_stats(collected.sampled), **collected.stats}
+                future = executor.submit(collect_groups, config, samplers, rollouts, step + 1, rewards)
+            metrics = {**episode_stats(collected.sampled), **collected.stats,
+                       **per_env_stats(config, collected.sampled, "rollout")}
             if collected.groups:
                 # Padding ids are never attended to nor trained on; any id works.
                 metrics.update(_train_on(config, learner, collected.groups, pad_id=0))
@@ -274,7 +340,7 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
             if book.save_every and (step % book.save_every == 0 or step == total):
                 learner_state = learner.state_dict()
                 checkpoints.save(step, lambda d, s=learner_state: torch.save(s, d / "learner.pt"),
-                                 {"sampler": collected.sampler_state})
+                                 {"samplers": collected.sampler_state})
         if end == total:
             learner.save_pretrained(str(out / "final"))
     finally:
@@ -282,13 +348,15 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
             future.result()
         executor.shutdown(wait=True)
         logger.close()
-        reward.close()
+        for reward in rewards:
+            reward.close()
         if getattr(learner, "close", None) is not None:  # Ray: free the learner actors
             learner.close()
         rollouts.close()
     if book.plot:
         plot_reward_curve(out / "metrics.jsonl", out / "reward_curve.png",
-                          title=f"{config.algorithm.name} on {config.env.id}")
+                          title=f"{config.algorithm.name} on {config.env.label}",
+                          envs=[e.name for e in config.env.envs])
     return last
 
 

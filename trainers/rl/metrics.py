@@ -49,8 +49,17 @@ def episode_stats(trajectories: Sequence[Trajectory], prefix: str = "rollout") -
     }
 
 
-def plot_reward_curve(metrics_path: str | Path, png_path: str | Path, title: str = "") -> Path:
-    """Batch reward (raw and smoothed), accuracy and eval reward per step, from the JSONL log."""
+def _smoothed(values: list[float], window: int) -> list[float]:
+    return [_mean(values[max(0, i - window + 1):i + 1]) for i in range(len(values))]
+
+
+def plot_reward_curve(metrics_path: str | Path, png_path: str | Path, title: str = "",
+                      envs: Sequence[str] = ()) -> Path:
+    """Batch reward (raw and smoothed), accuracy and eval reward per step, from the JSONL log.
+
+    ``envs``: the names of a mixture's envs; each gets its own colour, a smoothed batch
+    reward line (``rollout/<name>/reward_mean``, solid) and its held-out eval
+    (``eval/<name>/heldout_reward_mean``, dashed with markers), beside the overall lines."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -62,8 +71,8 @@ def plot_reward_curve(metrics_path: str | Path, png_path: str | Path, title: str
     mean = [r["rollout/reward_mean"] for r in rows]
     acc = [r.get("rollout/accuracy", 0.0) for r in rows]
     window = max(1, min(10, len(mean) // 5))
-    smooth = [_mean(mean[max(0, i - window + 1):i + 1]) for i in range(len(mean))]
-    fig, ax = plt.subplots(figsize=(7, 4))
+    smooth = _smoothed(mean, window)
+    fig, ax = plt.subplots(figsize=(11, 4.5) if envs else (7, 4))
     ax.plot(steps, mean, label="batch reward mean", color="tab:blue", alpha=0.35)
     ax.plot(steps, smooth, label=f"batch reward, {window}-step mean", color="tab:blue")
     ax.plot(steps, acc, label="batch accuracy", color="tab:green", linestyle="--", alpha=0.5)
@@ -72,11 +81,27 @@ def plot_reward_curve(metrics_path: str | Path, png_path: str | Path, title: str
         tasks = int(evals[-1].get("eval/heldout_tasks", 0))
         ax.plot([r["step"] for r in evals], [r["eval/heldout_reward_mean"] for r in evals],
                 marker="o", color="tab:red", label=f"held-out reward ({tasks} tasks, fixed seeds)")
+    palette = ("tab:purple", "tab:orange", "tab:brown", "tab:olive", "tab:cyan", "tab:pink")
+    for index, name in enumerate(envs):
+        color = palette[index % len(palette)]
+        key = f"rollout/{name}/reward_mean"
+        mine = [r for r in rows if key in r]  # a step may draw no group of this env
+        if mine:
+            ax.plot([r["step"] for r in mine], _smoothed([r[key] for r in mine], window),
+                    color=color, linewidth=2, label=f"{name}: batch reward, {window}-step mean")
+        key = f"eval/{name}/heldout_reward_mean"
+        held = [r for r in everything if key in r]
+        if held:
+            ax.plot([r["step"] for r in held], [r[key] for r in held], color=color,
+                    linestyle="--", marker="s", label=f"{name}: held-out reward")
     ax.set_xlabel("RL step")
     ax.set_ylabel("reward")
     ax.set_title(title or "RL reward curve")
     ax.grid(alpha=0.3)
-    ax.legend(loc="best")
+    if envs:  # more lines than fit beside the curves: the legend goes right of the axes
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    else:
+        ax.legend(loc="best")
     fig.tight_layout()
     png_path = Path(png_path)
     fig.savefig(png_path, dpi=100)

@@ -33,7 +33,8 @@ class EpisodeJob:
     """One episode to run: which task, which sample of its group, and its sampling seed.
 
     ``heldout`` jobs index the env's held-out tasks (``split: test``, the periodic eval);
-    the others index the training tasks.
+    the others index the training tasks. ``env_index`` picks the env of a mixture
+    (``env.envs``; 0 for a single env).
     """
 
     task_index: int
@@ -41,6 +42,7 @@ class EpisodeJob:
     sample_index: int
     seed: int
     heldout: bool = False
+    env_index: int = 0
 
 
 @dataclass
@@ -56,28 +58,31 @@ class RolloutResult:
     errors: dict[str, int] = field(default_factory=dict)
 
 
-def make_env(config: RLConfig, heldout: bool = False) -> Any:
-    """``gymnasium.make`` of the configured env id on its training tasks (``env.train_split``,
-    only those of ``env.task_list`` when set), or with ``heldout`` on its held-out tasks
-    (``split: test``, ``env.eval_kwargs`` merged over ``env.kwargs``); a remote client when
-    ``env.url`` is set. Registers the coa ids on import."""
+def make_env(config: RLConfig, heldout: bool = False, env_index: int = 0) -> Any:
+    """``gymnasium.make`` of the configured env (entry ``env_index`` of a mixture) on its
+    training tasks (``task_options.split``, default ``train``; only those of ``env.task_list``
+    when set), or with ``heldout`` on its held-out tasks (``split: test``, ``env.eval_kwargs``
+    merged over its kwargs); a remote client when ``env.url`` is set. Registers the coa ids
+    on import."""
     import gymnasium as gym
 
     import coa_envs  # noqa: F401 - registers the ids
     from trainers.common import deep_merge
 
-    kwargs = {"max_turns": config.env.max_turns, **config.env.kwargs}
+    entry = config.env.mixture[env_index]
+    kwargs = {"max_turns": config.env.max_turns, **entry.env_kwargs}
     if heldout:
         kwargs = deep_merge(kwargs, config.env.eval_kwargs)
-    split = "test" if heldout else config.env.train_split
-    kwargs["task_options"] = {**dict(kwargs.get("task_options") or {}), "split": split}
+    options = dict(kwargs.get("task_options") or {})
+    kwargs["task_options"] = {**options, "split": "test" if heldout
+                              else options.get("split", "train")}
     if config.env.task_list and not heldout:  # a filtered list of training tasks (coa filter-tasks)
         kwargs["task_options"]["task_list"] = config.env.task_list
     if config.env.url:  # the env runs in a `coa serve-env` server; this is its client
         from coa_envs.registry import REMOTE_ID
 
-        return gym.make(REMOTE_ID, base_url=config.env.url, env_id=config.env.id, overrides=kwargs)
-    return gym.make(config.env.id, **kwargs)
+        return gym.make(REMOTE_ID, base_url=config.env.url, env_id=entry.id, overrides=kwargs)
+    return gym.make(entry.id, **kwargs)
 
 
 @dataclass
@@ -111,7 +116,7 @@ class RolloutWorker:
         self.engine = engine
         self.tokenizer = tokenizer if tokenizer is not None else engine.tokenizer
         self.weights_version = -1
-        self._envs: dict[bool, list[Any]] = {False: [], True: []}  # heldout -> envs
+        self._envs: dict[tuple[int, bool], list[Any]] = {}  # (env_index, heldout) -> envs
         self._pool = ThreadPoolExecutor(max_workers=config.rollout.tool_threads,
                                         thread_name_prefix=f"rollout{worker_index}-env")
 
@@ -137,13 +142,13 @@ class RolloutWorker:
             envs.clear()
 
     # -- episodes ------------------------------------------------------------------------
-    def num_tasks(self, heldout: bool = False) -> int:
-        return len(self._env_pool(1, heldout)[0].unwrapped.tasks)
+    def num_tasks(self, heldout: bool = False, env_index: int = 0) -> int:
+        return len(self._env_pool(1, heldout, env_index)[0].unwrapped.tasks)
 
-    def _env_pool(self, size: int, heldout: bool = False) -> list[Any]:
-        envs = self._envs[heldout]
+    def _env_pool(self, size: int, heldout: bool = False, env_index: int = 0) -> list[Any]:
+        envs = self._envs.setdefault((env_index, heldout), [])
         while len(envs) < size:
-            envs.append(make_env(self.config, heldout))
+            envs.append(make_env(self.config, heldout, env_index))
         return envs
 
     def run(self, jobs: list[EpisodeJob]) -> RolloutResult:
@@ -158,7 +163,9 @@ class RolloutWorker:
         if any(job.heldout != heldout for job in jobs):
             raise ValueError("one run() call takes training jobs or held-out jobs, not both")
         slots = min(cfg.episodes_in_flight, max(len(jobs), 1))
-        free_envs = deque(self._env_pool(slots, heldout)[:slots])
+        # Up to ``slots`` envs of each env a job names (a mixture's batch spans several).
+        free_envs = {k: deque(self._env_pool(slots, heldout, k)[:slots])
+                     for k in sorted({job.env_index for job in jobs})}
         queue = deque(enumerate(jobs))
         active: dict[int, _Episode] = {}
         done: dict[int, Trajectory] = {}
@@ -166,22 +173,23 @@ class RolloutWorker:
         stops = tuple(_stop_strings())
 
         def start_next() -> None:
-            while queue and free_envs:
+            while queue and len(active) < slots:
                 index, job = queue.popleft()
-                env = free_envs.popleft()
+                env = free_envs[job.env_index].popleft()
                 try:
                     active[index] = self._start(job, env)
                 except Exception as exc:  # a broken task/env ends this episode only
                     done[index] = EpisodeRecorder.failed_start(
-                        self.config.env.id, f"index:{job.task_index}", EpisodeStatus.ERROR_ENV, exc,
-                        seed=job.seed, sample_index=job.sample_index,
-                        extra_info={"group_id": job.group_id, "task_index": job.task_index})
-                    free_envs.append(env)
+                        self._env_id(job), f"index:{job.task_index}", EpisodeStatus.ERROR_ENV,
+                        exc, seed=job.seed, sample_index=job.sample_index,
+                        extra_info={"group_id": job.group_id, "task_index": job.task_index,
+                                    "env_index": job.env_index})
+                    free_envs[job.env_index].append(env)
 
         def finish(index: int) -> None:
             episode = active.pop(index)
             done[index] = episode.recorder.finish()
-            free_envs.append(episode.env)
+            free_envs[episode.job.env_index].append(episode.env)
 
         def harvest(block: bool) -> None:
             pending = {e.pending: i for i, e in active.items() if e.pending is not None}
@@ -253,16 +261,19 @@ class RolloutWorker:
         return result
 
     # -- one episode's pieces ------------------------------------------------------------
+    def _env_id(self, job: EpisodeJob) -> str:
+        return self.config.env.mixture[job.env_index].id
+
     def _start(self, job: EpisodeJob, env: Any) -> _Episode:
         prompt, info = env.reset(seed=job.seed, options={"task_index": job.task_index})
         messages = info.get("messages") or [{"role": "user", "content": prompt}]
         prompt_ids = list(self.tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=True, return_dict=False))
         recorder = EpisodeRecorder.start(
-            self.config.env.id, prompt, info, seed=job.seed, sample_index=job.sample_index,
+            self._env_id(job), prompt, info, seed=job.seed, sample_index=job.sample_index,
             prompt_ids=prompt_ids, messages=messages,
             extra_info={"group_id": job.group_id, "task_index": job.task_index, "env_s": 0.0,
-                        "weights_version": self.weights_version},
+                        "weights_version": self.weights_version, "env_index": job.env_index},
         )
         return _Episode(job=job, env=env, recorder=recorder, context=list(prompt_ids))
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainers.common.config import ConfigError, check_fields
+from trainers.common.mixture import MixtureEntry, check_env_ids, mixture_entries
 
 __all__ = ["AlgorithmSection", "EnvSection", "ModelSection", "ResourcesSection",
            "RolloutSection", "WarmStartSection"]
@@ -201,36 +202,65 @@ class ModelSection:
 
 @dataclass
 class EnvSection:
-    """The gymnasium env the episodes run in."""
+    """The gymnasium env the episodes run in, or several mixed by weight (``envs``)."""
 
     id: str = "coa/SynthHop-v0"
     """A registered env id (``coa list``)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of ``gymnasium.make`` (task_options, tools, reward, ...). Training
     plays the tasks of ``task_options.split`` (default ``train``)."""
+    envs: list[MixtureEntry] = field(default_factory=list)
+    """Several envs instead of ``id``/``kwargs``: ``[{id: coa/SynthHop-v0, weight: 0.5,
+    env_kwargs: {...}}, {id: coa/NQ-v0, weight: 0.5}]``. Each prompt group's env is drawn by
+    weight (seeded by step and group, so a resumed run draws the same); a group is always
+    ``group_size`` samples of one task of one env. Metrics per env: ``rollout/<name>/...``
+    and, with the periodic eval, ``eval/<name>/heldout_reward_mean`` on that env's held-out
+    tasks; reward_curve.png draws a curve per env."""
     max_turns: int = 4
     """Model turns per episode before it is truncated."""
     eval_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Merged over ``kwargs`` for the env of the periodic eval, which always plays the
-    held-out tasks (``split: test``); e.g. ``{task_options: {num_tasks: 200}}``."""
+    """Merged over ``kwargs`` (over each entry's ``env_kwargs`` with ``envs``) for the env of
+    the periodic eval, which always plays the held-out tasks (``split: test``); e.g.
+    ``{task_options: {num_tasks: 200}}``."""
     task_list: str | None = None
     """Train only on the tasks this JSONL lists (``coa filter-tasks`` output: the tasks the
-    model neither always solves nor always fails); the periodic eval is not restricted."""
+    model neither always solves nor always fails); the periodic eval is not restricted.
+    One env only (not with ``envs``)."""
     url: str | None = None
     """Step ``id`` in a ``coa serve-env`` server at this URL (``http://host:8100``) instead of
     in the rollout workers; ``kwargs`` go to it as client overrides (the server decides
-    which it accepts). A bearer token, if the server wants one, comes from ``$COA_ENV_TOKEN``."""
+    which it accepts). A bearer token, if the server wants one, comes from ``$COA_ENV_TOKEN``.
+    One env only (not with ``envs``)."""
 
     def __post_init__(self) -> None:
         check_fields(self, "env.")
         _at_least(self, "env.", 1, ("max_turns",))
         if self.url is not None and not self.url.startswith(("http://", "https://", "ws://", "wss://")):
             raise ConfigError(f"env.url={self.url!r}: give the server's base URL, e.g. http://127.0.0.1:8100")
+        if self.envs:
+            if self.task_list or self.url:
+                raise ConfigError("env.task_list and env.url name one env's tasks/server; with a mixture "
+                                  "(env.envs) give each entry's tasks in its env_kwargs.task_options instead")
+            self.envs = mixture_entries(self.envs, "env.envs")
+            check_env_ids(self.envs, "env.envs")
+
+    @property
+    def mixture(self) -> list[MixtureEntry]:
+        """The envs episodes run in: ``envs``, or ``id``/``kwargs`` as a mixture of one."""
+        return list(self.envs) or [MixtureEntry(self.id, 1.0, dict(self.kwargs))]
+
+    @property
+    def label(self) -> str:
+        """The env(s) in words, for titles: ``coa/SynthHop-v0`` or ``SynthHop-v0 + NQ-v0``."""
+        return " + ".join(e.name for e in self.envs) if self.envs else self.id
 
     @property
     def train_split(self) -> str:
-        """The task split training plays: ``kwargs.task_options.split``, default ``train``."""
-        return str(dict(self.kwargs.get("task_options") or {}).get("split", "train"))
+        """The task split training plays: ``task_options.split`` of ``kwargs`` (of every
+        entry of ``envs``; one of them that differs is reported), default ``train``."""
+        splits = [str(dict(e.env_kwargs.get("task_options") or {}).get("split", "train"))
+                  for e in self.mixture]
+        return next((split for split in splits if split != "train"), "train")
 
 
 @dataclass

@@ -41,51 +41,65 @@ def strip_roles(action: str) -> str:
     return "".join(parts) or action
 
 
+def _play_oracle(env: Any, env_id: str, seed: int, index: int, sample: int,
+                 roles: bool) -> Any:
+    """One episode of the current task's ``oracle_actions``; the trajectory it made."""
+    from agents.trajectory import Trajectory
+
+    _, info = env.reset(seed=seed, options={"task_index": index})
+    actions = env.unwrapped.task.metadata.get("oracle_actions") or []
+    trajectory = Trajectory(env_id=env_id, task_id=info["task_id"],
+                            prompt_messages=info.get("messages", []), seed=seed,
+                            sample_index=sample)
+    for action in actions:
+        text = action if roles else strip_roles(action)
+        observation, reward, terminated, truncated, step_info = env.step(text)
+        trajectory.add_generated(text)
+        if terminated or truncated:
+            trajectory.reward = float(reward)
+            trajectory.terminated = bool(terminated)
+            trajectory.answer = step_info.get("answer")
+            break
+        trajectory.add_observation(observation)
+    return trajectory
+
+
 def oracle_trajectories(config: RLConfig, path: str | Path, episodes: int,
                         roles: bool = False) -> tuple[Path, int]:
     """Play the oracle actions of the RL env's tasks; write solved episodes as JSONL.
 
-    Returns ``(path, kept)``. Tasks are visited in order, cycling, ``episodes`` times.
+    Returns ``(path, kept)``. Tasks are visited in order, cycling, ``episodes`` times; with a
+    mixture each env plays its share of ``episodes`` by weight (an env whose tasks have no
+    ``oracle_actions`` contributes none).
     """
-    from agents.trajectory import Trajectory, write_trajectory
+    from agents.trajectory import write_trajectory
+    from trainers.common.mixture import normalised_weights
     from trainers.rl.rollout import make_env
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    env = make_env(config)
-    seed, env_id = config.bookkeeping.seed, config.env.id
+    seed, entries = config.bookkeeping.seed, config.env.mixture
+    shares = [round(episodes * w) if w else 0 for w in normalised_weights(entries)]
     kept = 0
     partial = path.with_suffix(".part")
-    try:
-        tasks = env.unwrapped.tasks
-        with open(partial, "w", encoding="utf-8") as handle:
-            for index in range(episodes):
-                _, info = env.reset(seed=seed + index,
-                                    options={"task_index": index % len(tasks)})
-                actions = env.unwrapped.task.metadata.get("oracle_actions") or []
-                trajectory = Trajectory(env_id=env_id, task_id=info["task_id"],
-                                        prompt_messages=info.get("messages", []),
-                                        seed=seed + index,
-                                        sample_index=index // len(tasks))
-                for action in actions:
-                    text = action if roles else strip_roles(action)
-                    observation, reward, terminated, truncated, step_info = env.step(text)
-                    trajectory.add_generated(text)
-                    if terminated or truncated:
-                        trajectory.reward = float(reward)
-                        trajectory.terminated = bool(terminated)
-                        trajectory.answer = step_info.get("answer")
-                        break
-                    trajectory.add_observation(observation)
-                if trajectory.terminated and trajectory.reward >= 1.0:
-                    write_trajectory(handle, trajectory)
-                    kept += 1
-    finally:
-        env.close()
+    with open(partial, "w", encoding="utf-8") as handle:
+        for env_index, (entry, share) in enumerate(zip(entries, shares, strict=True)):
+            env = make_env(config, env_index=env_index) if share else None
+            try:
+                tasks = env.unwrapped.tasks if env is not None else []
+                for index in range(share):
+                    trajectory = _play_oracle(env, entry.id, seed + index, index % len(tasks),
+                                              index // len(tasks), roles)
+                    if trajectory.terminated and trajectory.reward >= 1.0:
+                        write_trajectory(handle, trajectory)
+                        kept += 1
+            finally:
+                if env is not None:
+                    env.close()
     if kept == 0:
         partial.unlink(missing_ok=True)
-        raise ValueError(f"{env_id}: no task's oracle_actions solved it; the warm start "
-                         "needs tasks with metadata['oracle_actions'] (SynthHop has them)")
+        raise ValueError(f"{config.env.label}: no task's oracle_actions solved it; the warm "
+                         "start needs tasks with metadata['oracle_actions'] (SynthHop has them)")
     partial.replace(path)
     return path, kept
 

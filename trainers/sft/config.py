@@ -18,10 +18,11 @@ from typing import Any, Literal
 
 from trainers.common.config import ConfigError, check_fields
 from trainers.common.config import load_config as _load
+from trainers.common.mixture import MixtureEntry, check_env_ids, mixture_entries
 from trainers.common.sections import Bookkeeping
 
-__all__ = ["ConfigError", "SFTBookkeeping", "SFTConfig", "SFTData", "SFTModel", "SFTOptim",
-           "SFTResources", "load_config"]
+__all__ = ["ConfigError", "SFTBookkeeping", "SFTConfig", "SFTData", "SFTMixtureEntry", "SFTModel",
+           "SFTOptim", "SFTResources", "load_config"]
 
 TINY_DEFAULTS = {"vocab_size": 512, "hidden_size": 64, "layers": 2, "heads": 4, "kv_heads": 2}
 
@@ -58,11 +59,31 @@ class SFTModel:
 
 
 @dataclass
+class SFTMixtureEntry(MixtureEntry):
+    """One env of an SFT mixture: its data, drawn per packed row by ``weight``."""
+
+    path: str = ""
+    """Its training data (trajectory JSONL or the seed's SFT formats; file or directory);
+    required. Made from the env (its ``split: train`` tasks, ``env_kwargs``) when missing and
+    ``data.generate`` is set."""
+    eval_path: str | None = None
+    """Its held-out data; made from the env's ``split: test`` tasks (a fifth of
+    ``generate.n`` episodes) when missing and ``data.generate`` is set. None: hold out
+    ``data.eval_fraction`` of ``path``."""
+
+
+@dataclass
 class SFTData:
     """What is trained on, and how samples become packed rows."""
 
     train_path: str = ""
     """Trajectory JSONL, or the seed's ShareGPT/messages/alpaca JSON(L); file or directory."""
+    envs: list[SFTMixtureEntry] = field(default_factory=list)
+    """Several envs mixed by weight instead of ``train_path``: ``[{id: coa/SynthHop-v0,
+    weight: 0.7, path: a.jsonl}, {id: coa/NQ-v0, weight: 0.3, path: b.jsonl}]``. Each
+    optimiser step draws the env of each packed row by weight (seeded by step, so a resumed
+    run draws the same); each env's rows keep their own epoch order. Metrics per env:
+    ``loss/<name>`` and ``eval_loss/<name>`` (held out per env)."""
     format: Literal["auto", "trajectory", "sharegpt", "messages", "alpaca"] = "auto"
     """The records' format (auto: recognised per record)."""
     eval_path: str | None = None
@@ -71,7 +92,8 @@ class SFTData:
     """Hold out this share of ``train_path`` samples for eval when ``eval_path`` is unset."""
     generate: dict[str, Any] | None = None
     """Make ``train_path`` when it is missing: ``{env_id: coa/SynthHop-v0, agent: oracle,
-    n: 300, seed: 0}`` runs the agent through the env and writes trajectories."""
+    n: 300, seed: 0}`` runs the agent through the env and writes trajectories. With ``envs``
+    leave out ``env_id``: each entry's missing ``path`` gets ``n`` episodes of its env."""
     min_reward: float | None = None
     """Keep only trajectories whose reward is at least this (rejection sampling; None: all)."""
     max_seq_len: int = 2048
@@ -85,8 +107,11 @@ class SFTData:
 
     def __post_init__(self) -> None:
         check_fields(self, "data.")
-        if not self.train_path:
-            raise ConfigError("data.train_path is required (a trajectory JSONL or SFT JSON file)")
+        if self.envs:
+            self._check_mixture()
+        elif not self.train_path:
+            raise ConfigError("data.train_path is required (a trajectory JSONL or SFT JSON file)"
+                              ", or data.envs for a mixture of envs")
         if self.max_seq_len < 2:
             raise ConfigError("data.max_seq_len must be at least 2")
         if self.pack_len is None:
@@ -98,6 +123,20 @@ class SFTData:
             raise ConfigError("data.eval_fraction must be in [0, 1)")
         if self.eval_path and self.eval_fraction:
             raise ConfigError("set data.eval_path or data.eval_fraction, not both")
+
+    def _check_mixture(self) -> None:
+        self.envs = mixture_entries(self.envs, "data.envs", SFTMixtureEntry)  # type: ignore[assignment]
+        check_env_ids(self.envs, "data.envs")
+        if self.train_path or self.eval_path:
+            raise ConfigError("data.envs names each env's data (its path and eval_path): drop "
+                              "data.train_path and data.eval_path")
+        if self.generate and "env_id" in self.generate:
+            raise ConfigError("data.generate.env_id: with data.envs each entry's id is the env; "
+                              "drop env_id")
+        for entry in self.envs:
+            if not entry.path:
+                raise ConfigError(f"data.envs entry {entry.name}: give it a path (its data, "
+                                  "made from the env when missing and data.generate is set)")
 
 
 @dataclass
@@ -216,7 +255,7 @@ class SFTConfig:
 _MOVED_TO = {
     "model": ("tokenizer", "tiny", "attention", "lora", "merge_lora_on_save",
               "gradient_checkpointing"),
-    "data": ("train_path", "eval_path", "eval_fraction", "generate", "min_reward",
+    "data": ("train_path", "envs", "eval_path", "eval_fraction", "generate", "min_reward",
              "max_seq_len", "truncation", "packing", "pack_len"),
     "optim": ("precision", "learning_rate", "weight_decay", "adam_betas", "max_grad_norm",
               "warmup_ratio", "warmup_steps", "num_epochs", "max_steps", "grad_accum",

@@ -26,20 +26,20 @@ from pathlib import Path
 from typing import Any
 
 from trainers.common import Checkpointer, MetricsLogger
+from trainers.common.threads import torch_threads
 from trainers.data import (
     PreparedData,
     TruncationReport,
     epoch_order,
-    load_samples,
     pack_to_batch,
     prepare_packs,
-    split_eval,
 )
 from trainers.sft.config import SFTConfig, load_config
 from trainers.sft.model import load_model, load_tokenizer, loss_sum, save_for_inference
 from trainers.sft.progress import ProgressBar
+from trainers.sft.sources import MixedRows, load_sources
 
-__all__ = ["SFTConfig", "SFTResult", "TrainerPosition", "load_config", "train"]
+__all__ = ["SFTConfig", "SFTResult", "TrainerPosition", "load_config", "make_optimizer", "train"]
 
 # Optimiser and scheduler state inside a checkpoint directory (DeepSpeed keeps its own).
 _OPTIMIZER_FILE = "optimizer.pt"
@@ -63,13 +63,15 @@ class SFTResult:
 class TrainerPosition:
     """Where the loop is: optimiser steps done, and rows consumed in the current epoch.
 
-    The data order is a function of (seed, epoch), so this is all a resume needs to feed
-    the same rows in the same order.
+    The data order is a function of (seed, epoch) (per env, with a mixture), so this is all a
+    resume needs to feed the same rows in the same order.
     """
 
     step: int = 0
     epoch: int = 0
     rows_in_epoch: int = 0
+    streams: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    """With ``data.envs``: each env's ``[epoch, rows taken]`` (epoch/rows_in_epoch unused)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,28 +132,6 @@ def _all_sum(value: float, dist: _Dist, device: Any) -> float:
     return float(tensor.item())
 
 
-def _load_data(config: SFTConfig, dist: _Dist) -> tuple[list[Any], list[Any]]:
-    spec = config.data
-    train_path = Path(spec.train_path)
-    if not train_path.exists():
-        if not spec.generate:
-            raise FileNotFoundError(f"train_path {train_path} does not exist (set `generate` "
-                                    "to make it from an env, e.g. the oracle on SynthHop)")
-        if dist.main:
-            from trainers.data.generate import generate_trajectories
-
-            generate = dict(spec.generate)
-            generate_trajectories(generate.pop("env_id"), train_path,
-                                  int(generate.pop("n", 300)), **generate)
-        _barrier(dist)
-    samples = load_samples(train_path, spec.format)
-    if spec.min_reward is not None:
-        samples = [s for s in samples if s.meta.get("reward", 1.0) >= spec.min_reward]
-    if spec.eval_path:
-        return samples, load_samples(spec.eval_path, spec.format)
-    return split_eval(samples, spec.eval_fraction, config.bookkeeping.seed)
-
-
 def _make_loss_module(model: Any, chunked: bool) -> Any:
     import torch
 
@@ -168,7 +148,8 @@ def _make_loss_module(model: Any, chunked: bool) -> Any:
     return CausalLMLoss()
 
 
-def _optimizer(config: SFTConfig, model: Any, device: Any) -> Any:
+def make_optimizer(config: SFTConfig, model: Any, device: Any) -> Any:
+    """AdamW over the trainable weights; no decay on biases and norms (``config.optim``)."""
     import torch
 
     params = [p for p in model.parameters() if p.requires_grad]
@@ -180,17 +161,31 @@ def _optimizer(config: SFTConfig, model: Any, device: Any) -> Any:
                              fused=device.type == "cuda")
 
 
-def _evaluate(module: Any, data: PreparedData, device: Any, autocast: Any) -> float:
+def _evaluate(module: Any, datas: list[tuple[str, PreparedData]], device: Any,
+              autocast: Any) -> dict[str, float]:
+    """Token-mean loss over every held-out row (``eval_loss``), and per env with a mixture
+    (``eval_loss/<name>``)."""
     import torch
 
     module.eval()
+    metrics: dict[str, float] = {}
     total, count = 0.0, 0
     with torch.no_grad(), autocast():
-        for pack in data.packs:
-            total += float(module(pack_to_batch(pack, device)))
-            count += pack.num_trained
+        for name, data in datas:
+            part, tokens = 0.0, 0
+            for pack in data.packs:
+                part += float(module(pack_to_batch(pack, device)))
+                tokens += pack.num_trained
+            if name and data.packs:
+                metrics[f"eval_loss/{name}"] = part / max(tokens, 1)
+            total, count = total + part, count + tokens
     module.train()
-    return total / max(count, 1)
+    return {"eval_loss": total / max(count, 1), **metrics}
+
+
+def _merged(reports: list[TruncationReport]) -> TruncationReport:
+    return TruncationReport(*(sum(getattr(r, f.name) for r in reports)
+                              for f in dataclasses.fields(TruncationReport)))
 
 
 def _deepspeed_engine(config: SFTConfig, module: Any, optimizer: Any, scheduler: Any) -> Any:
@@ -224,15 +219,8 @@ def _full_weights(engine: Any, model: Any) -> Any:
 
 def train(config: SFTConfig) -> SFTResult:
     """Run (or resume) a masked SFT run; returns the losses and where the model went."""
-    import torch
-
-    threads = torch.get_num_threads()
-    if config.resources.torch_threads:
-        torch.set_num_threads(config.resources.torch_threads)
-    try:
+    with torch_threads(config.resources.torch_threads):
         return _train(config)
-    finally:  # a process-wide setting: give the caller back what it had
-        torch.set_num_threads(threads)
 
 
 def _train(config: SFTConfig) -> SFTResult:
@@ -246,16 +234,26 @@ def _train(config: SFTConfig) -> SFTResult:
     checkpoint = checkpoints.resolve(book.resume)
 
     # -- data and model ---------------------------------------------------------------
-    train_samples, eval_samples = _load_data(config, dist)
-    texts = [t for s in train_samples for t in s.texts()]
+    sources = load_sources(config, dist.main, lambda: _barrier(dist))
+    texts = [t for source in sources for s in source.train for t in s.texts()]
     tokenizer = load_tokenizer(config, texts, source=str(checkpoint) if checkpoint else None)
     model = load_model(config, tokenizer, source=str(checkpoint) if checkpoint else None).to(device)
-    data = prepare_packs(train_samples, tokenizer, max_seq_len=spec.max_seq_len,
-                         truncation=spec.truncation, pack_len=config.effective_pack_len)
-    eval_data = prepare_packs(eval_samples, tokenizer, max_seq_len=spec.max_seq_len,
-                              truncation="truncate_right", pack_len=config.effective_pack_len)
+    parts = [prepare_packs(source.train, tokenizer, max_seq_len=spec.max_seq_len,
+                           truncation=spec.truncation, pack_len=config.effective_pack_len)
+             for source in sources]
+    eval_parts = [(source.name, prepare_packs(source.eval, tokenizer, max_seq_len=spec.max_seq_len,
+                                              truncation="truncate_right",
+                                              pack_len=config.effective_pack_len))
+                  for source in sources]
+    # One row list; with a mixture each env's rows are a contiguous block of it.
+    data = PreparedData(tuple(p for part in parts for p in part.packs),
+                        _merged([part.report for part in parts]))
+    source_of_row = [i for i, part in enumerate(parts) for _ in part.packs]
+    has_eval = any(part.packs for _, part in eval_parts)
     if dist.main:
-        print(f"[sft] train data: {data.report.summary()}", flush=True)
+        for source, part in zip(sources, parts, strict=True):
+            label = f" ({source.name})" if source.name else ""
+            print(f"[sft] train data{label}: {part.report.summary()}", flush=True)
     rows_per_rank = len(data.packs) // dist.world
     if rows_per_rank == 0:
         raise ValueError(f"{len(data.packs)} packed rows cannot feed {dist.world} processes")
@@ -267,7 +265,7 @@ def _train(config: SFTConfig) -> SFTResult:
         int(optim.warmup_ratio * total_steps)
 
     # -- optimiser, schedule, wrappers ------------------------------------------------
-    optimizer = _optimizer(config, model, device)
+    optimizer = make_optimizer(config, model, device)
     scheduler = get_cosine_schedule_with_warmup(optimizer, warmup, total_steps)
     position = TrainerPosition()
     if checkpoint is not None:
@@ -276,6 +274,11 @@ def _train(config: SFTConfig) -> SFTResult:
             saved = torch.load(checkpoint / _OPTIMIZER_FILE, map_location="cpu", weights_only=False)
             optimizer.load_state_dict(saved["optimizer"])
             scheduler.load_state_dict(saved["scheduler"])
+    mixed = None
+    if spec.envs:
+        offsets = [sum(len(p.packs) for p in parts[:i]) for i in range(len(parts))]
+        mixed = MixedRows(spec.envs, offsets, [len(p.packs) for p in parts], book.seed,
+                          dist.rank, dist.world, position.streams)
     module = _make_loss_module(model, optim.chunked_loss)
     engine = None
     if use_ds:
@@ -321,18 +324,28 @@ def _train(config: SFTConfig) -> SFTResult:
     eval_losses: list[tuple[int, float]] = []
     started, tokens_seen, halted = time.perf_counter(), 0, False
     epoch, rows_done = position.epoch, position.rows_in_epoch
-    if eval_data.packs and book.eval_every and position.step == 0:
-        eval_losses.append((0, _evaluate(module, eval_data, device, autocast)))
-        logger.log(0, {"eval_loss": eval_losses[-1][1]})
+    def evaluate(step: int) -> None:
+        metrics = _evaluate(module, eval_parts, device, autocast)
+        eval_losses.append((step, metrics["eval_loss"]))
+        logger.log(step, metrics)
+
+    if has_eval and book.eval_every and position.step == 0:
+        evaluate(0)
     order = epoch_order(len(data.packs), book.seed, epoch)[dist.rank::dist.world][:rows_per_rank]
     while position.step < total_steps:
-        if rows_done >= rows_per_rank or (use_ds and rows_done + optim.grad_accum > rows_per_rank):
-            epoch, rows_done = epoch + 1, 0
-            order = epoch_order(len(data.packs), book.seed, epoch)[dist.rank::dist.world]
-            order = order[:rows_per_rank]
-        rows = [data.packs[i] for i in order[rows_done:rows_done + optim.grad_accum]]
+        if mixed is not None:  # each row's env drawn by weight; per-env cursors
+            indices = [row for _, row in mixed.take(position.step + 1, optim.grad_accum)]
+        else:
+            if rows_done >= rows_per_rank or (use_ds and rows_done + optim.grad_accum
+                                              > rows_per_rank):
+                epoch, rows_done = epoch + 1, 0
+                order = epoch_order(len(data.packs), book.seed, epoch)[dist.rank::dist.world]
+                order = order[:rows_per_rank]
+            indices = order[rows_done:rows_done + optim.grad_accum]
+        rows = [data.packs[i] for i in indices]
         step_tokens = _all_sum(float(sum(p.num_trained for p in rows)), dist, device)
         step_loss = 0.0
+        by_env: dict[str, list[float]] = {}  # name -> [summed token loss, trained tokens, rows]
         for index, pack in enumerate(rows):
             last = index == len(rows) - 1
             sync = module.no_sync() if dist.world > 1 and not last and engine is None \
@@ -347,6 +360,12 @@ def _train(config: SFTConfig) -> SFTResult:
                 loss.backward()
             step_loss += float(loss.detach()) / dist.world
             tokens_seen += len(pack)
+            if mixed is not None:
+                name = spec.envs[source_of_row[indices[index]]].name
+                totals = by_env.setdefault(name, [0.0, 0.0, 0.0])
+                totals[0] += float(loss.detach()) * step_tokens / dist.world
+                totals[1] += pack.num_trained
+                totals[2] += 1
         if engine is None:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(trainable, optim.max_grad_norm))
             optimizer.step()
@@ -356,19 +375,22 @@ def _train(config: SFTConfig) -> SFTResult:
             grad_norm = float(engine.get_global_grad_norm() or 0.0)
         step_loss = _all_sum(step_loss, dist, device)
         rows_done += len(rows)
-        position = TrainerPosition(position.step + 1, epoch, rows_done)
+        position = TrainerPosition(position.step + 1, epoch, rows_done,
+                                   mixed.state() if mixed is not None else {})
         losses.append(step_loss)
         elapsed = time.perf_counter() - started
         tokens_per_s = tokens_seen * dist.world / max(elapsed, 1e-9)
         if position.step % book.log_every == 0 or position.step == total_steps:
+            per_env = {f"{key}/{name}": value for name, (summed, tokens, count) in by_env.items()
+                       for key, value in (("loss", summed / max(tokens, 1.0)), ("rows", count))}
             logger.log(position.step, {"epoch": epoch, "loss": step_loss,
                                        "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm,
                                        "trained_tokens": step_tokens, "tokens_per_s": tokens_per_s,
-                                       "tokens": tokens_seen * dist.world, "elapsed_s": elapsed})
+                                       "tokens": tokens_seen * dist.world, "elapsed_s": elapsed,
+                                       **per_env})
             progress.update(position.step, step_loss, tokens_per_s)
-        if eval_data.packs and book.eval_every and position.step % book.eval_every == 0:
-            eval_losses.append((position.step, _evaluate(module, eval_data, device, autocast)))
-            logger.log(position.step, {"eval_loss": eval_losses[-1][1]})
+        if has_eval and book.eval_every and position.step % book.eval_every == 0:
+            evaluate(position.step)
         halted = book.halt_at_step is not None and position.step >= book.halt_at_step
         if (book.save_every and position.step % book.save_every == 0) or halted:
             save(position.step)
@@ -377,9 +399,8 @@ def _train(config: SFTConfig) -> SFTResult:
 
     final_dir = None
     if not halted:
-        if eval_data.packs and (not eval_losses or eval_losses[-1][0] != position.step):
-            eval_losses.append((position.step, _evaluate(module, eval_data, device, autocast)))
-            logger.log(position.step, {"eval_loss": eval_losses[-1][1]})
+        if has_eval and (not eval_losses or eval_losses[-1][0] != position.step):
+            evaluate(position.step)
         final_dir = output_dir / "final"
         spec_model = config.model
         with _full_weights(engine, model):

@@ -39,7 +39,7 @@ def test_a_loaded_config_holds_concrete_values_only():
         for value in node.values():
             yield from leaves(value) if isinstance(value, dict) else [value]
 
-    assert all(isinstance(v, int | float | str | bool | dict | type(None))
+    assert all(isinstance(v, int | float | str | bool | dict | list | type(None))
                for v in leaves(cfg.to_dict()))
     # what config.json holds loads back to the same config
     assert load_config(values=json.loads(json.dumps(cfg.to_dict()))) == cfg

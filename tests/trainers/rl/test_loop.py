@@ -147,8 +147,8 @@ def test_an_env_that_crashes_drops_its_whole_group_and_counts_it(tmp_path, monke
                 raise RuntimeError("tool backend died")
             return self.env.step(action)
 
-    monkeypatch.setattr(rollout_mod, "make_env",
-                        lambda config, heldout=False: Crashing(make(config, heldout)))
+    monkeypatch.setattr(rollout_mod, "make_env", lambda config, heldout=False, env_index=0:
+                        Crashing(make(config, heldout, env_index)))
 
     class TwoTasks:  # the sampler's surface collect_groups uses
         def __init__(self):
@@ -163,7 +163,7 @@ def test_an_env_that_crashes_drops_its_whole_group_and_counts_it(tmp_path, monke
     cfg = _config(tmp_path, **{"algorithm.max_sampling_rounds": 0})
     rollouts = LocalRollouts(cfg)
     try:
-        batch = collect_groups(cfg, TwoTasks(), rollouts, step=1)
+        batch = collect_groups(cfg, [TwoTasks()], rollouts, step=1)
     finally:
         rollouts.close()
     assert len(batch.groups) == 1
@@ -202,7 +202,7 @@ def test_dynamic_sampling_filters_on_the_task_reward_not_the_length_shaping(tmp_
     cfg = _config(tmp_path, **{"algorithm": {"max_sampling_rounds": 0, "dynamic_sampling": True,
                                              "overlong_buffer": 16},
                                "rollout.max_response_tokens": 48})
-    batch = collect_groups(cfg, Tasks(), Rollouts(), step=1)
+    batch = collect_groups(cfg, [Tasks()], Rollouts(), step=1)
     assert [{t.info["task_index"] for t in g} for g in batch.groups] == [{1}]
     assert batch.stats["sampling/groups_filtered_all_equal"] == 1
 
