@@ -115,13 +115,11 @@ def _first_prompts(tokenizer: Any) -> list[list[int]]:
 def _generate(model: Any, tokenizer: Any, prompts: list[list[int]]) -> SimpleNamespace:
     import torch
 
-    width = max(len(p) for p in prompts)
+    from agents.engines.continuous import left_pad
+
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    mask = torch.zeros_like(input_ids)
-    for row, ids in enumerate(prompts):
-        input_ids[row, width - len(ids):] = torch.tensor(ids)
-        mask[row, width - len(ids):] = 1
+    input_ids, mask = left_pad(prompts, pad, "cpu")
+    width = input_ids.shape[1]
     new_tokens = MAX_TURNS * NEW_TOKENS
     started = time.perf_counter()
     with torch.inference_mode():
@@ -165,7 +163,10 @@ def test_generation_throughput_engine_vs_generate_vs_sequential(benchmark, model
         for round_index in range(ROUNDS):
             shift = round_index % len(names)  # rotate the order: no arm always runs first
             for name in names[shift:] + names[:shift]:
-                runs[name].append(arms[name]())
+                run = arms[name]()
+                runs[name].append(run)
+                print(f"\nround {round_index + 1} {name}: {run.tokens} tokens in "
+                      f"{run.seconds:.1f} s = {run.tokens / run.seconds:.1f} tokens/s", flush=True)
         return runs
 
     runs = benchmark.pedantic(interleaved, rounds=1, iterations=1)

@@ -20,7 +20,7 @@ Heavy (torch): imported lazily by :mod:`agents.engines.hf`.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -31,7 +31,7 @@ from agents.engines.sampling import RowState, pick_tokens
 if TYPE_CHECKING:
     from agents.engines.hf import HFEngine
 
-__all__ = ["RunningBatch", "length_groups", "prefill", "share_prefixes"]
+__all__ = ["RunningBatch", "left_pad", "length_groups", "prefill", "share_prefixes"]
 
 
 class RunningBatch:
@@ -111,19 +111,15 @@ def prefill(engine: HFEngine, prefixes: list[KV | None],
             suffixes: list[list[int]]) -> tuple[BatchCache, torch.Tensor]:
     """One forward over ``suffixes`` (left-padded) after their stored ``prefixes``; returns
     the rows' cache and each row's logits at its last token."""
-    width = max(len(s) for s in suffixes)
     device = engine.model.device
+    input_ids, new_mask = left_pad(suffixes, engine.pad_id, device)
+    width = input_ids.shape[1]
     cache = BatchCache.from_prefixes(prefixes, engine._num_layers(), width, device)
-    input_ids = torch.full((len(suffixes), width), engine.pad_id, dtype=torch.long)
-    new_mask = torch.zeros((len(suffixes), width), dtype=torch.long)
-    for row, ids in enumerate(suffixes):
-        input_ids[row, width - len(ids):] = torch.tensor(ids)
-        new_mask[row, width - len(ids):] = 1
-    mask = torch.cat([cache.mask, new_mask.to(device)], dim=1)
+    mask = torch.cat([cache.mask, new_mask], dim=1)
     # Positions count real tokens only, so a gap between a prefix and its suffix is invisible.
     positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -width:]
     with torch.inference_mode():
-        output = engine.model(input_ids=input_ids.to(device), attention_mask=mask,
+        output = engine.model(input_ids=input_ids, attention_mask=mask,
                               position_ids=positions, past_key_values=cache, use_cache=True,
                               logits_to_keep=1)
     cache.mask = mask
@@ -131,6 +127,18 @@ def prefill(engine: HFEngine, prefixes: list[KV | None],
     engine.stats["prefill_tokens"] += fed
     engine.stats["cached_tokens"] += int(mask.sum()) - fed
     return cache, output.logits[:, -1, :]
+
+
+def left_pad(sequences: list[list[int]], pad_id: int,
+             device: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)`` with every sequence right-aligned (left padding)."""
+    width = max(len(s) for s in sequences)
+    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, ids in enumerate(sequences):
+        input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+        mask[row, width - len(ids):] = 1
+    return input_ids.to(device), mask.to(device)
 
 
 def share_prefixes(engine: HFEngine, prompts: list[list[int]]) -> None:

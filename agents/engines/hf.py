@@ -119,6 +119,8 @@ class HFEngine:
     def generate(
         self, requests: Sequence[GenerationRequest], params: SamplingParams
     ) -> list[Completion]:
+        """Complete ``requests`` (``params`` for those without their own), decoded as one
+        continuous batch of at most ``max_batch_size`` rows; results keep the order."""
         results: list[Completion | None] = [None] * len(requests)
         pending = deque(
             (request if request.params else dataclasses.replace(request, params=params),
@@ -259,18 +261,13 @@ class HFEngine:
         """One left-padded batch to the end, full prefill (models without KV reuse)."""
         from transformers import DynamicCache
 
+        from agents.engines.continuous import left_pad
         from agents.engines.sampling import pick_tokens
 
         torch = self.torch
         n = len(rows)
         device = self.model.device
-        width = max(len(r.prompt_ids) for r in rows)
-        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
-        for index, row in enumerate(rows):
-            input_ids[index, width - len(row.prompt_ids):] = torch.tensor(row.prompt_ids)
-            mask[index, width - len(row.prompt_ids):] = 1
-        input_ids, mask = input_ids.to(device), mask.to(device)
+        input_ids, mask = left_pad([row.prompt_ids for row in rows], self.pad_id, device)
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
         self.stats["prefill_tokens"] += sum(len(r.prompt_ids) for r in rows)

@@ -277,6 +277,7 @@ def test_real_tokenizer_trajectory_re_encodes_nothing():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # ~1 min on a quiet machine; loading the GGUF dominates
 def test_real_model_trajectory_re_encodes_nothing():
     """SmolLM2-135M-Instruct itself: its own prose, its own stops, KV reuse across turns."""
     from tests.smollm2 import load_smollm2
