@@ -219,3 +219,22 @@ def test_a_model_that_cannot_reuse_falls_back_to_full_prefill(tiny_tokenizer):
     batched = engine.generate(requests, SamplingParams())
     assert [c.token_ids for c in batched] == [engine.generate([r], SamplingParams())[0].token_ids
                                               for r in requests]
+
+
+def test_the_episode_loop_releases_the_episodes_cache(tiny_model, tiny_tokenizer):
+    """run_episode (eval's loop) ends the policy's episode: nothing it owned stays stored."""
+    import gymnasium as gym
+
+    import coa_envs  # noqa: F401  (registers ids)
+    from agents.episode import run_episode
+    from agents.policy import LLMPolicy
+
+    engine = HFEngine(tiny_model, tiny_tokenizer)
+    policy = LLMPolicy(engine, sampling=SamplingParams(max_new_tokens=12), seed=5)
+    env = gym.make("coa/MATH500-v0", max_turns=3)
+    try:
+        trajectory = run_episode(env, policy, options={"task_index": 0})
+    finally:
+        env.close()
+    assert trajectory.num_turns >= 2 and engine.stats["cached_tokens"] > 0  # reuse happened
+    assert [e for e in engine.prefix_cache._entries.values() if not e.shared] == []
