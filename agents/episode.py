@@ -184,7 +184,8 @@ def run_episode(
     ``end_on_empty`` ends it on an empty turn. ``call(fn)`` runs each agent call and env
     step (the runner passes a deadline-enforcing executor that raises
     :class:`EpisodeTimeout`). An agent with ``fill_trajectory`` (``LLMPolicy``) then replaces
-    the text record with its token-exact one.
+    the text record with its token-exact one, and its ``end_episode`` frees what the engine
+    kept for the episode (the hf engine's cached keys/values).
     """
     from agents.policy import EngineError
 
@@ -230,4 +231,17 @@ def run_episode(
             filler(recorder.trajectory)
         except Exception as exc:  # the text record is still valid
             recorder.trajectory.info["fill_error"] = _error_text(exc)
+    _end_episode(agent, recorder.trajectory)
     return recorder.finish()
+
+
+def _end_episode(agent: Agent, trajectory: Trajectory) -> None:
+    """Let an agent with ``end_episode`` (``LLMPolicy``) free what it kept for this episode,
+    e.g. the hf engine's cached keys/values. Thread-safe on the engine side, so it runs even
+    after a timeout; a failure there is noted, never raised."""
+    ender = getattr(agent, "end_episode", None)
+    if callable(ender):
+        try:
+            ender()
+        except Exception as exc:
+            trajectory.info["end_episode_error"] = _error_text(exc)

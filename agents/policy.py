@@ -81,6 +81,7 @@ class LLMPolicy:
 
     # -- Agent protocol -------------------------------------------------------------------
     def reset(self, observation: str, info: dict[str, Any]) -> None:
+        self.end_episode()  # a policy reused for a new episode lets go of the last one
         messages = [dict(m) for m in info.get("messages") or []]
         if not messages:
             messages = [{"role": "user", "content": observation}]
@@ -148,6 +149,14 @@ class LLMPolicy:
                                                call_prefix=f"call_{self._turn}"))
         self._messages.append(message)
         return message
+
+    def end_episode(self) -> None:
+        """The episode is over: the engine may drop what it kept to continue this context
+        (the ``hf`` engine's cached keys/values). Idempotent."""
+        release = getattr(self.engine, "release", None)
+        if callable(release) and self._context_ids:
+            release(tuple(self._context_ids))
+        self._context_ids = []
 
     # -- pieces the rollout runner drives directly (batched turns) -----------------------
     def observe(self, observation: str) -> None:

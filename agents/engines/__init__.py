@@ -3,7 +3,8 @@
 An engine turns prompts into completions and reports *what it sampled*: token ids and
 their logprobs, not just text. Backends:
 
-* ``hf`` (:mod:`agents.engines.hf`): transformers model, batched, KV cache, per-request seeds.
+* ``hf`` (:mod:`agents.engines.hf`): transformers model, continuous batching, KV cache
+  reused across an episode's turns, per-request seeds.
 * ``vllm`` (:mod:`agents.engines.vllm`): vLLM's offline ``LLM`` engine (optional extra, GPU).
 * ``openai`` (:mod:`agents.engines.openai_compat`): any OpenAI-compatible endpoint
   (``coa serve``, vLLM's server, a hosted API), with retries, timeouts and a concurrency cap.

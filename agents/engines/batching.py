@@ -2,10 +2,13 @@
 
 A rollout runner drives one episode per thread and a server answers one request per
 connection, but a local model is fastest when it decodes many sequences per forward pass.
-:class:`BatchingEngine` queues requests from any thread; a single worker takes whatever
-has queued (while the previous batch ran, more requests arrive: continuous-ish batching),
-runs one ``generate`` and hands each caller its completion. Requests keep their own
-``SamplingParams`` (seed included), so results do not depend on who shared the batch.
+:class:`BatchingEngine` queues requests from any thread and a single worker feeds them to
+the engine. An engine with a ``serve(take)`` loop (the ``hf`` engine) pulls queued
+requests between its decode steps, so a request joins the running batch at once and its
+caller is answered the moment it finishes (continuous batching); other engines get
+whatever has queued as one ``generate`` call (while it ran, more requests arrive).
+Requests keep their own ``SamplingParams`` (seed included), so results do not depend on
+who shared the batch.
 """
 
 from __future__ import annotations
@@ -55,29 +58,11 @@ class BatchingEngine:
         return [f.result() for f in futures]
 
     def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            batch = [item]
-            try:
-                first = self._queue.get(timeout=self.max_wait_s)
-                if first is None:
-                    self._queue.put(None)
-                else:
-                    batch.append(first)
-            except queue.Empty:
-                pass
-            while len(batch) < self.max_batch_size:
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    self._queue.put(None)
-                    break
-                batch.append(more)
-            self.batch_sizes.append(len(batch))
+        serve = getattr(self.engine, "serve", None)
+        if callable(serve):  # continuous batching: the engine pulls requests between steps
+            serve(self._take)
+            return
+        while (batch := self._take(self.max_batch_size, True)) is not None:
             requests = [r for r, _ in batch]
             try:
                 default = requests[0].params or SamplingParams()
@@ -86,8 +71,42 @@ class BatchingEngine:
                 message = f"{type(exc).__name__}: {exc}"
                 completions = [Completion.failure(EngineErrorKind.INTERNAL, message)
                                for _ in batch]
-            for (_, future), completion in zip(batch, completions, strict=True):
-                future.set_result(completion)
+            for (_, deliver), completion in zip(batch, completions, strict=True):
+                deliver(completion)
+
+    def _take(self, limit: int, block: bool) -> list[tuple[GenerationRequest, Any]] | None:
+        """Up to ``limit`` queued requests with their deliver callbacks; None once closed.
+
+        Blocking: wait for the first, then ``max_wait_s`` for a second (callers woken by the
+        previous batch resubmit within that window), then take whatever else is queued.
+        """
+        limit = min(limit, self.max_batch_size)
+        batch: list[tuple[GenerationRequest, Future[Completion]]] = []
+        if block:
+            item = self._queue.get()
+            if item is None:
+                return None
+            batch.append(item)
+            try:
+                first = self._queue.get(timeout=self.max_wait_s)
+                if first is None:
+                    self._queue.put(None)
+                else:
+                    batch.append(first)
+            except queue.Empty:
+                pass
+        while len(batch) < limit:
+            try:
+                more = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if more is None:
+                self._queue.put(None)
+                break
+            batch.append(more)
+        if batch:
+            self.batch_sizes.append(len(batch))
+        return [(request, future.set_result) for request, future in batch]
 
     def close(self) -> None:
         if not self._closed:

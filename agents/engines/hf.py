@@ -1,31 +1,49 @@
-"""The ``hf`` engine: batched sampling with a transformers causal LM and its KV cache.
+"""The ``hf`` engine: continuous batching over a transformers causal LM, reusing KV caches.
 
 Why a decode loop of our own instead of ``model.generate``: RL needs, per request, the
 exact sampled ids, their logprobs, a stop at the first protocol stop string (checked on the
 decoded tail, so stops split across tokens are caught), and a private random generator so a
 request samples the same tokens whichever other requests share its batch. ``generate``
-offers none of the last and only parts of the rest. The model forward, the cache
-(``DynamicCache``) and left-padded attention are transformers' own.
+offers none of the last and only parts of the rest. The model forward and its masking are
+transformers' own.
 
-Reported logprobs are ``log_softmax(logits / temperature)`` of the sampled token (temperature
-1 for greedy rows), i.e. before top-k/top-p filtering, the quantity trainers recompute.
+How a multi-turn rollout stays fast (measured in ``benchmarks/test_generation_bench.py``):
+
+* Continuous batching: requests join the running batch between decode steps and leave it
+  when they finish, so a row waiting on its tool never holds up the others and a short
+  turn never idles until the batch's longest one ends (:meth:`HFEngine.serve`, driven by
+  :class:`~agents.engines.batching.BatchingEngine`).
+* KV reuse: a turn's prompt is the previous turn's context plus its sampled ids plus the
+  observation's ids. When a row finishes, its keys/values are stored under the ids they
+  cover (:class:`~agents.engines.kv_cache.PrefixCache`); the next request that extends
+  those ids prefills only the new suffix. Requests admitted together that share a long
+  prefix (the system prompt, or one prompt sampled ``group_size`` times in RL) prefill it
+  once. The store is bounded (``kv_cache_bytes``), an episode's entry is dropped by
+  :meth:`HFEngine.release` when it ends, and everything is dropped when the weights
+  change (RL updates), since stale keys/values would bias the sampled logprobs.
+* Models whose cache cannot be cut and re-padded (sliding-window, recurrent, non-
+  transformers modules) fall back to one static batch per call with full prefill.
+
+Reported logprobs are ``log_softmax(logits / temperature)`` of the sampled token
+(temperature 1 for greedy rows), before top-k/top-p filtering: the quantity trainers
+recompute. Reused keys/values were computed by the same weights on the same ids, so the
+difference from a full forward pass is float rounding (~1e-6 in float32).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from agents.engines import (
-    Completion,
-    EngineErrorKind,
-    GenerationRequest,
-    SamplingParams,
-    find_stop,
-)
+from agents.engines import Completion, EngineErrorKind, GenerationRequest, SamplingParams
 
 __all__ = ["HFEngine"]
+
+#: ``take(limit, block)`` -> up to ``limit`` ``(request, deliver)`` pairs; None when closed.
+Take = Callable[[int, bool], "list[tuple[GenerationRequest, Callable[[Completion], None]]] | None"]
 
 
 class HFEngine:
@@ -34,8 +52,10 @@ class HFEngine:
     ``device`` ("cpu", "cuda", "cuda:1") and ``dtype`` ("float32", "bfloat16", "float16",
     "auto") apply when loading. ``max_batch_size`` caps rows per forward pass;
     ``max_context`` (default: the model's ``max_position_embeddings``) caps prompt+output.
-    Thread-safe: calls are serialised by a lock (wrap in :class:`BatchingEngine` to merge
-    concurrent callers into one batch).
+    ``kv_cache_bytes`` bounds the stored keys/values of finished turns (0 disables reuse);
+    ``min_shared_prefix`` is the shortest common prompt prefix worth prefilling once for
+    several requests. Thread-safe; wrap in :class:`BatchingEngine` to merge concurrent
+    callers into one continuously batched decode loop.
     """
 
     name = "hf"
@@ -50,9 +70,13 @@ class HFEngine:
         max_batch_size: int = 32,
         max_context: int | None = None,
         attn_implementation: str | None = None,
+        kv_cache_bytes: int = 1 << 30,
+        min_shared_prefix: int = 32,
     ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from agents.engines.kv_cache import PrefixCache, supports_kv_reuse
 
         self.torch = torch
         if isinstance(model, str):
@@ -67,6 +91,8 @@ class HFEngine:
             model = model.to(getattr(torch, dtype))
         if tokenizer is None:
             raise ValueError("pass the tokenizer together with a model object")
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size={max_batch_size}; must be >= 1")
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
         self.device = device
@@ -79,164 +105,200 @@ class HFEngine:
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else next(iter(self.eos_ids), 0)
         self.eos_text = tokenizer.eos_token or ""
+        #: Continuous batching with KV reuse, or one static batch per call (see module doc).
+        self.continuous = supports_kv_reuse(self.model)
+        self.prefix_cache = PrefixCache(kv_cache_bytes)
+        self.min_shared_prefix = min_shared_prefix
+        #: Token accounting: prefilled / reused (cached) prompt tokens, decode steps and rows.
+        self.stats: Counter[str] = Counter()
+        self._weights_seen: int | None = None
+        self._cache_checked = False
         self._lock = threading.Lock()
 
     # -- public -------------------------------------------------------------------------
     def generate(
         self, requests: Sequence[GenerationRequest], params: SamplingParams
     ) -> list[Completion]:
-        results: list[Completion] = []
-        with self._lock:
-            for start in range(0, len(requests), self.max_batch_size):
-                chunk = requests[start : start + self.max_batch_size]
+        """Complete ``requests`` (``params`` for those without their own), decoded as one
+        continuous batch of at most ``max_batch_size`` rows; results keep the order."""
+        results: list[Completion | None] = [None] * len(requests)
+        pending = deque(
+            (request if request.params else dataclasses.replace(request, params=params),
+             _setter(results, i))
+            for i, request in enumerate(requests))
+
+        def take(limit: int, block: bool) -> list[Any] | None:
+            if not pending:
+                return None
+            return [pending.popleft() for _ in range(min(limit, len(pending)))]
+
+        self.serve(take)
+        assert all(c is not None for c in results)
+        return results  # type: ignore[return-value]
+
+    def serve(self, take: Take) -> None:
+        """Decode until ``take`` reports closed and no row is left.
+
+        Between decode steps, ``take(room, block=False)`` admits new requests; with no row
+        in flight it is called with ``block=True`` (the lock is not held while it waits).
+        Each request's completion goes to its ``deliver`` callback as soon as it finishes.
+        """
+        if self.continuous:
+            with self._lock:
+                self._check_cache_support()
+        if not self.continuous:
+            while (items := take(self.max_batch_size, True)) is not None:
+                with self._lock:
+                    rows = self._rows(items)
+                    if rows:
+                        self._guard(rows, self._run_static)
+            return
+        from agents.engines.continuous import RunningBatch
+
+        batch = RunningBatch(self)
+        closed = False
+        while True:
+            if not batch.rows:
+                if closed or (items := take(self.max_batch_size, True)) is None:
+                    return
+            else:
+                room = self.max_batch_size - len(batch.rows)
+                items = take(room, False) if room > 0 and not closed else []
+                if items is None:
+                    closed, items = True, []
+            with self._lock:
+                new_rows = self._rows(items)
+                every = batch.rows + new_rows
                 try:
-                    results.extend(self._generate_batch(chunk, params))
+                    batch.step(new_rows)
                 except Exception as exc:  # a broken batch fails its requests, not the run
-                    kind = EngineErrorKind.INTERNAL
-                    results.extend(Completion.failure(kind, f"{type(exc).__name__}: {exc}")
-                                   for _ in chunk)
-        return results
+                    message = f"{type(exc).__name__}: {exc}"
+                    for row in every:
+                        if row.finish is None:
+                            row.deliver(Completion.failure(EngineErrorKind.INTERNAL, message))
+                    batch = RunningBatch(self)
+
+    def release(self, token_ids: Sequence[int]) -> int:
+        """An episode whose context was ``token_ids`` is over: drop the keys/values stored
+        for it. Returns how many entries were dropped. Safe from any thread."""
+        return self.prefix_cache.release(list(token_ids))
+
+    def clear_kv_cache(self) -> None:
+        """Drop every stored prefix (done automatically when the weights change)."""
+        self.prefix_cache.clear()
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    # -- internals ----------------------------------------------------------------------
-    def _prompt_ids(self, request: GenerationRequest) -> list[int]:
-        if request.token_ids:
-            return list(request.token_ids)
-        return self.encode(request.text)
+    # -- requests -> rows -----------------------------------------------------------------
+    def _rows(self, items: list[tuple[GenerationRequest, Callable[[Completion], None]]]) -> list:
+        from agents.engines.sampling import RowState
 
-    def _generate_batch(
-        self, requests: Sequence[GenerationRequest], default: SamplingParams
-    ) -> list[Completion]:
-        params = [r.params or default for r in requests]
-        prompts = [self._prompt_ids(r) for r in requests]
-        out: list[Completion | None] = [None] * len(requests)
-        rows: list[int] = []
-        for i, ids in enumerate(prompts):
+        rows = []
+        for request, deliver in items:
+            try:
+                ids = list(request.token_ids) if request.token_ids else self.encode(request.text)
+            except Exception as exc:  # e.g. a text prompt the tokenizer rejects
+                deliver(Completion.failure(EngineErrorKind.BAD_RESPONSE,
+                                           f"cannot encode the prompt: {exc}"))
+                continue
+            params = request.params or SamplingParams()
             if not ids:
-                out[i] = Completion.failure(EngineErrorKind.BAD_RESPONSE, "empty prompt")
+                deliver(Completion.failure(EngineErrorKind.BAD_RESPONSE, "empty prompt"))
             elif len(ids) >= self.max_context:
-                out[i] = Completion.failure(
+                deliver(Completion.failure(
                     EngineErrorKind.CONTEXT_OVERFLOW,
-                    f"prompt has {len(ids)} tokens; the context limit is {self.max_context}",
-                )
+                    f"prompt has {len(ids)} tokens; the context limit is {self.max_context}"))
             else:
-                rows.append(i)
-        if rows:
-            sampled = self._sample([prompts[i] for i in rows], [params[i] for i in rows],
-                                   [requests[i].on_token for i in rows])
-            for i, completion in zip(rows, sampled, strict=True):
-                out[i] = completion
-        assert all(c is not None for c in out)
-        return out  # type: ignore[return-value]
+                budget = min(params.max_new_tokens, self.max_context - len(ids))
+                rows.append(RowState(ids, params, budget, deliver, request.on_token))
+        return rows
 
-    def _sample(self, prompts: list[list[int]], params: list[SamplingParams],
-                callbacks: list[Any]) -> list[Completion]:
-        torch = self.torch
+    def _guard(self, rows: list, run: Callable[[list], None]) -> None:
+        try:
+            run(rows)
+        except Exception as exc:  # a broken batch fails its requests, not the run
+            message = f"{type(exc).__name__}: {exc}"
+            for row in rows:
+                if row.finish is None:
+                    row.deliver(Completion.failure(EngineErrorKind.INTERNAL, message))
+
+    def _finish(self, row: Any) -> None:
+        self.stats["generated_tokens"] += len(row.generated)
+        row.deliver(row.completion(self.tokenizer, self.eos_text))
+
+    def _num_layers(self) -> int:
+        config = self.model.config
+        text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+        return int(text.num_hidden_layers)
+
+    def _check_cache_support(self) -> None:
+        """Once: run two tokens through the model with a :class:`BatchCache`; a model that
+        does not fill it (custom caching) falls back to static batches."""
+        if self._cache_checked:
+            return
+        self._cache_checked = True
+        from agents.engines.continuous import prefill
+
+        try:
+            cache, _ = prefill(self, [None], [[self.pad_id, self.pad_id]])
+            self.continuous = cache.complete() and cache.width == 2
+        except Exception:
+            self.continuous = False
+        self.stats.clear()
+
+    def _drop_stale_cache(self) -> None:
+        """Stored keys/values belong to the weights that computed them: when any parameter
+        was replaced or modified in place (an RL update, ``load_state_dict``), drop them."""
+        fingerprint = hash(tuple((id(p), p._version) for p in self.model.parameters()))
+        if self._weights_seen is not None and fingerprint != self._weights_seen:
+            self.prefix_cache.clear()
+            self.stats["cache_invalidations"] += 1
+        self._weights_seen = fingerprint
+
+    # -- static fallback ------------------------------------------------------------------
+    def _run_static(self, rows: list) -> None:
+        """One left-padded batch to the end, full prefill (models without KV reuse)."""
         from transformers import DynamicCache
 
-        n = len(prompts)
-        device = self.model.device
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
-        for row, ids in enumerate(prompts):
-            input_ids[row, width - len(ids):] = torch.tensor(ids)
-            mask[row, width - len(ids):] = 1
-        input_ids, mask = input_ids.to(device), mask.to(device)
-        budgets = [min(p.max_new_tokens, self.max_context - len(ids))
-                   for p, ids in zip(params, prompts, strict=True)]
-        # Private generators (on CPU: cheap and device-independent) make a request's draws
-        # independent of its batch-mates; unseeded requests draw a seed from torch's RNG.
-        generators = []
-        for p in params:
-            seed = p.seed if p.seed is not None else int(torch.randint(0, 2**62, (1,)).item())
-            generators.append(torch.Generator().manual_seed(seed))
-        temperature = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params],
-                                   device=device).unsqueeze(1)
-        greedy = torch.tensor([p.temperature == 0 for p in params], device=device)
-        top_p = torch.tensor([p.top_p for p in params], device=device).unsqueeze(1)
-        top_k = torch.tensor([p.top_k or 0 for p in params], device=device)
-        max_stop = [max((len(s) for s in p.stop), default=0) + 1 for p in params]
+        from agents.engines.continuous import left_pad
+        from agents.engines.sampling import pick_tokens
 
-        generated: list[list[int]] = [[] for _ in range(n)]
-        logprobs: list[list[float]] = [[] for _ in range(n)]
-        finish: list[str | None] = [None] * n
-        stop_hit: list[str | None] = [None] * n
-        cache = DynamicCache()
+        torch = self.torch
+        n = len(rows)
+        device = self.model.device
+        input_ids, mask = left_pad([row.prompt_ids for row in rows], self.pad_id, device)
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        self.stats["prefill_tokens"] += sum(len(r.prompt_ids) for r in rows)
         with torch.inference_mode():
             output = self.model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids,
                                 past_key_values=cache, use_cache=True, logits_to_keep=1)
-            for _step in range(max(budgets)):
-                logits = output.logits[:, -1, :].float()
-                tokens, token_logprobs = self._pick(logits, temperature, greedy, top_p, top_k,
-                                                    generators)
-                for row in range(n):
-                    if finish[row] is not None:
-                        continue
-                    token = int(tokens[row])
-                    generated[row].append(token)
-                    logprobs[row].append(float(token_logprobs[row]))
-                    if callbacks[row] is not None:
-                        try:
-                            callbacks[row](token, logprobs[row][-1])
-                        except Exception:  # a gone stream listener must not stop the batch
-                            callbacks[row] = None
-                    if token in self.eos_ids:
-                        finish[row] = "eos"
-                        continue
-                    if params[row].stop:
-                        tail = self.tokenizer.decode(generated[row][-max_stop[row]:],
-                                                     skip_special_tokens=False)
-                        hit = find_stop(tail, params[row].stop)
-                        if hit is not None:
-                            finish[row], stop_hit[row] = "stop", hit[1]
-                            continue
-                    if len(generated[row]) >= budgets[row]:
-                        finish[row] = "length"
-                if all(f is not None for f in finish):
-                    break
-                next_tokens = torch.tensor(
-                    [g[-1] if finish[r] is None else self.pad_id for r, g in enumerate(generated)],
-                    device=device).unsqueeze(1)
-                mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=device)], 1)
+            while True:
+                active = [i for i, row in enumerate(rows) if row.finish is None]
+                logits = output.logits[:, -1, :]
+                index = torch.tensor(active, device=logits.device)
+                tokens, logprobs = pick_tokens(logits.index_select(0, index),
+                                               [rows[i] for i in active])
+                for i, token, logprob in zip(active, tokens, logprobs, strict=True):
+                    if rows[i].accept(token, logprob, self.tokenizer, self.eos_ids):
+                        self._finish(rows[i])
+                if all(row.finish is not None for row in rows):
+                    return
+                next_ids = torch.tensor(
+                    [[row.generated[-1] if row.finish is None else self.pad_id] for row in rows],
+                    device=device)
+                mask = torch.cat([mask, mask.new_ones((n, 1))], dim=1)
                 position_ids = position_ids[:, -1:] + 1
-                output = self.model(input_ids=next_tokens, attention_mask=mask,
+                output = self.model(input_ids=next_ids, attention_mask=mask,
                                     position_ids=position_ids, past_key_values=cache,
                                     use_cache=True)
-        results = []
-        for row in range(n):
-            text = self.tokenizer.decode(generated[row], skip_special_tokens=False)
-            results.append(Completion(
-                text=text,
-                token_ids=tuple(generated[row]),
-                logprobs=tuple(logprobs[row]),
-                finish_reason=finish[row] or "length",  # type: ignore[arg-type]
-                stop_string=stop_hit[row],
-                eos_text=self.eos_text,
-                usage={"prompt_tokens": len(prompts[row]), "completion_tokens": len(generated[row])},
-            ))
-        return results
+                self.stats["decode_steps"] += 1
+                self.stats["decode_rows"] += n
 
-    def _pick(self, logits: Any, temperature: Any, greedy: Any, top_p: Any, top_k: Any,
-              generators: list[Any]) -> tuple[Any, Any]:
-        """Sample one token per row; return (tokens, logprob of each under logits/T)."""
-        torch = self.torch
-        scaled = logits / temperature
-        logp = torch.log_softmax(scaled, dim=-1)
-        sorted_logp, order = torch.sort(logp, dim=-1, descending=True)
-        probs = sorted_logp.exp()
-        cumulative = probs.cumsum(-1)
-        keep = (cumulative - probs) < top_p  # nucleus: always keeps the top token
-        ranks = torch.arange(probs.shape[-1], device=probs.device).unsqueeze(0)
-        keep &= (top_k.unsqueeze(1) <= 0) | (ranks < top_k.unsqueeze(1))
-        probs = probs * keep
-        cdf = probs.cumsum(-1)
-        draws = torch.cat([torch.rand(1, generator=g) for g in generators]).to(probs.device)
-        target = (draws * cdf[:, -1]).unsqueeze(1)
-        index = torch.searchsorted(cdf, target, right=True).clamp(max=probs.shape[-1] - 1)
-        sampled = order.gather(1, index).squeeze(1)
-        tokens = torch.where(greedy, order[:, 0], sampled)
-        return tokens.cpu(), logp.gather(1, tokens.to(logp.device).unsqueeze(1)).squeeze(1).cpu()
+
+def _setter(results: list, index: int) -> Callable[[Completion], None]:
+    def deliver(completion: Completion) -> None:
+        results[index] = completion
+
+    return deliver

