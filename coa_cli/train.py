@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from coa_cli.train_rl import rl_command
+from coa_cli.trainer_config import load_trainer_config
 
 __all__ = ["train_app"]
 
@@ -29,15 +30,9 @@ def sft_command(
                                 "in bookkeeping.output_dir (same as bookkeeping.resume=latest)."),
 ) -> None:
     """Masked SFT on CoA trajectories (loss only on model-generated tokens)."""
-    from trainers.common import ConfigError
     from trainers.sft import load_config, train
 
-    extra = [*(overrides or []), *(["bookkeeping.resume=latest"] if resume else [])]
-    try:
-        cfg = load_config(config, extra)
-    except ConfigError as error:
-        raise typer.BadParameter(str(error), param_hint="--config / overrides") from error
-    result = train(cfg)
+    result = train(load_trainer_config(load_config, config, overrides, resume))
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 reports for the job
         return
     typer.echo(f"steps: {result.steps}  final loss: {result.losses[-1] if result.losses else 'n/a'}")
@@ -59,15 +54,10 @@ def dpo_command(
                                 "in bookkeeping.output_dir (same as bookkeeping.resume=latest)."),
 ) -> None:
     """Masked DPO on preference pairs from `coa pairs` (log-probs of generated tokens only)."""
-    from trainers.common import ConfigError
     from trainers.dpo import PairsError, load_config, train
     from trainers.dpo.data import PairDataError
 
-    extra = [*(overrides or []), *(["bookkeeping.resume=latest"] if resume else [])]
-    try:
-        cfg = load_config(config, extra)
-    except ConfigError as error:
-        raise typer.BadParameter(str(error), param_hint="--config / overrides") from error
+    cfg = load_trainer_config(load_config, config, overrides, resume)
     try:
         result = train(cfg)
     except (PairsError, PairDataError) as error:

@@ -28,22 +28,13 @@ def rl_command(
                                    help="Overrides bookkeeping.output_dir."),
 ) -> None:
     """Train a policy with PPO, GRPO or DAPO on a coa env (algorithm = config)."""
-    from trainers.rl.config import ConfigError, load_config
+    from coa_cli.trainer_config import load_trainer_config
+    from trainers.rl.config import load_config
     from trainers.rl.loop import train
 
-    extra = list(overrides or [])
-    if resume:
-        extra.append("bookkeeping.resume=latest")
-    if address:
-        extra.append(f"resources.ray_address={address}")
-    if no_ray:
-        extra.append("resources.use_ray=false")
-    if output_dir:
-        extra.append(f"bookkeeping.output_dir={output_dir}")
-    try:
-        cfg = load_config(config, extra)
-    except ConfigError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--config / overrides") from exc
+    cfg = load_trainer_config(load_config, config, overrides, resume, **{
+        "resources.ray_address": address or None, "resources.use_ray": "false" if no_ray else None,
+        "bookkeeping.output_dir": output_dir or None})
     metrics = train(cfg)
     reward = metrics.get("rollout/reward_mean", float("nan"))
     typer.echo(f"done: {cfg.algorithm.total_steps} steps, last reward mean {reward:.3f}; "

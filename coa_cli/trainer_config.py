@@ -1,0 +1,31 @@
+"""Reading a trainer's YAML config plus ``key=value`` overrides on the command line.
+
+``coa train sft|dpo|rl`` share it, so a bad config reads the same in each: typer's usage
+error naming ``--config / overrides`` and the loader's message, never a traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+
+__all__ = ["load_trainer_config"]
+
+ConfigT = TypeVar("ConfigT")
+
+
+def load_trainer_config(load: Callable[[Path, list[str]], ConfigT], config: Path,
+                        overrides: Sequence[str] | None, resume: bool, **settings: Any) -> ConfigT:
+    """``load(config, overrides)`` with ``--resume`` and the command's own options
+    (``settings``: dotted key -> value, ``None`` meaning not given) appended as overrides."""
+    from trainers.common import ConfigError
+
+    extra = [*(overrides or []), *(["bookkeeping.resume=latest"] if resume else []),
+             *(f"{key}={value}" for key, value in settings.items() if value is not None)]
+    try:
+        return load(config, extra)
+    except ConfigError as error:
+        raise typer.BadParameter(str(error), param_hint="--config / overrides") from error
