@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.markdown import ROOT, Block, blocks, pages
+from tests.docs.mdpages import ROOT, Block, blocks, pages
 
 RUNNERS = {"python": [sys.executable], "py": [sys.executable], "bash": ["bash", "-eo", "pipefail"],
            "sh": ["bash", "-eo", "pipefail"], "console": ["bash", "-eo", "pipefail"]}

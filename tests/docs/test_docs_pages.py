@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.docs.markdown import DOCS, ROOT, anchors, links, pages, prose
+from tests.docs.mdpages import DOCS, ROOT, anchors, links, pages, prose
 
 CODE_DIRS = ("coa_envs", "agents", "trainers", "sandbox", "coa_cli", "coa_verifiers")
 

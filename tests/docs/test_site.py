@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.docs.markdown import ROOT
+from tests.docs.mdpages import ROOT
 
 
 def _env() -> dict[str, str]:
