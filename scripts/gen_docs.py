@@ -104,7 +104,8 @@ def envs_page() -> str:
     from coa_envs.tools import tool_backends, tool_names, tool_spec
 
     lines = [HEADER, "# Environments reference\n\n",
-             "Every id registered in `envs_registry.yaml` (the one place ids are declared), the tools they can call and the settings `gym.make` accepts. "
+             "Every id registered in `envs_registry.yaml` (the one place ids are declared), the tools they can call "
+             "and the settings `gym.make` accepts. "
              "`coa list`, `coa list --tools` and `coa list --options` print the same.\n\n",
              "## Env ids\n\n",
              "| id | family | tools (backend) | reward | max turns | split | description |\n",
@@ -222,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check and stale:
         print("stale generated pages (run python scripts/gen_docs.py): " + ", ".join(stale), file=sys.stderr)
         return 1
-    print(("up to date" if not stale else "wrote " + ", ".join(stale)))
+    print("up to date" if not stale else "wrote " + ", ".join(stale))
     return 0
 
 

@@ -89,3 +89,28 @@ def test_citation_cites_the_software_and_the_paper():
 def test_changelog_states_the_env_version_policy():
     text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     assert "## Env-version policy" in text and "LiveCodeBench" in text and "-v4" in text
+
+
+def _info_keys_set_by_the_env() -> set[str]:
+    """Keys of every ``info`` dict literal and ``info["key"] = ...`` in ``coa_envs/env.py``."""
+    import ast
+
+    tree = ast.parse((ROOT / "coa_envs" / "env.py").read_text(encoding="utf-8"))
+    keys: set[str] = set()
+    for node in ast.walk(tree):
+        target = getattr(node, "target", None) or (node.targets[0] if isinstance(node, ast.Assign) else None)
+        if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(target, ast.Name) and target.id == "info" \
+                and isinstance(node.value, ast.Dict):
+            keys |= {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "info" \
+                and isinstance(node.ctx, ast.Store) and isinstance(node.slice, ast.Constant):
+            keys.add(node.slice.value)
+    return keys
+
+
+def test_every_info_key_the_env_sets_is_documented():
+    keys = _info_keys_set_by_the_env()
+    assert {"task_id", "tool", "reward_details", "protocol_error"} <= keys  # the scan works
+    page = (DOCS / "concepts.md").read_text(encoding="utf-8")
+    missing = sorted(k for k in keys if f"| `{k}` |" not in page)
+    assert not missing, f"info keys set by coa_envs/env.py but not in docs/concepts.md: {missing}"
