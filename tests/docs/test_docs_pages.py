@@ -45,12 +45,17 @@ def _variables_read_by_the_code() -> set[str]:
     return found - {"HOME", "PATH", "TRANSFORMERS_OFFLINE", "PYTHONPATH"}
 
 
+def _assert_documented(found: set[str], known: set[str], page: str, cell: str) -> None:
+    """Every name ``found`` in the code appears in ``docs/<page>`` as ``cell.format(name)``."""
+    assert known <= found, f"the scan of the code missed {sorted(known - found)}: it is broken"
+    text = (DOCS / page).read_text(encoding="utf-8")
+    missing = sorted(name for name in found if cell.format(name) not in text)
+    assert not missing, f"in the code but not in docs/{page}: {missing}"
+
+
 def test_every_environment_variable_the_code_reads_is_documented():
-    variables = _variables_read_by_the_code()
-    assert {"COA_DATA_DIR", "COA_WIKI_INDEX", "SERPER_API_KEY", "COA_JUDGE_MODEL"} <= variables  # the scan works
-    page = (DOCS / "environment-variables.md").read_text(encoding="utf-8")
-    missing = sorted(v for v in variables if f"`{v}`" not in page)
-    assert not missing, f"read by the code but not in docs/environment-variables.md: {missing}"
+    _assert_documented(_variables_read_by_the_code(), {"COA_DATA_DIR", "COA_WIKI_INDEX", "SERPER_API_KEY",
+                                                        "COA_JUDGE_MODEL"}, "environment-variables.md", "`{}`")
 
 
 def test_every_registered_id_is_in_the_readme_table_and_every_id_named_exists():
@@ -109,8 +114,5 @@ def _info_keys_set_by_the_env() -> set[str]:
 
 
 def test_every_info_key_the_env_sets_is_documented():
-    keys = _info_keys_set_by_the_env()
-    assert {"task_id", "tool", "reward_details", "protocol_error"} <= keys  # the scan works
-    page = (DOCS / "concepts.md").read_text(encoding="utf-8")
-    missing = sorted(k for k in keys if f"| `{k}` |" not in page)
-    assert not missing, f"info keys set by coa_envs/env.py but not in docs/concepts.md: {missing}"
+    _assert_documented(_info_keys_set_by_the_env(), {"task_id", "tool", "reward_details", "protocol_error"},
+                       "concepts.md", "| `{}` |")
