@@ -64,6 +64,7 @@ def test_runnable_blocks_run_and_print_what_the_page_says(page, tmp_path, tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # the newcomer path trains SFT and RL: ~20 min on a busy 2-core machine
 @pytest.mark.parametrize("page", PAGES_WITH_SLOW, ids=_id)
 def test_slow_pages_run_end_to_end(page, tmp_path, tmp_path_factory):
     _run_page(_runnable(page), tmp_path, tmp_path_factory.mktemp("cache"), timeout=1800)
