@@ -187,15 +187,17 @@ def _section(prefix: str, cls: type, out: list[str]) -> None:
 
 
 def config_page() -> str:
+    from trainers.dpo.config import DPOConfig
     from trainers.rl.config import RLConfig
     from trainers.sft.config import SFTConfig
 
     out = [HEADER, "# Trainer config reference\n\n",
-           "Every key of the SFT and RL YAML configs, generated from the section dataclasses "
-           "(`trainers/sft/config.py`, `trainers/rl/sections.py`, `trainers/rl/config.py`, "
+           "Every key of the SFT, DPO and RL YAML configs, generated from the section dataclasses "
+           "(`trainers/sft/config.py`, `trainers/dpo/config.py`, `trainers/rl/sections.py`, `trainers/rl/config.py`, "
            "`trainers/common/sections.py`). Override any key on the command line as `section.key=value`, "
            "e.g. `coa train sft --config examples/sft_tiny.yaml optim.learning_rate=2e-5`.\n\n"]
-    for title, command, config in (("SFT", "coa train sft", SFTConfig), ("RL", "coa train rl", RLConfig)):
+    for title, command, config in (("SFT", "coa train sft", SFTConfig), ("DPO", "coa train dpo", DPOConfig),
+                                   ("RL", "coa train rl", RLConfig)):
         out.append(f"## {title} (`{command} --config FILE`)\n\n")
         hints = typing.get_type_hints(config)
         for item in dataclasses.fields(config):
