@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One-step set-up for a fresh machine: system packages, the CPU build of torch, and the
-# project with every extra that runs without a GPU. Safe to re-run.
+# project with every extra that runs without a GPU, plus the docs tools. Safe to re-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -23,5 +23,5 @@ fi
 "$PYTHON" -m pip install -q --disable-pip-version-check --upgrade "pip>=25"
 # torch first, pinned to the CPU build: otherwise a dependency could pull a multi-GB CUDA build.
 "$PYTHON" -m pip install -q --disable-pip-version-check "torch==2.13.0"
-"$PYTHON" -m pip install -q --disable-pip-version-check -e ".[dev,all]"
+"$PYTHON" -m pip install -q --disable-pip-version-check -e ".[dev,all,docs]"
 echo "setup: done ($("$PYTHON" -c 'import coa_envs; print(len(coa_envs.ids()))') envs registered)"
