@@ -127,7 +127,7 @@ def load_selector(spec: str, judge_url: str | None = None, judge_model: str | No
 def build_policy(*, engine: str, model: str, base_url: str | None, api_key: str | None,
                   api_mode: str, tokenizer: str | None, device: str, dtype: str,
                   sampling: Any, system_prompt: str | None, concurrency: int,
-                  timeout_s: float) -> Any:
+                  timeout_s: float, server_extensions: bool = True) -> Any:
     from agents.engines import build_engine
     from agents.policy import LLMPolicy
 
@@ -146,7 +146,7 @@ def build_policy(*, engine: str, model: str, base_url: str | None, api_key: str 
         backend = build_engine("openai", base_url=base_url, model=model,
                                api_key=api_key or os.environ.get("OPENAI_API_KEY", "EMPTY"),
                                mode=api_mode, tokenizer=tok, concurrency=concurrency,
-                               timeout_s=timeout_s)
+                               timeout_s=timeout_s, server_extensions=server_extensions)
     else:
         raise typer.BadParameter(f"unknown engine {engine!r}; use hf, vllm or openai",
                                  param_hint="--engine")
@@ -265,6 +265,11 @@ ENGINE = typer.Option("hf", help="hf | vllm | openai")
 BASE_URL = typer.Option(None, help="openai engine: endpoint, e.g. http://127.0.0.1:8000/v1")
 API_KEY = typer.Option(None, help="openai engine: key (default $OPENAI_API_KEY).")
 API_MODE = typer.Option("completions", help="openai engine: completions | chat")
+SERVER_EXTENSIONS = typer.Option(
+    True, "--server-extensions/--hosted-api",
+    help="openai engine: send vLLM's request extensions (sampled token ids, the matched stop "
+         "string, top_k), right for coa serve and vLLM; --hosted-api sends only standard OpenAI "
+         "fields, for hosted APIs that refuse them (trajectories are then not token-exact).")
 TOKENIZER = typer.Option(None, help="openai engine: local tokenizer for token ids.")
 DEVICE = typer.Option("cpu", help="hf engine: cpu | cuda | cuda:N")
 DTYPE = typer.Option("float32", help="hf/vllm: float32 | bfloat16 | float16 | auto")
@@ -281,6 +286,7 @@ def eval_command(
     base_url: str | None = BASE_URL,
     api_key: str | None = API_KEY,
     api_mode: str = API_MODE,
+    server_extensions: bool = SERVER_EXTENSIONS,
     tokenizer: str | None = TOKENIZER,
     device: str = DEVICE,
     dtype: str = DTYPE,
@@ -326,7 +332,8 @@ def eval_command(
     factory, close = episode_agents(
         agent, model=model, seed=seed, task_indices=indices, samples=samples, engine=engine, base_url=base_url,
         api_key=api_key, api_mode=api_mode, tokenizer=tokenizer, device=device, dtype=dtype, sampling=sampling,
-        system_prompt=system_prompt, concurrency=concurrency, timeout_s=min(episode_timeout, 600.0))
+        system_prompt=system_prompt, concurrency=concurrency, timeout_s=min(episode_timeout, 600.0),
+        server_extensions=server_extensions)
 
     out.mkdir(parents=True, exist_ok=True)
     trajectories_path = out / "trajectories.jsonl"

@@ -21,7 +21,18 @@ fi
 
 # A recent pip: older resolvers trip over lxml's doubly spelled html_clean extra.
 "$PYTHON" -m pip install -q --disable-pip-version-check --upgrade "pip>=25"
-# torch first, pinned to the CPU build: otherwise a dependency could pull a multi-GB CUDA build.
-"$PYTHON" -m pip install -q --disable-pip-version-check "torch==2.13.0"
+# torch first, pinned, from PyTorch's CPU index: on Linux the plain PyPI wheel is the CUDA build
+# (gigabytes), and any later dependency that needs torch would pull it. COA_TORCH_INDEX picks
+# another index (GPU: https://download.pytorch.org/whl/cu128); when the index cannot be reached
+# (offline mirrors), pip's configured indexes are used, and a CUDA build found there is reported.
+TORCH_INDEX="${COA_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
+if ! "$PYTHON" -m pip install -q --disable-pip-version-check --retries 1 --timeout 15 \
+    --index-url "$TORCH_INDEX" "torch==2.13.0"; then
+  echo "setup: $TORCH_INDEX unreachable; installing torch from pip's configured indexes" >&2
+  "$PYTHON" -m pip install -q --disable-pip-version-check "torch==2.13.0"
+fi
+if [ -z "${COA_TORCH_INDEX:-}" ] && "$PYTHON" -c 'import sys, torch; sys.exit(torch.version.cuda is None)'; then
+  echo "setup: note: the installed torch is a CUDA build; for CPU only: pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" >&2
+fi
 "$PYTHON" -m pip install -q --disable-pip-version-check -e ".[dev,all,docs]"
 echo "setup: done ($("$PYTHON" -c 'import coa_envs; print(len(coa_envs.ids()))') envs registered)"

@@ -121,3 +121,27 @@ def test_custom_agent_and_selector_by_import_path(tmp_path):
     bad = runner.invoke(app, ["eval", "coa/SynthHop-v0", "--agent", "no_such_module:x",
                               "--out", str(tmp_path / "bad")])
     assert bad.exit_code != 0
+
+
+def test_hosted_api_flag_turns_the_openai_engines_server_extensions_off(monkeypatch, tmp_path):
+    """`coa eval --hosted-api` builds the openai engine with only standard request fields."""
+    from coa_cli import eval as eval_cli
+
+    policy = eval_cli.build_policy(engine="openai", model="m", base_url="http://127.0.0.1:9/v1", api_key="k",
+                                   api_mode="chat", tokenizer=None, device="cpu", dtype="float32", sampling=None,
+                                   system_prompt=None, concurrency=1, timeout_s=1.0, server_extensions=False)
+    assert policy.engine.server_extensions is False
+
+    built: dict = {}
+
+    def record(**options):
+        built.update(options)
+        raise RuntimeError("recorded")  # the options are what this test checks; no server is run
+
+    monkeypatch.setattr(eval_cli, "build_policy", record)
+    for flag, expected in (("--hosted-api", False), ("--server-extensions", True), (None, True)):
+        built.clear()
+        args = ["eval", "coa/MATH500-v0", "--agent", "llm", "--engine", "openai", "--model", "m",
+                "--base-url", "http://127.0.0.1:9/v1", "--n", "1", "--out", str(tmp_path)]
+        CliRunner().invoke(app, args + ([flag] if flag else []))
+        assert built["server_extensions"] is expected
