@@ -298,6 +298,8 @@ class RayLearner:
     ``prepare`` (no-grad passes, advantages) runs on rank 0; ``update`` runs on every rank
     with the same prepared batch (one ``ray.put``), each rank training on its shard of
     every minibatch while DDP averages the gradients, so the replicas stay identical.
+    With ``learner_strategy: fsdp`` every forward is a collective (each rank holds only
+    shards), so ``prepare`` and the state calls run on every rank too; rank 0 answers.
     """
 
     def __init__(self, config: RLConfig, placement_group: Any = None) -> None:
@@ -319,6 +321,8 @@ class RayLearner:
             self.actors.append(actor_cls.options(**options).remote(config, rank, world))
         address = ray.get(self.actors[0].rendezvous_address.remote()) if world > 1 else None
         ray.get([actor.setup.remote(address) for actor in self.actors])  # joins all ranks
+        sharded = world > 1 and res.learner_strategy == "fsdp"
+        self._gathering = self._all if sharded else self._rank0
 
     def _rank0(self, name: str, *args: Any) -> Any:
         import ray
@@ -332,22 +336,22 @@ class RayLearner:
         return ray.get([actor.call.remote(name, *refs) for actor in self.actors])[0]
 
     def prepare(self, batch: Any) -> Any:
-        return self._rank0("prepare", batch)
+        return self._gathering("prepare", batch)
 
     def update(self, batch: Any) -> Any:
         return self._all("update", batch)
 
     def policy_state(self) -> Any:
-        return self._rank0("policy_state")
+        return self._gathering("policy_state")
 
     def state_dict(self) -> Any:
-        return self._rank0("state_dict")
+        return self._gathering("state_dict")
 
     def load_state_dict(self, state: Any) -> Any:
         return self._all("load_state_dict", state)
 
     def save_pretrained(self, directory: str) -> Any:
-        return self._rank0("save_pretrained", directory)
+        return self._gathering("save_pretrained", directory)
 
     def nodes(self) -> list[str]:
         """Ray node id of every rank, rank 0 first."""

@@ -344,6 +344,12 @@ class ResourcesSection:
     learner_workers: int = 1
     """Learner processes (DDP ranks, Ray actors); each trains on its shard of every
     minibatch and DDP averages gradients (NCCL on GPUs, gloo on CPU)."""
+    learner_strategy: Literal["ddp", "fsdp"] = "ddp"
+    """How the learner ranks hold the model: ``ddp`` replicas (each rank holds everything),
+    or ``fsdp`` (torch FSDP2: each rank holds 1/learner_workers of the weights, gradients
+    and optimiser state; for policies whose training state does not fit one device).
+    Checkpoints are unsharded either way, so a run resumes under either strategy and any
+    learner_workers."""
     learner_gpus: float = 0.0
     """GPUs of each learner rank; a fraction (e.g. 0.5) shares one GPU with the rollout
     workers (rollout_gpus_per_worker 0.5), which is how one-GPU machines run."""
