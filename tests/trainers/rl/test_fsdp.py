@@ -154,3 +154,17 @@ def test_fsdp_run_killed_and_resumed_ends_like_the_straight_run(local_ray, tmp_p
     train(_config(interrupted, **settings, **{"bookkeeping.resume": "latest"}))
     a, b = _weights(straight / "final"), _weights(interrupted / "final")
     _assert_close(a, b, atol=1e-6)
+
+
+def test_the_7b_fsdp_cluster_example_is_a_valid_config():
+    from pathlib import Path
+
+    from trainers.rl.config import load_config
+    from trainers.rl.placement import bundles
+
+    example = Path(__file__).resolve().parents[3] / "examples" / "rl_gpu_7b_fsdp.yaml"
+    cfg = load_config(example)
+    assert cfg.resources.learner_strategy == "fsdp" and cfg.rollout.engine == "vllm"
+    shapes, selectors = bundles(cfg)
+    assert shapes == [{"CPU": 1.0, "GPU": 1}] * 4 + [{"CPU": 4, "GPU": 1}] * 4
+    assert selectors == [{"role": "learner"}] * 4 + [{"role": "rollout"}] * 4
