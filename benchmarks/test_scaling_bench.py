@@ -164,3 +164,58 @@ def test_rollouts_on_one_vs_two_ray_nodes(tmp_path):
                 rollouts.close()
         finally:
             ray.shutdown()
+
+
+def _learner_batch(vocab: int, episodes: int = 32):
+    """Random token episodes shaped like agent turns (prompt, 2 x (generated, observation))."""
+    from agents.trajectory import Trajectory
+    from trainers.rl.batch import collate
+
+    gen = torch.Generator().manual_seed(3)
+    trajectories = []
+    for i in range(episodes):
+        t = Trajectory(env_id="bench", task_id=str(i), reward=float(i % 3 == 0),
+                       prompt_ids=torch.randint(0, vocab, (32 + i % 8,), generator=gen).tolist())
+        for turn in range(2):
+            ids = torch.randint(0, vocab, (24 + (i + turn) % 9,), generator=gen).tolist()
+            t.add_generated("x", ids, (-torch.rand(len(ids), generator=gen) * 3).tolist())
+            t.add_observation("o", torch.randint(0, vocab, (16,), generator=gen).tolist())
+        trajectories.append(t)
+    return collate(trajectories, [t.reward for t in trajectories],
+                   [i // 4 for i in range(episodes)])
+
+
+def test_learner_ddp_vs_fsdp_two_ranks(tmp_path):
+    from trainers.rl.actors import RayLearner
+    from trainers.rl.learner import Learner
+
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    try:
+        settings = {"algorithm": {"minibatch_size": 16, "ppo_epochs": 1, "kl_coef": 0.0}}
+        single = Learner(_config(tmp_path, **settings))
+        batch = _learner_batch(single.policy.config.vocab_size)
+        tokens = float(batch.mask.sum())
+        arms: dict[str, object] = {"1 process": single}
+        for strategy in ("ddp", "fsdp"):
+            arms[f"2 ranks {strategy}"] = RayLearner(_config(tmp_path, **deep_merge(settings, {
+                "resources": {"learner_workers": 2, "learner_strategy": strategy}})))
+
+        def rate(learner) -> Callable[[], float]:
+            def measure() -> float:
+                t0 = time.perf_counter()
+                learner.update(learner.prepare(batch)[0])
+                return tokens / (time.perf_counter() - t0)
+            return measure
+
+        for learner in arms.values():  # warm
+            rate(learner)()
+        rates = _interleaved({name: rate(learner) for name, learner in arms.items()})
+        _report(f"learner trained tokens/s, prepare + update of {int(tokens)} generated "
+                "tokens, gloo on CPU", rates, "tokens/s", "1 process")
+        for name, learner in arms.items():
+            if name != "1 process":
+                learner.close()
+    finally:
+        ray.shutdown()
