@@ -23,7 +23,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 def local_ray():
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        # logical CPUs: the loop test's placement group holds 2 learner ranks + 1 worker
+        ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
     yield
     if started:
         ray.shutdown()
@@ -144,8 +145,7 @@ def test_fsdp_run_killed_and_resumed_ends_like_the_straight_run(local_ray, tmp_p
     from trainers.rl.loop import train
 
     settings = deep_merge(FSDP, {"algorithm": {"total_steps": 2, "entropy_coef": 0.01,
-                                               "kl_coef": 0.0},
-                                 "resources": {"cpus_per_worker": 0}})  # 2 CPUs: the ranks
+                                               "kl_coef": 0.0}})
     straight = tmp_path / "straight"
     train(_config(straight, **settings))
     interrupted = tmp_path / "interrupted"
