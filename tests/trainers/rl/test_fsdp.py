@@ -12,22 +12,13 @@ import pytest
 ray = pytest.importorskip("ray")
 torch = pytest.importorskip("torch")
 
-from test_ray import _config, _random_batch  # noqa: E402
+from test_ray import _config, _random_batch, local_ray  # noqa: E402, F401
 
 from trainers.common import deep_merge  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    started = not ray.is_initialized()
-    if started:
-        # logical CPUs: the loop test's placement group holds 2 learner ranks + 1 worker
-        ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
+# the Ray fixture shared with test_ray; FSDP2 warns that the module returns views (unused)
+pytestmark = [pytest.mark.usefixtures("local_ray"),
+              pytest.mark.filterwarnings("ignore::UserWarning")]
 
 
 SETTINGS = {"algorithm": {"group_size": 4, "prompts_per_step": 2, "minibatch_size": 8,
@@ -67,7 +58,7 @@ def _full_params(state: dict) -> dict:
 
 
 @pytest.mark.parametrize("algorithm", ["dapo", pytest.param("ppo", marks=pytest.mark.slow)])
-def test_fsdp_ranks_hold_shards_and_update_like_one_process(local_ray, tmp_path, algorithm):
+def test_fsdp_ranks_hold_shards_and_update_like_one_process(tmp_path, algorithm):
     """Same batch, same seed: prepare's statistics, the update's loss and the weights after
     it match the single-process learner; each rank really holds only half of a weight."""
     from trainers.rl.actors import RayLearner
@@ -103,7 +94,7 @@ def test_fsdp_ranks_hold_shards_and_update_like_one_process(local_ray, tmp_path,
         ranks.close()
 
 
-def test_fsdp_checkpoint_resumes_on_another_strategy_and_rank_count(local_ray, tmp_path):
+def test_fsdp_checkpoint_resumes_on_another_strategy_and_rank_count(tmp_path):
     """1 process -> 2 FSDP ranks -> 1 process, one update on each, equals 3 updates in one
     process: weights, AdamW moments, LR schedule and the shuffling generator all carried."""
     from trainers.rl.actors import RayLearner
@@ -137,7 +128,7 @@ def test_fsdp_checkpoint_resumes_on_another_strategy_and_rank_count(local_ray, t
 
 
 @pytest.mark.slow
-def test_fsdp_run_killed_and_resumed_ends_like_the_straight_run(local_ray, tmp_path):
+def test_fsdp_run_killed_and_resumed_ends_like_the_straight_run(tmp_path):
     """The RL loop with a 2-rank FSDP learner: stopped after step 1 (its checkpoint
     written) and resumed, it ends with the weights of the run that was never stopped."""
     from test_loop import _weights
