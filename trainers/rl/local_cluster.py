@@ -87,8 +87,11 @@ class LocalRayCluster:
         period_ms = max(200, int(health_check_s * 1000 / 4))
         self.env = {
             **os.environ,
-            # A loopback-only cluster for tests: no token needed by the driver joining it.
-            "RAY_AUTH_MODE": "disabled",
+            # Ray's default for a local cluster. A fresh driver finds the token in
+            # ~/.ray/auth_token; one that ran a local ray.init before is in token mode
+            # already (Ray sets RAY_AUTH_MODE=token and caches it for the process), and
+            # could not drive a cluster without auth: its actors are never scheduled.
+            "RAY_AUTH_MODE": "token",
             "RAY_health_check_period_ms": str(period_ms),
             "RAY_health_check_timeout_ms": str(period_ms),
             "RAY_health_check_failure_threshold": "3",
@@ -171,6 +174,14 @@ class LocalRayCluster:
             time.sleep(0.1)
         with contextlib.suppress(subprocess.TimeoutExpired):
             node.process.wait(timeout=10)
+
+    def connect(self, **init_kwargs: Any) -> None:
+        """``ray.init`` this process as a driver of the cluster."""
+        import ray
+
+        if self.address is None:
+            raise RuntimeError("start_head first")
+        ray.init(address=self.address, **init_kwargs)
 
     def node_name(self, node_id: str) -> str | None:
         """The name of the node with Ray node id ``node_id`` (needs ``ray.init`` here)."""
