@@ -23,6 +23,7 @@ Run: ``python3 -m pytest benchmarks/test_scaling_bench.py -s -p no:cacheprovider
 
 from __future__ import annotations
 
+import gc
 import os
 import statistics
 import time
@@ -36,29 +37,25 @@ pytest.importorskip("ray.rllib")
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers", reason="needs the [llm] extra")
 
+from test_rl_step_bench import _config as step_config  # noqa: E402
+
 from trainers.common import deep_merge  # noqa: E402
-from trainers.rl.config import RLConfig, load_config  # noqa: E402
+from trainers.rl.config import RLConfig  # noqa: E402
 
 EPISODES = 32
 REPEATS = 3
-ENV_KWARGS = {"task_options": {"difficulty": "easy", "num_tasks": 16},
-              "tools": {"wiki_search": {"backend": "bm25", "top_k": 1}},
-              "system_prompt": "Search the wiki, then answer."}
+
+
+# test_rl_step_bench's workload, as Ray rollouts of 32 episodes with up to 3 turns
+SCALE = {"algorithm": {"name": "grpo", "kl_coef": 0.0, "total_steps": 1, "prompts_per_step": 8,
+                       "group_size": 4, "minibatch_size": 32},
+         "env": {"max_turns": 3},
+         "rollout": {"max_new_tokens": 24, "max_response_tokens": 256, "tool_threads": 4},
+         "resources": {"use_ray": True}, "bookkeeping": {"save_every": 0}}
 
 
 def _config(out: Path, **overrides) -> RLConfig:
-    base = {
-        "algorithm": {"name": "grpo", "kl_coef": 0.0, "total_steps": 1, "prompts_per_step": 8,
-                      "group_size": 4, "minibatch_size": 32},
-        "model": {"path": "tiny", "config_overrides": {"hidden_size": 64, "layers": 2}},
-        "env": {"id": "coa/SynthHop-v0", "kwargs": ENV_KWARGS, "max_turns": 3},
-        "rollout": {"max_new_tokens": 24, "max_response_tokens": 256, "episodes_in_flight": 8,
-                    "tool_threads": 4},
-        "resources": {"use_ray": True, "torch_threads": 1, "micro_batch_size": 8},
-        "bookkeeping": {"save_every": 0, "output_dir": str(out), "tensorboard": False,
-                        "plot": False},
-    }
-    return load_config(values=deep_merge(base, overrides))
+    return step_config(out, **deep_merge(SCALE, overrides))
 
 
 def _load() -> str:
@@ -95,6 +92,16 @@ def _rollout_rate(rollouts, weights: dict, jobs: list) -> Callable[[], float]:
     return measure
 
 
+def _no_ray() -> None:
+    """Shut Ray down, and first collect the previous test's actor handles (held in
+    reference cycles): collected after this test's ``ray.init``, they would drop references
+    to this session's actors, whose ids repeat (same job id, same counter), and Ray would
+    kill those ("all references to the actor were removed")."""
+    gc.collect()
+    if ray.is_initialized():
+        ray.shutdown()
+
+
 def _jobs() -> list:
     from trainers.rl.rollout import EpisodeJob
 
@@ -105,8 +112,7 @@ def test_rollout_workers_1_2_4(tmp_path):
     from trainers.rl.actors import RayRollouts
     from trainers.rl.learner import Learner
 
-    if ray.is_initialized():
-        ray.shutdown()
+    _no_ray()
     ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
     try:
         weights = Learner(_config(tmp_path)).policy_state()
@@ -130,15 +136,14 @@ def test_rollouts_on_one_vs_two_ray_nodes(tmp_path):
     from trainers.rl.learner import Learner
     from trainers.rl.local_cluster import LocalRayCluster
 
-    if ray.is_initialized():
-        ray.shutdown()
+    _no_ray()
     with LocalRayCluster() as cluster:
         # ``pack`` slots exist on node a only, ``spread`` slots one per node: the same two
         # workers on one node or on two.
         cluster.start_head(num_cpus=0)
         cluster.add_node("a", num_cpus=3, resources={"bench_pack": 2, "bench_spread": 1})
         cluster.add_node("b", num_cpus=1, resources={"bench_spread": 1})
-        ray.init(address=cluster.address, log_to_driver=False)
+        cluster.connect(log_to_driver=False)
         try:
             weights = Learner(_config(tmp_path)).policy_state()
             arms = {}
@@ -189,8 +194,7 @@ def test_learner_ddp_vs_fsdp_two_ranks(tmp_path):
     from trainers.rl.actors import RayLearner
     from trainers.rl.learner import Learner
 
-    if ray.is_initialized():
-        ray.shutdown()
+    _no_ray()
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         settings = {"algorithm": {"minibatch_size": 16, "ppo_epochs": 1, "kl_coef": 0.0}}
