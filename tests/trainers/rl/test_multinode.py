@@ -20,13 +20,11 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("ray.rllib")
 torch = pytest.importorskip("torch")
 
+from test_ray import ENV_KWARGS  # noqa: E402
+
 from trainers.common import deep_merge  # noqa: E402
 from trainers.rl.config import RLConfig, load_config  # noqa: E402
 from trainers.rl.local_cluster import LocalRayCluster  # noqa: E402
-
-ENV_KWARGS = {"task_options": {"difficulty": "easy", "num_tasks": 16},
-              "tools": {"wiki_search": {"backend": "bm25", "top_k": 1}},
-              "system_prompt": "Search the wiki, then answer."}
 
 
 def _config(out, address: str | None, **overrides) -> RLConfig:
@@ -59,6 +57,7 @@ def cluster():
         except RuntimeError as error:
             pytest.skip(f"a local multi-node Ray cluster could not start here: {error}")
         try:
+            local.connect(log_to_driver=True)  # the runs below find Ray joined already
             yield local
         finally:
             ray.shutdown()
@@ -145,7 +144,8 @@ def test_cli_address_joins_the_cluster(cluster, tmp_path):
     cfg = _config(out, None, **{"algorithm.total_steps": 1}).to_dict()
     config = tmp_path / "rl.yaml"
     config.write_text(yaml.safe_dump(cfg))
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env = {key: value for key, value in os.environ.items() if key != "RAY_AUTH_MODE"}
+    # a fresh driver: Ray finds the cluster's token in ~/.ray/auth_token by itself
     done = subprocess.run([sys.executable, "-m", "coa_cli.main", "train", "rl", "--config",
                            str(config), "--address", cluster.address],
                           env=env, capture_output=True, text=True, timeout=600)
@@ -158,7 +158,7 @@ def test_cli_address_joins_the_cluster(cluster, tmp_path):
 @pytest.mark.slow
 def test_losing_a_worker_node_mid_run_retries_its_episodes_and_training_continues(
         cluster, tmp_path, monkeypatch):
-    """Runs last in this module: node b stays dead."""
+    """Node b stays dead for the tests after it."""
     from trainers.rl import actors
     from trainers.rl.loop import train
 
@@ -211,4 +211,40 @@ def test_losing_a_worker_node_mid_run_retries_its_episodes_and_training_continue
     # b's bundle needs a rollout-labelled node with a free CPU: none is left, so the run
     # finishes on a alone
     assert steps[-1]["cluster/rollout_workers_healthy"] == 1
+    assert (out / "final").is_dir()
+
+
+@pytest.mark.slow
+def test_losing_the_learner_node_stops_the_run_and_it_resumes_from_its_checkpoint(
+        cluster, tmp_path, monkeypatch):
+    """Runs after the worker-node test (node b is dead): the learner's node dies at step 2,
+    the run stops with Ray's actor error and frees its bundles; a new node with the
+    learner's resource joins and ``resume: latest`` finishes the run from checkpoint 1."""
+    from trainers.rl import actors
+    from trainers.rl.loop import train
+
+    cluster.add_node("l", num_cpus=1, resources={"coa_learner_l": 1})
+    run, calls = actors.RayRollouts.run, []
+
+    def killing_run(self, jobs):
+        calls.append(len(jobs))
+        if len(calls) == 2:
+            cluster.kill_node("l")
+        return run(self, jobs)
+
+    monkeypatch.setattr(actors.RayRollouts, "run", killing_run)
+    settings = {"algorithm.total_steps": 3, "bookkeeping.save_every": 1,
+                "resources.num_rollout_workers": 1,
+                "resources.rollout_node_labels": {"coa-role": "rollout"},
+                "resources.learner_resources": {"coa_learner_l": 1}}
+    out = tmp_path / "run"
+    with pytest.raises(ray.exceptions.RayActorError):
+        train(_config(out, cluster.address, **settings))
+    assert [m["step"] for m in _metrics(out)] == [1]
+    assert (out / "checkpoint-1").is_dir() and not (out / "final").exists()
+
+    monkeypatch.setattr(actors.RayRollouts, "run", run)
+    cluster.add_node("l2", num_cpus=1, resources={"coa_learner_l": 1})
+    train(_config(out, cluster.address, **settings, **{"bookkeeping.resume": "latest"}))
+    assert [m["step"] for m in _metrics(out)] == [1, 2, 3]
     assert (out / "final").is_dir()
