@@ -342,8 +342,9 @@ class ResourcesSection:
     cpus_per_worker: float = 1.0
     """CPUs Ray reserves per rollout worker."""
     learner_workers: int = 1
-    """Learner processes (DDP ranks, Ray actors); each trains on its shard of every
-    minibatch and DDP averages gradients (NCCL on GPUs, gloo on CPU)."""
+    """Learner processes (Ray actors, ranks of ``learner_strategy``); each trains on its
+    shard of every minibatch and the gradients are averaged over ranks (NCCL on GPUs,
+    gloo on CPU)."""
     learner_strategy: Literal["ddp", "fsdp"] = "ddp"
     """How the learner ranks hold the model: ``ddp`` replicas (each rank holds everything),
     or ``fsdp`` (torch FSDP2: each rank holds 1/learner_workers of the weights, gradients
