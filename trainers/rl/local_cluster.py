@@ -176,12 +176,27 @@ class LocalRayCluster:
             node.process.wait(timeout=10)
 
     def connect(self, **init_kwargs: Any) -> None:
-        """``ray.init`` this process as a driver of the cluster."""
+        """``ray.init`` this process as a driver of the cluster, in its auth mode (a driver
+        does not turn token auth on by itself when it joins; it reads the token from
+        ``~/.ray/auth_token`` once it is on). Other drivers: :attr:`driver_env`."""
         import ray
 
         if self.address is None:
             raise RuntimeError("start_head first")
+        mode = self.env["RAY_AUTH_MODE"]
+        if os.environ.get("RAY_AUTH_MODE") != mode:
+            # Ray reads the mode into a process-wide config when imported; its own switch
+            # to token mode (``_enable_token_auth``) refreshes that cache the same way.
+            from ray._raylet import Config
+
+            os.environ["RAY_AUTH_MODE"] = mode
+            Config.initialize("")
         ray.init(address=self.address, **init_kwargs)
+
+    @property
+    def driver_env(self) -> dict[str, str]:
+        """The environment for a driver process (``coa train rl --address``) to join with."""
+        return {**os.environ, "RAY_AUTH_MODE": self.env["RAY_AUTH_MODE"]}
 
     def node_name(self, node_id: str) -> str | None:
         """The name of the node with Ray node id ``node_id`` (needs ``ray.init`` here)."""

@@ -9,7 +9,6 @@ lost or returned twice. Slow: bringing three Ray nodes up takes ~45 s on a loade
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -144,11 +143,9 @@ def test_cli_address_joins_the_cluster(cluster, tmp_path):
     cfg = _config(out, None, **{"algorithm.total_steps": 1}).to_dict()
     config = tmp_path / "rl.yaml"
     config.write_text(yaml.safe_dump(cfg))
-    env = {key: value for key, value in os.environ.items() if key != "RAY_AUTH_MODE"}
-    # a fresh driver: Ray finds the cluster's token in ~/.ray/auth_token by itself
     done = subprocess.run([sys.executable, "-m", "coa_cli.main", "train", "rl", "--config",
                            str(config), "--address", cluster.address],
-                          env=env, capture_output=True, text=True, timeout=600)
+                          env=cluster.driver_env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     (step,) = _metrics(out)
     assert step["cluster/nodes"] == len([n for n in cluster.nodes.values() if n.alive])
