@@ -4,14 +4,16 @@ Both groups expose the same small surface so ``loop.py`` does not know which it 
 ``RolloutGroup.run(jobs) -> (trajectories, stats)`` / ``set_weights(state, version)`` and
 ``LearnerGroup.prepare / update / policy_state / state_dict / load_state_dict``.
 
-Ray mode: rollout workers are actors with ``max_restarts=-1`` placed in a placement
-group (one bundle per worker, GPUs per config) so one machine with N GPUs or a cluster
-runs the same config. They are managed by RLlib's ``FaultTolerantActorManager``, which
-marks an actor unhealthy when a call dies with it, and probes restarted actors back into
-service; a shard lost with a crashed worker is re-run on a healthy one up to
-``max_episode_retries`` times, then dropped and counted. A restarted worker gets the
-current weights before it serves again. Weights travel through the object store (one
-``ray.put`` per update, read by every worker).
+Ray mode: rollout workers are actors with ``max_restarts=-1``, placed with the learner
+ranks in one placement group (``placement.py``: resources, node labels, strategy) so one
+machine, one machine with N GPUs or a multi-node cluster runs the same config. They are
+managed by RLlib's ``FaultTolerantActorManager``, which marks an actor unhealthy when a
+call dies with it, and probes restarted actors back into service. A shard lost with a
+crashed worker or node is re-run at once on the healthy workers, up to
+``max_episode_retries`` times, then dropped; ``rollout/lost_episodes``,
+``retried_episodes`` and ``dropped_episodes`` count them, ``cluster/*`` the nodes and
+workers in service. A restarted worker gets the current weights before it serves again.
+Weights travel through the object store (one ``ray.put`` per update, read by every worker).
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ if TYPE_CHECKING:
     from trainers.rl.config import RLConfig
 
 __all__ = ["LocalLearner", "LocalRollouts", "RayLearner", "RayRollouts", "build_groups"]
+
+
+# A probe of a restarting actor fails fast; this bounds one of a hung actor.
+_PROBE_S = 5.0
 
 
 def _merge(results: list[RolloutResult]) -> dict[str, float]:
@@ -72,8 +78,12 @@ class LocalRollouts:
     def run(self, jobs: list[EpisodeJob]) -> tuple[list[Trajectory], dict[str, float]]:
         results = [self.workers[0].run(jobs)]
         stats = _merge(results)
-        stats["rollout/dropped_episodes"] = 0.0
+        stats.update({"rollout/lost_episodes": 0.0, "rollout/retried_episodes": 0.0,
+                      "rollout/dropped_episodes": 0.0})
         return [t for r in results for t in r.trajectories], stats
+
+    def cluster_stats(self) -> dict[str, float]:
+        return {"cluster/nodes": 1.0}
 
     def close(self) -> None:
         for worker in self.workers:
@@ -94,17 +104,21 @@ class RayRollouts:
         actors = []
         for index in range(res.num_rollout_workers):
             options: dict[str, Any] = {"num_cpus": res.cpus_per_worker,
-                                       "num_gpus": res.rollout_gpus_per_worker}
+                                       "num_gpus": res.rollout_gpus_per_worker,
+                                       "resources": dict(res.rollout_resources)}
             if placement_group is not None:
                 options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                     placement_group=placement_group,
                     placement_group_bundle_index=res.learner_workers + index)
+            elif res.rollout_node_labels:
+                options["label_selector"] = dict(res.rollout_node_labels)
             actors.append(actor_cls.options(**options).remote(config, index))
         self.manager = FaultTolerantActorManager(actors)
         self.placement_group = placement_group
         self._weights_ref: Any = None
         self._version = -1
         self.restarts = 0
+        self._nodes: dict[int, str] = {}  # filled lazily: actors may still be loading
 
     def num_tasks(self, heldout: bool = False, env_index: int = 0) -> int:
         results = self.manager.foreach_actor(lambda w: w.num_tasks(heldout, env_index),
@@ -126,29 +140,63 @@ class RayRollouts:
                                    remote_actor_ids=actor_ids,
                                    timeout_seconds=self.config.rollout.timeout_s)
 
+    def worker_nodes(self) -> dict[int, str]:
+        """Ray node id of every healthy worker (by actor id); asked once per (re)start."""
+        from trainers.rl.placement import node_of
+
+        healthy = self.manager.healthy_actor_ids()
+        unknown = [actor_id for actor_id in healthy if actor_id not in self._nodes]
+        if unknown:
+            replies = self.manager.foreach_actor(lambda w: node_of(), remote_actor_ids=unknown,
+                                                 timeout_seconds=self.config.rollout.timeout_s)
+            self._nodes.update({reply.actor_id: reply.get() for reply in replies if reply.ok})
+        return {actor_id: self._nodes[actor_id] for actor_id in healthy
+                if actor_id in self._nodes}
+
+    def cluster_stats(self) -> dict[str, float]:
+        """Gauges of the cluster as this step saw it (logged once per step, never summed)."""
+        from trainers.rl.placement import alive_nodes
+
+        nodes = self.worker_nodes()
+        return {"cluster/nodes": float(alive_nodes()),
+                "cluster/rollout_workers_healthy": float(len(nodes)),
+                "cluster/rollout_worker_nodes": float(len(set(nodes.values())))}
+
     def _revive(self, wait: bool) -> None:
         """Bring restarted actors back into service with the current weights.
 
-        Ray restarts a dead actor in a new process, which takes seconds (env and model load),
-        and a probe sent meanwhile fails fast. With ``wait`` (episodes are waiting for a
-        retry) probing repeats until every actor answers or ``worker_restart_timeout_s``
-        passes; otherwise one probe, so an actor that never comes back costs no step a wait.
+        Ray restarts a dead actor in a new process, on its node or, when the node is gone,
+        wherever its bundle is re-placed; that takes seconds (env and model load), and a
+        call meanwhile fails fast ("the actor is restarting"). Without ``wait`` one probe;
+        with it (no worker is left to run the episodes) probing repeats until a worker
+        answers or ``worker_restart_timeout_s`` passes.
         """
         deadline = time.monotonic() + self.config.rollout.worker_restart_timeout_s
         while True:
-            restored = self.manager.probe_unhealthy_actors(timeout_seconds=30, mark_healthy=True)
+            restored = self.manager.probe_unhealthy_actors(timeout_seconds=_PROBE_S,
+                                                           mark_healthy=True)
             if restored:
                 self.restarts += len(restored)
                 self._push_weights(restored)
-            everyone = self.manager.num_healthy_actors() == self.manager.num_actors()
-            if not wait or everyone or time.monotonic() > deadline:
+                for actor_id in restored:  # it may have restarted on another node
+                    self._nodes.pop(actor_id, None)
+            if not wait or self.manager.healthy_actor_ids() or time.monotonic() > deadline:
                 return
             time.sleep(0.5)
 
     def run(self, jobs: list[EpisodeJob]) -> tuple[list[Trajectory], dict[str, float]]:
+        """Every job's trajectory exactly once, unless a job was lost more often than
+        ``max_episode_retries`` allows (then dropped and counted).
+
+        A shard whose worker dies (its node lost, its process killed) or times out is *lost*
+        and *retried* at once on the workers still healthy; only when none is left does the
+        retry wait for Ray to restart one. A lost call's partial results never come back, so
+        a retried episode cannot be returned twice.
+        """
         results: list[RolloutResult] = []
         pending = [jobs]
-        dropped = 0
+        lost = retried = 0
+        restarts_before = self.restarts
         retries = self.config.rollout.max_episode_retries
         for attempt in range(retries + 1):
             healthy = self.manager.healthy_actor_ids()
@@ -157,8 +205,10 @@ class RayRollouts:
                 healthy = self.manager.healthy_actor_ids()
             if not healthy:
                 break
+            todo = [job for shard in pending for job in shard]
+            retried += len(todo) if attempt else 0
             # At most one shard per healthy actor, so replies map back to shards by actor.
-            shards = _shards([job for shard in pending for job in shard], len(healthy))
+            shards = _shards(todo, len(healthy))
             ids = healthy[:len(shards)]
             calls = [lambda w, s=shard: w.run(s) for shard in shards]
             replies = self.manager.foreach_actor(
@@ -171,14 +221,18 @@ class RayRollouts:
                     results.append(answered[actor_id])
                 else:
                     pending.append(shard)
-            retry_left = attempt < retries
-            self._revive(wait=bool(pending) and retry_left)
-            if not pending or not retry_left:
+            lost += sum(len(shard) for shard in pending)
+            if not pending or attempt == retries:
                 break
-        dropped = sum(len(s) for s in pending)
+            self._revive(wait=False)  # a worker that is back already takes a share
+        self._revive(wait=False)  # restarted workers rejoin for the next call
         stats = _merge(results)
-        stats["rollout/dropped_episodes"] = float(dropped)
-        stats["rollout/worker_restarts"] = float(self.restarts)
+        stats.update({
+            "rollout/lost_episodes": float(lost),
+            "rollout/retried_episodes": float(retried),
+            "rollout/dropped_episodes": float(sum(len(s) for s in pending)),
+            "rollout/worker_restarts": float(self.restarts - restarts_before),
+        })
         return [t for r in results for t in r.trajectories], stats
 
     def close(self) -> None:
@@ -231,6 +285,11 @@ class _LearnerRank:
     def call(self, name: str, *args: Any) -> Any:
         return getattr(self.learner, name)(*(_resolve(a) for a in args))
 
+    def node(self) -> str:
+        from trainers.rl.placement import node_of
+
+        return node_of()
+
 
 class RayLearner:
     """``learner_workers`` learner actors (DDP ranks, ``learner_gpus`` GPUs each); rank 0
@@ -239,23 +298,31 @@ class RayLearner:
     ``prepare`` (no-grad passes, advantages) runs on rank 0; ``update`` runs on every rank
     with the same prepared batch (one ``ray.put``), each rank training on its shard of
     every minibatch while DDP averages the gradients, so the replicas stay identical.
+    With ``learner_strategy: fsdp`` every forward is a collective (each rank holds only
+    shards), so ``prepare`` and the state calls run on every rank too; rank 0 answers.
     """
 
     def __init__(self, config: RLConfig, placement_group: Any = None) -> None:
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        world = config.resources.learner_workers
+        res = config.resources
+        world = res.learner_workers
         actor_cls = ray.remote(_LearnerRank)
         self.actors = []
         for rank in range(world):
-            options: dict[str, Any] = {"num_cpus": 1, "num_gpus": config.resources.learner_gpus}
+            options: dict[str, Any] = {"num_cpus": 1, "num_gpus": res.learner_gpus,
+                                       "resources": dict(res.learner_resources)}
             if placement_group is not None:
                 options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                     placement_group=placement_group, placement_group_bundle_index=rank)
+            elif res.learner_node_labels:
+                options["label_selector"] = dict(res.learner_node_labels)
             self.actors.append(actor_cls.options(**options).remote(config, rank, world))
         address = ray.get(self.actors[0].rendezvous_address.remote()) if world > 1 else None
         ray.get([actor.setup.remote(address) for actor in self.actors])  # joins all ranks
+        sharded = world > 1 and res.learner_strategy == "fsdp"
+        self._gathering = self._all if sharded else self._rank0
 
     def _rank0(self, name: str, *args: Any) -> Any:
         import ray
@@ -269,22 +336,28 @@ class RayLearner:
         return ray.get([actor.call.remote(name, *refs) for actor in self.actors])[0]
 
     def prepare(self, batch: Any) -> Any:
-        return self._rank0("prepare", batch)
+        return self._gathering("prepare", batch)
 
     def update(self, batch: Any) -> Any:
         return self._all("update", batch)
 
     def policy_state(self) -> Any:
-        return self._rank0("policy_state")
+        return self._gathering("policy_state")
 
     def state_dict(self) -> Any:
-        return self._rank0("state_dict")
+        return self._gathering("state_dict")
 
     def load_state_dict(self, state: Any) -> Any:
         return self._all("load_state_dict", state)
 
     def save_pretrained(self, directory: str) -> Any:
-        return self._rank0("save_pretrained", directory)
+        return self._gathering("save_pretrained", directory)
+
+    def nodes(self) -> list[str]:
+        """Ray node id of every rank, rank 0 first."""
+        import ray
+
+        return ray.get([actor.node.remote() for actor in self.actors])
 
     def close(self) -> None:
         import ray
@@ -294,28 +367,12 @@ class RayLearner:
 
 
 def build_groups(config: RLConfig) -> tuple[Any, Any]:
-    """``(rollouts, learner)`` for the config: in-process, or Ray actors in a placement group."""
-    res = config.resources
-    if not res.use_ray:
+    """``(rollouts, learner)`` for the config: in-process, or Ray actors in a placement group
+    (``placement.py``) on a local Ray or the cluster at ``resources.ray_address``."""
+    if not config.resources.use_ray:
         return LocalRollouts(config), LocalLearner(config)
-    import ray
+    from trainers.rl.placement import connect, placement_group_for
 
-    if not ray.is_initialized():
-        if res.ray_address:
-            ray.init(address=res.ray_address)
-        else:
-            cpus = res.learner_workers + res.num_rollout_workers * res.cpus_per_worker
-            ray.init(num_cpus=int(max(cpus, 2)), num_gpus=res.num_gpus,
-                     include_dashboard=False, log_to_driver=True)
-    from ray.util.placement_group import placement_group
-
-    learner = {"CPU": 1, **({"GPU": res.learner_gpus} if res.learner_gpus else {})}
-    bundles = [dict(learner) for _ in range(res.learner_workers)]
-    for _ in range(res.num_rollout_workers):
-        bundle: dict[str, float] = {"CPU": res.cpus_per_worker}
-        if res.rollout_gpus_per_worker:
-            bundle["GPU"] = res.rollout_gpus_per_worker
-        bundles.append(bundle)
-    group = placement_group(bundles, strategy="PACK")
-    ray.get(group.ready(), timeout=300)
+    connect(config)
+    group = placement_group_for(config)
     return RayRollouts(config, group), RayLearner(config, group)

@@ -5,9 +5,10 @@ logprobs to measure the rollout/training mismatch, critic values, reference logp
 advantages) and :meth:`Learner.update` (epochs x minibatches x micro-batches of the
 clipped loss; every episode of the batch is in exactly one minibatch per epoch). Plain
 Python: the Ray actor in ``actors.py`` wraps it, and the local mode calls it directly. With
-``world_size > 1`` (``learner_workers`` Ray actors) each rank holds a DDP replica and trains
-on its shard of every minibatch; the loss is scaled so the DDP-averaged gradient equals the
-one-process gradient of the whole minibatch (tested). Weights are fp32 masters; a bf16/fp16
+``world_size > 1`` (``learner_workers`` Ray actors) each rank holds a DDP replica or its
+FSDP2 shards (``resources.learner_strategy``, ``sharding.py``) and trains on its shard of
+every minibatch; the loss is scaled so the rank-averaged gradient equals the one-process
+gradient of the whole minibatch (tested for both). Weights are fp32 masters; a bf16/fp16
 ``model.dtype`` is the compute dtype under autocast (``trainers/rl/optim.py``).
 """
 
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainers.rl import algorithms as alg
+from trainers.rl import sharding
 from trainers.rl.batch import RLBatch
 from trainers.rl.models import ValueHead, forward_tokens, load_tokenizer_and_policy
 from trainers.rl.optim import LearnerOptimizer
@@ -93,7 +95,13 @@ class Learner:
             self.reference.requires_grad_(False)
         self.train_module = self.module
         self.train_critic = self.critic
-        if world_size > 1:
+        # FSDP: every rank takes part in every forward (the all-gathers are collectives)
+        self.sharded = world_size > 1 and res.learner_strategy == "fsdp"
+        if self.sharded:  # in place: the same modules now hold DTensor shards
+            for module in (self.module, self.critic, self.reference):
+                if module is not None:
+                    sharding.shard(module, source_rank=0)
+        elif world_size > 1:
             from torch.nn.parallel import DistributedDataParallel
 
             ids = [self.device.index] if use_cuda else None
@@ -121,34 +129,58 @@ class Learner:
             yield
 
     # -- weights ---------------------------------------------------------------------
+    def _full(self, state: Any) -> Any:
+        """``state`` unsharded (FSDP: a collective; ranks other than 0 get it emptied)."""
+        if not self.sharded:
+            return state
+        return sharding.gathered(state, keep=self.rank == 0)
+
     def policy_state(self) -> dict[str, Any]:
-        """Policy weights on CPU in the engines' dtype, for syncing them after an update."""
+        """Policy weights on CPU in the engines' dtype, for syncing them after an update.
+        Sharded: every rank must call; rank 0 answers, the others get ``{}``."""
+        full = self._full(self.policy.state_dict())
+        if self.sharded and self.rank != 0:
+            return {}
         return {k: v.detach().to("cpu", self.compute_dtype if v.is_floating_point() else v.dtype)
-                for k, v in self.policy.state_dict().items()}
+                for k, v in full.items()}
 
     def state_dict(self) -> dict[str, Any]:
-        return {
+        """The learner's whole state, unsharded, so any strategy and rank count resumes it.
+        Sharded: every rank must call; rank 0 answers, the others get ``{}``."""
+        state = self._full({
             "module": self.module.state_dict(),
             "critic": None if self.critic is None else self.critic.state_dict(),
             "reference": None if self.reference is None else self.reference.state_dict(),
             "optim": self.optim.state_dict(),
             "generator": self.generator.get_state(),
             "updates": self.updates,
-        }
+        })
+        return {} if self.sharded and self.rank != 0 else state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.module.load_state_dict(state["module"])
+        """Load an unsharded state (as :meth:`state_dict` writes) into this rank."""
+        load = sharding.scatter_module if self.sharded else \
+            (lambda module, full: module.load_state_dict(full))
+        load(self.module, state["module"])
         if self.critic is not None and state.get("critic") is not None:
-            self.critic.load_state_dict(state["critic"])
+            load(self.critic, state["critic"])
         if self.reference is not None and state.get("reference") is not None:
-            self.reference.load_state_dict(state["reference"])
-        self.optim.load_state_dict(state["optim"])
+            load(self.reference, state["reference"])
+        optim = state["optim"]
+        if self.sharded:
+            optim = {**optim, "optimizer": sharding.scatter_optim(self.optim.optimizer,
+                                                                  optim["optimizer"])}
+        self.optim.load_state_dict(optim)
         self.generator.set_state(state["generator"])
         self.updates = int(state["updates"])
 
     def save_pretrained(self, directory: str | Path) -> None:
-        """Write the policy in HF format and model.dtype (loadable by the eval CLI and vLLM)."""
-        self.policy.save_pretrained(str(directory), state_dict=self.policy_state())
+        """Write the policy in HF format and model.dtype (loadable by the eval CLI and vLLM).
+        Sharded: every rank must call; rank 0 writes."""
+        state = self.policy_state()
+        if self.rank != 0:
+            return
+        self.policy.save_pretrained(str(directory), state_dict=state)
         self.tokenizer.save_pretrained(str(directory))
 
     # -- step 1: no-grad passes and advantages -----------------------------------------
@@ -308,7 +340,7 @@ class Learner:
                 if not last and self.world_size > 1:
                     for module in (self.train_module, self.train_critic):
                         if module is not None:
-                            stack.enter_context(module.no_sync())
+                            stack.enter_context(sharding.no_grad_sync(module))
                 loss, stats = self._micro_loss(micro, total_tokens / self.world_size, share)
                 self.optim.backward(loss * weight)
             for key, value in stats.items():

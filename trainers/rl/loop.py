@@ -315,7 +315,8 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
             if config.rollout.pipeline and step < end:
                 future = executor.submit(collect_groups, config, samplers, rollouts, step + 1, rewards)
             metrics = {**episode_stats(collected.sampled), **collected.stats,
-                       **per_env_stats(config, collected.sampled, "rollout")}
+                       **per_env_stats(config, collected.sampled, "rollout"),
+                       **rollouts.cluster_stats()}
             if collected.groups:
                 # Padding ids are never attended to nor trained on; any id works.
                 metrics.update(_train_on(config, learner, collected.groups, pad_id=0))

@@ -41,6 +41,11 @@ def lr_factor(update: int, total: int, warmup: int, schedule: str) -> float:
     return 1.0
 
 
+def _number(norm: Any) -> float:
+    """A clipped norm as a float; FSDP's is a DTensor (the global norm once reduced)."""
+    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+
 class LearnerOptimizer:
     """Everything that turns accumulated gradients into a weight update."""
 
@@ -70,10 +75,10 @@ class LearnerOptimizer:
         import torch
 
         self.scaler.unscale_(self.optimizer)
-        stats = {"policy/grad_norm": float(torch.nn.utils.clip_grad_norm_(
+        stats = {"policy/grad_norm": _number(torch.nn.utils.clip_grad_norm_(
             self.actor, self.algo.max_grad_norm))}
         if self.critic:
-            stats["critic/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(
+            stats["critic/grad_norm"] = _number(torch.nn.utils.clip_grad_norm_(
                 self.critic, self.algo.critic_max_grad_norm))
         self.scaler.step(self.optimizer)
         self.scaler.update()

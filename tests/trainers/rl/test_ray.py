@@ -41,7 +41,8 @@ def _config(out, **overrides) -> RLConfig:
 def local_ray():
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        # logical CPUs: 2 learner ranks + 1 rollout worker fit one placement group
+        ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
     yield
     if started:
         ray.shutdown()
