@@ -95,7 +95,7 @@ def test_collected_groups_carry_the_shaped_reward_of_every_term(rl_config):
     rollouts = LocalRollouts(config)
     try:
         assert rollouts.num_tasks() == 2  # the task list, not the 13 training tasks
-        batch = collect_groups(config, TaskSampler(rollouts.num_tasks(), 0), rollouts, step=1)
+        batch = collect_groups(config, [TaskSampler(rollouts.num_tasks(), 0)], rollouts, step=1)
     finally:
         rollouts.close()
     heldout = make_env(config, heldout=True)
