@@ -138,14 +138,9 @@ def build_policy(*, engine: str, model: str, base_url: str | None, api_key: str 
     elif engine == "openai":
         if not base_url:
             raise typer.BadParameter("the openai engine needs --base-url", param_hint="--base-url")
-        tok: Any = None
-        if tokenizer:
-            from transformers import AutoTokenizer
-
-            tok = AutoTokenizer.from_pretrained(tokenizer)
         backend = build_engine("openai", base_url=base_url, model=model,
                                api_key=api_key or os.environ.get("OPENAI_API_KEY", "EMPTY"),
-                               mode=api_mode, tokenizer=tok, concurrency=concurrency,
+                               mode=api_mode, tokenizer=tokenizer, concurrency=concurrency,
                                timeout_s=timeout_s, server_extensions=server_extensions)
     else:
         raise typer.BadParameter(f"unknown engine {engine!r}; use hf, vllm or openai",
@@ -260,7 +255,8 @@ def _print_table(title: str, rows: list[tuple[str, list[str]]], labels: list[str
 
 
 # The model and engine options `coa eval` and `coa filter-tasks` share (see episode_agents).
-MODEL = typer.Option(None, help="Model dir/hub id (hf, vllm) or served name (openai).")
+MODEL = typer.Option(None, help="Model dir, hub id or catalogue name such as smollm2-135m "
+                                 "(hf, vllm); served name (openai).")
 ENGINE = typer.Option("hf", help="hf | vllm | openai")
 BASE_URL = typer.Option(None, help="openai engine: endpoint, e.g. http://127.0.0.1:8000/v1")
 API_KEY = typer.Option(None, help="openai engine: key (default $OPENAI_API_KEY).")
