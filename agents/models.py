@@ -28,6 +28,7 @@ declares the ``llm`` CLI and ``llama-cpp-python``, a C++ build this project does
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import json
 import os
@@ -41,6 +42,7 @@ __all__ = ["CATALOGUE", "CatalogueModel", "ModelNotInstalledError", "cache_root"
            "resolve_model"]
 
 _MARKER = "coa_model.json"  # written last into a converted directory: what it was made from
+_FORMAT = 2  # bumped when the conversion changes; older directories are converted again
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,14 +128,22 @@ def resolve_model(name_or_path: str, cache_dir: str | Path | None = None) -> str
     if entry is None:
         return name_or_path
     final = cache_root(cache_dir) / entry.name
-    if (final / _MARKER).is_file():
+    if _converted(final):
         return str(final)
     gguf_file = _gguf_path(entry)
     final.parent.mkdir(parents=True, exist_ok=True)
     with _locked(final.parent / f".{entry.name}.lock"):
-        if not (final / _MARKER).is_file():  # another process may have finished meanwhile
+        if not _converted(final):  # another process may have finished meanwhile
             _convert(entry, gguf_file, final)
     return str(final)
+
+
+def _converted(directory: Path) -> bool:
+    try:
+        marker = json.loads((directory / _MARKER).read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return False
+    return marker.get("format") == _FORMAT
 
 
 @contextlib.contextmanager
@@ -150,13 +160,13 @@ def _convert(entry: CatalogueModel, gguf_file: Path, final: Path) -> None:
     """GGUF -> a saved HF directory, published atomically at ``final``."""
     print(f"[models] converting {entry.name} from {gguf_file} to {final} (once)", flush=True)
     model, tokenizer = _load_gguf(entry, gguf_file)
-    if final.exists():  # a directory without the marker: left by hand or an older layout
+    if final.exists():  # no marker or an older format: an interrupted or outdated conversion
         shutil.rmtree(final)
     staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=final.parent))
     try:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        source_info = {"name": entry.name, "distribution": entry.distribution,
+        source_info = {"format": _FORMAT, "name": entry.name, "distribution": entry.distribution,
                        "gguf_file": str(gguf_file), "gguf_bytes": gguf_file.stat().st_size,
                        "licence": entry.licence}
         (staging / _MARKER).write_text(json.dumps(source_info, indent=2), encoding="utf-8")
@@ -181,7 +191,13 @@ def _load_gguf(entry: CatalogueModel, gguf_file: Path) -> tuple[Any, Any]:
     tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=file_name)
     loaded = AutoModelForCausalLM.from_pretrained(source, gguf_file=file_name, dtype=torch.float32)
     # save_pretrained refuses a GGUF-loaded model: rebuild from its config, copy the weights.
-    model = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
+    # The config must lose its GGUF quantization_config too, or every model loaded from the
+    # saved directory (an SFT checkpoint included) is taken for a quantized one and cannot
+    # be saved again.
+    config = copy.deepcopy(loaded.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(loaded.state_dict())
     model.generation_config = loaded.generation_config
     return model, tokenizer

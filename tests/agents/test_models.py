@@ -91,7 +91,7 @@ def test_concurrent_resolves_convert_once_and_never_see_a_partial_directory(tmp_
     assert [p.name for p in cache.iterdir() if p.name.startswith(".fake-1m.") and p.is_dir()] == []
 
 
-def test_an_interrupted_conversion_is_redone(tmp_path, monkeypatch):
+def test_an_interrupted_or_outdated_conversion_is_redone(tmp_path, monkeypatch):
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
     monkeypatch.setitem(CATALOGUE, "fake-1m", CatalogueModel("fake-1m", "", "x", "1", "m.gguf", "none"))
@@ -103,10 +103,14 @@ def test_an_interrupted_conversion_is_redone(tmp_path, monkeypatch):
     (tmp_path / "cache" / "fake-1m" / "model.json").write_text("half")
     path = Path(resolve_model("fake-1m", tmp_path / "cache"))
     assert (path / "coa_model.json").is_file() and (path / "model.json").read_text() == "{}"
+    assert len(calls) == 2
+    # a directory converted by an older version of the conversion is converted again
+    (path / "coa_model.json").write_text(json.dumps({"format": 1, "name": "fake-1m"}))
+    assert resolve_model("fake-1m", tmp_path / "cache") == str(path) and len(calls) == 4
 
 
 @needs_smollm2
-def test_smollm2_resolves_to_a_directory_transformers_loads_and_that_chats(smollm2_dir):
+def test_smollm2_resolves_to_a_directory_transformers_loads_and_that_chats(smollm2_dir, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
@@ -118,6 +122,10 @@ def test_smollm2_resolves_to_a_directory_transformers_loads_and_that_chats(smoll
                                            add_generation_prompt=True, return_tensors="pt", return_dict=True)
     out = model.generate(**prompt, max_new_tokens=12, do_sample=False)
     assert "Paris" in tokenizer.decode(out[0][prompt["input_ids"].shape[1]:])
+    # a plain model: its fine-tuned copies save like any other (no GGUF quantization left)
+    assert getattr(model.config, "quantization_config", None) is None
+    model.save_pretrained(tmp_path / "copy")
+    assert (tmp_path / "copy" / "model.safetensors").is_file()
 
 
 @needs_smollm2
