@@ -39,7 +39,14 @@ def run_command(
                                                           "even if it is done. Repeatable."),
 ) -> None:
     """Run every stage not finished yet, then write the report."""
+    import signal
+    import sys
+
     import yaml
+
+    # `kill` (SIGTERM) unwinds like Ctrl-C: the running stage records its time and stops its
+    # command, so a rerun resumes it with honest wall-time accounting.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
     from coa_cli.recipe.report import write_report
     from coa_cli.recipe.stages import RecipeError, plan, run_stages

@@ -6,8 +6,9 @@ each stage -> report. The task's settings (``env_id``, ``env_options``, ``max_tu
 ``max_new_tokens``) are written once and used by every stage, so the teacher, the SFT data,
 RL and every eval see the same prompt, tools and budgets; only ``split`` differs (``train``
 for the teacher and RL, ``test`` for the evals). ``sft`` and ``rl`` hold trainer settings
-(``SFTConfig`` / ``RLConfig`` fields); the recipe fills in what it owns (model, data, env,
-output directories). Stdlib + PyYAML only.
+(``SFTConfig`` / ``RLConfig`` sections); the recipe fills in what it owns (model, data, env,
+output directories). Loaded by the trainers' one config loader (``trainers.common.config``).
+Stdlib + PyYAML only.
 """
 
 from __future__ import annotations
@@ -17,12 +18,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
+from trainers.common.config import ConfigError, check_fields, load_config
 
 __all__ = ["EvalSet", "RecipeConfig", "load_recipe"]
 
-_OWNED_SFT = ("model", "train_path", "output_dir")
-_OWNED_RL = ("model", "env_id", "env_kwargs", "output_dir", "max_turns", "max_new_tokens", "use_ray")
+# Trainer keys the recipe sets itself (from model, env_id, env_options, max_turns, ...).
+_OWNED_SFT = ("model.path", "data.train_path", "bookkeeping.output_dir")
+_OWNED_RL = ("model.path", "model.init_checkpoint", "env.id", "env.kwargs", "env.max_turns",
+             "rollout.max_new_tokens", "resources.use_ray", "bookkeeping.output_dir")
+
+
+def _has(mapping: dict[str, Any], dotted: str) -> bool:
+    node: Any = mapping
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 @dataclass
@@ -40,6 +52,7 @@ class EvalSet:
     max_new_tokens: int = 48
 
     def __post_init__(self) -> None:
+        check_fields(self, f"transfer.{self.name}.")
         if self.split not in ("test", "all"):
             raise ValueError(f"eval set {self.name!r}: split={self.split!r}; use test (or all for "
                              "an env no stage trains on)")
@@ -73,7 +86,7 @@ class RecipeConfig:
     """Eval sampling temperature (RL samples at its own ``rl.temperature``)."""
     concurrency: int = 16
     """Episodes in flight in an eval (batched into shared forward passes)."""
-    transfer: list[EvalSet] = field(default_factory=list)
+    transfer: list[EvalSet | dict[str, Any]] = field(default_factory=list)
     """Further eval sets run after every stage (each with ``seeds``)."""
 
     # -- teacher and distillation -----------------------------------------------------
@@ -85,9 +98,12 @@ class RecipeConfig:
 
     # -- training ---------------------------------------------------------------------
     sft: dict[str, Any] = field(default_factory=dict)
-    """SFTConfig fields (full fine-tuning by default; ``lora: {r: 16}`` for LoRA)."""
+    """SFTConfig sections (``optim``, ``data``, ...); full fine-tuning unless ``model.lora``."""
     rl: dict[str, Any] = field(default_factory=dict)
-    """RLConfig fields (algorithm, steps, batch, lr, eval_every, ...)."""
+    """RLConfig sections (``algorithm``, ``rollout``, ``bookkeeping.eval_every``, ...)."""
+    rl_reward: dict[str, Any] = field(default_factory=dict)
+    """Reward options for RL's training episodes only (e.g. ``{metric: f1}``: partial credit);
+    every eval, RL's periodic one included, scores with the env's own reward."""
     torch_threads: int = 2
     """CPU threads of every stage's torch (OMP_NUM_THREADS of the eval processes)."""
 
@@ -100,6 +116,7 @@ class RecipeConfig:
 
     def __post_init__(self) -> None:
         self.transfer = [t if isinstance(t, EvalSet) else EvalSet(**t) for t in self.transfer]
+        check_fields(self)
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError("seeds must be a non-empty list of distinct integers")
         if self.temperature <= 0 and len(self.seeds) > 1:
@@ -112,10 +129,11 @@ class RecipeConfig:
         if "split" in dict(self.env_options.get("task_options") or {}):
             raise ValueError("env_options.task_options.split is set per stage by the recipe "
                              "(train for the teacher and RL, test for the evals): remove it")
-        owned = sorted(set(self.sft) & set(_OWNED_SFT)) + sorted(set(self.rl) & set(_OWNED_RL))
+        owned = [f"sft.{k}" for k in _OWNED_SFT if _has(self.sft, k)]
+        owned += [f"rl.{k}" for k in _OWNED_RL if _has(self.rl, k)]
         if owned:
-            raise ValueError(f"sft/rl keys {owned} are set by the recipe from model, env_id, "
-                             "env_options, max_turns and max_new_tokens: remove them")
+            raise ValueError(f"{owned} are set by the recipe from model, env_id, env_options, "
+                             "max_turns, max_new_tokens, rl_reward and output_dir: remove them")
         names = [t.name for t in self.transfer]
         if "primary" in names or len(set(names)) != len(names):
             raise ValueError("transfer eval sets need distinct names other than 'primary'")
@@ -124,29 +142,9 @@ class RecipeConfig:
         return dataclasses.asdict(self)
 
 
-def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
 def load_recipe(path: str | Path | None = None, overrides: list[str] | None = None) -> RecipeConfig:
     """YAML file (optional) then ``key=value`` overrides (dotted keys reach into mappings)."""
-    from trainers.sft.config import parse_overrides
-
-    data: dict[str, Any] = {}
-    if path is not None:
-        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{path}: the top level must be a mapping of recipe keys")
-        data = loaded
-    data = _merge(data, parse_overrides(list(overrides or [])))
-    known = {f.name for f in dataclasses.fields(RecipeConfig)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(f"unknown recipe keys {unknown}; known keys: {sorted(known)}")
-    return RecipeConfig(**data)
+    try:
+        return load_config(RecipeConfig, path, overrides)
+    except TypeError as error:  # e.g. a transfer entry with a missing or unknown key
+        raise ConfigError(str(error)) from error

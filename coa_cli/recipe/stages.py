@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from coa_cli.recipe.config import EvalSet, RecipeConfig
+from trainers.common.config import deep_merge
 
 __all__ = ["EVAL_STAGES", "RecipeError", "Stage", "eval_runs", "plan", "run_stages"]
 
@@ -111,6 +112,27 @@ def _eval_stage(config: RecipeConfig, out: Path, name: str, model: str, depends:
     return Stage(name, commands, depends)
 
 
+def _own_reward(config: RecipeConfig) -> dict[str, Any]:
+    """The env's reward with every key ``rl_reward`` changes spelled out (eval kwargs are merged
+    over the training ones, so a key left out would keep the training value)."""
+    import inspect
+    from importlib import import_module
+
+    from coa_envs.registry import entry
+
+    own = deep_merge(entry(config.env_id).get("reward") or {}, config.env_options.get("reward") or {})
+    build = import_module(f"coa_envs.rewards.{own.get('name')}").build
+    defaults = {k: p.default for k, p in inspect.signature(build).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    for key in config.rl_reward:
+        if key not in own:
+            if key not in defaults:
+                raise ValueError(f"rl_reward.{key}: the {own.get('name')} reward has no default to "
+                                 f"restore for the evals; set env_options.reward.{key} too")
+            own[key] = defaults[key]
+    return own
+
+
 def plan(config: RecipeConfig, out: Path) -> list[Stage]:
     """Every stage of the recipe, in order, with its commands and config files."""
     train_options = {**config.env_options,
@@ -118,17 +140,18 @@ def plan(config: RecipeConfig, out: Path) -> list[Stage]:
                                       "split": "train"}}
     teacher_dir, data = out / "teacher", out / "distill" / "sft.jsonl"
     sft_dir, rl_dir = out / "sft", out / "rl"
-    sft_config = {"progress": False, "torch_threads": config.torch_threads, **config.sft,
-                  "model": config.model, "train_path": str(data), "output_dir": str(sft_dir)}
-    rl_settings = dict(config.rl)
-    rl_reward = rl_settings.pop("reward", None)  # a training reward (e.g. F1) for RL only
-    rl_env = dict(train_options)
-    if rl_reward:
-        rl_env["reward"] = {**dict(config.env_options.get("reward") or {}), **rl_reward}
-    rl_config = {"torch_threads": config.torch_threads, "temperature": 1.0, **rl_settings,
-                 "model": str(sft_dir / "final"), "env_id": config.env_id, "env_kwargs": rl_env,
-                 "max_turns": config.max_turns, "max_new_tokens": config.max_new_tokens,
-                 "use_ray": False, "output_dir": str(rl_dir)}
+    threads = {"resources": {"torch_threads": config.torch_threads}}
+    sft_config = deep_merge(deep_merge({**threads, "bookkeeping": {"progress": False}}, config.sft), {
+        "model": {"path": config.model}, "data": {"train_path": str(data)},
+        "bookkeeping": {"output_dir": str(sft_dir)}})
+    rl_env: dict[str, Any] = {"id": config.env_id, "max_turns": config.max_turns, "kwargs": train_options}
+    if config.rl_reward:  # RL trains on this reward; its held-out eval keeps the env's own
+        rl_env["kwargs"] = deep_merge(train_options, {"reward": config.rl_reward})
+        rl_env["eval_kwargs"] = {"reward": _own_reward(config)}
+    rl_config = deep_merge(deep_merge({**threads, "rollout": {"temperature": 1.0}}, config.rl), {
+        "model": {"path": str(sft_dir / "final")}, "env": rl_env,
+        "rollout": {"max_new_tokens": config.max_new_tokens}, "resources": {"use_ray": False},
+        "bookkeeping": {"output_dir": str(rl_dir)}})
     teacher = ["eval", config.env_id, "--agent", config.teacher_agent, "--split", "train",
                "--n", str(config.teacher_tasks), "--samples", str(config.teacher_samples),
                "--max-turns", str(config.max_turns), "--concurrency", str(config.concurrency),
@@ -137,8 +160,10 @@ def plan(config: RecipeConfig, out: Path) -> list[Stage]:
     return [
         _eval_stage(config, out, "baseline", config.model, ()),
         Stage("teacher", [teacher]),
+        # --env-kwargs: the teacher's env, so each episode is replayed against the same tasks
         Stage("distill", [["distill", str(teacher_dir), "--out", str(data),
-                           "--max-per-task", str(config.distill_max_per_task)]], ("teacher",)),
+                           "--max-per-task", str(config.distill_max_per_task), "--env-kwargs",
+                           json.dumps({**train_options, "max_turns": config.max_turns})]], ("teacher",)),
         Stage("sft", [["train", "sft", "--config", str(sft_dir / "sft.yaml")]], ("distill",),
               files={"sft.yaml": yaml.safe_dump(sft_config, sort_keys=False)}, resumable=False),
         _eval_stage(config, out, "sft_eval", str(sft_dir / "final"), ("sft",)),

@@ -32,24 +32,33 @@ def test_every_stage_uses_the_same_task_settings_and_only_the_split_differs(tmp_
     assert prompt in teacher and all(prompt in c for c in primary)
     assert by_name["sft_eval"].commands[0][by_name["sft_eval"].commands[0].index("--model") + 1] == \
         str(tmp_path / "sft" / "final")
-    import yaml
+    from trainers.rl.config import load_config as load_rl
+    from trainers.sft.config import load_config as load_sft
 
-    rl = yaml.safe_load(by_name["rl"].files["rl.yaml"])
-    assert rl["model"] == str(tmp_path / "sft" / "final") and rl["env_kwargs"]["task_options"]["split"] == "train"
-    assert rl["env_kwargs"]["reward"] == {"metric": "f1"}  # training reward only
-    assert "reward" not in cfg.env_options  # the evals keep the env's exact match
-    sft = yaml.safe_load(by_name["sft"].files["sft.yaml"])
-    assert sft["model"] == "smollm2-135m" and sft["train_path"] == str(tmp_path / "distill" / "sft.jsonl")
+    for name, file in (("rl", "rl.yaml"), ("sft", "sft.yaml")):
+        (tmp_path / file).write_text(by_name[name].files[file])
+    rl, sft = load_rl(tmp_path / "rl.yaml"), load_sft(tmp_path / "sft.yaml")  # valid trainer configs
+    assert rl.model.path == str(tmp_path / "sft" / "final") and rl.env.train_split == "train"
+    assert rl.env.kwargs["system_prompt"] == cfg.env_options["system_prompt"] and rl.env.max_turns == 3
+    # F1 is RL's training reward only; its held-out eval, like every eval, scores exact match
+    assert rl.env.kwargs["reward"] == {"metric": "f1"}
+    assert rl.env.eval_kwargs["reward"] == {"name": "em_f1", "metric": "em"}
+    assert "reward" not in cfg.env_options
+    assert sft.model.path == "smollm2-135m" and sft.data.train_path == str(tmp_path / "distill" / "sft.jsonl")
+    distill = by_name["distill"].commands[0]
+    replay_env = json.loads(distill[distill.index("--env-kwargs") + 1])  # replayed on the teacher's tasks
+    assert replay_env["task_options"]["split"] == "train" and replay_env["max_turns"] == 3
 
 
 def test_bad_settings_say_what_to_change(tmp_path):
     with pytest.raises(ValueError, match="set per stage"):
         RecipeConfig(env_options={"task_options": {"split": "all"}})
-    with pytest.raises(ValueError, match="set by the recipe"):
-        RecipeConfig(rl={"model": "x"})
+    with pytest.raises(ValueError, match=r"rl\.model\.path.*set by the recipe"):
+        RecipeConfig(rl={"model": {"path": "x"}})
+    RecipeConfig(rl={"model": {"dtype": "float32"}})  # other keys of an owned section are fine
     with pytest.raises(ValueError, match="greedy"):
         RecipeConfig(temperature=0.0)
-    with pytest.raises(ValueError, match="unknown recipe keys"):
+    with pytest.raises(ValueError, match="unknown key 'modle'"):
         load_recipe(EXAMPLE, ["modle=x"])
 
 
@@ -62,7 +71,7 @@ def test_finished_stages_are_reused_and_a_change_reruns_only_what_depends_on_it(
     calls.clear()
     run_stages(cfg, tmp_path, plan(cfg, tmp_path), echo=lambda _: None)
     assert calls == []  # everything reused
-    changed = _config(tmp_path, **{"sft.learning_rate": 1e-4})
+    changed = _config(tmp_path, **{"sft.optim.learning_rate": 1e-4})
     (tmp_path / "baseline" / "kept.txt").write_text("x")
     run_stages(changed, tmp_path, plan(changed, tmp_path), echo=lambda _: None)
     assert sorted(set(calls)) == ["rl", "rl_eval", "sft", "sft_eval"]  # not the baseline or teacher

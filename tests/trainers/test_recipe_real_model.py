@@ -22,9 +22,10 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 REDUCED = [
     "heldout_tasks=10", "seeds=[0,1]", "transfer=[]", "teacher_tasks=48",
-    "sft.num_epochs=2", "sft.learning_rate=1.0e-4",
-    "rl.total_steps=1", "rl.prompts_per_step=2", "rl.group_size=2", "rl.minibatch_size=4",
-    "rl.micro_batch_size=2", "rl.eval_every=0", "rl.save_every=1",
+    "sft.optim.num_epochs=2", "sft.optim.learning_rate=1.0e-4",
+    "rl.algorithm.total_steps=1", "rl.algorithm.prompts_per_step=2", "rl.algorithm.group_size=2",
+    "rl.algorithm.minibatch_size=4", "rl.resources.micro_batch_size=2", "rl.bookkeeping.eval_every=0",
+    "rl.bookkeeping.save_every=1",
 ]
 
 
