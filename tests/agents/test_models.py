@@ -140,3 +140,17 @@ def test_two_processes_converting_at_once_share_one_conversion(tmp_path):
     assert [o.strip().splitlines()[-1] for o in outs] == [str(tmp_path / SMOLLM2)] * 2
     assert sum("converting" in o for o in outs) == 1
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == [SMOLLM2]
+
+
+@needs_smollm2
+def test_the_hf_engine_takes_the_catalogue_name(smollm2_dir):
+    from agents.engines import GenerationRequest, SamplingParams
+    from agents.engines.hf import HFEngine
+
+    engine = HFEngine(SMOLLM2)  # what coa eval --model smollm2-135m and coa serve do
+    prompt = engine.tokenizer.apply_chat_template([{"role": "user", "content": "Say hello."}],
+                                                  add_generation_prompt=True, tokenize=True, return_dict=False)
+    params = SamplingParams(max_new_tokens=4, temperature=0.0)
+    [completion] = engine.generate([GenerationRequest(token_ids=tuple(prompt), params=params)], params)
+    assert completion.ok and len(completion.token_ids) >= 1
+    assert engine.tokenizer.name_or_path == smollm2_dir
