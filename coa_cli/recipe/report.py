@@ -208,7 +208,11 @@ def _markdown(data: dict[str, Any], stages: list[Stage]) -> str:
         load_text = f"{load['start']:.1f} → {load['end']:.1f}" if load else "—"
         lines.append(f"| {stage.name} | {state['wall_s'] / 60:.1f} min | {load_text} | {state['status']} |")
     lines.append(f"| total | {data['total_wall_s'] / 60:.1f} min | | |")
-    for key in ("distill", "sft", "rl"):
+    if data.get("distill"):
+        d = data["distill"]
+        lines += ["", f"**distill**: kept {d.get('kept')} of {d.get('read')} teacher episodes "
+                      f"({d.get('tasks_kept')} of {d.get('tasks_seen')} training tasks)."]
+    for key in ("sft", "rl"):
         if data.get(key):
             shown = {k: v for k, v in data[key].items() if not k.endswith("curve")}
             lines += ["", f"**{key}**: `{json.dumps(shown)}`"]
