@@ -18,12 +18,14 @@ Definitions (the seed reports Pass@1, Pass@3 and Best-of-3; these reproduce them
 exact/verified answers; see :func:`solved`), which is the reward itself for one-term rewards. Failures
 are counted by :class:`~agents.trajectory.EpisodeStatus` outcome, so eval and RL
 trajectories (and files written before the status vocabulary was unified) count alike.
-Stdlib only.
+:func:`bootstrap_ci` gives the confidence interval of a mean over tasks (or of a paired
+difference between two policies). Stdlib only.
 """
 
 from __future__ import annotations
 
 import math
+import random
 import re
 import string
 from collections import Counter, defaultdict
@@ -35,6 +37,7 @@ from agents.trajectory import EpisodeStatus, Trajectory
 __all__ = [
     "Selector",
     "best_of_k",
+    "bootstrap_ci",
     "group_by_task",
     "majority_vote",
     "pass_at_k",
@@ -45,6 +48,28 @@ __all__ = [
 ]
 
 Selector = Callable[[str, Sequence[Trajectory]], int]
+
+
+def bootstrap_ci(values: Sequence[float], level: float = 0.95, resamples: int = 10_000,
+                 seed: int = 0) -> tuple[float, float]:
+    """Percentile-bootstrap interval of the mean of ``values``, one value per task.
+
+    Tasks are the resampled unit, not episodes: the samples (seeds) of one task share its
+    question and are correlated, so pass each task's mean over its samples. A paired
+    comparison of two policies on the same tasks is this call on per-task differences, which
+    is far tighter than comparing two separate intervals. Deterministic for a ``seed``.
+    """
+    if not values:
+        raise ValueError("bootstrap_ci needs at least one value")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level={level}: must be in (0, 1)")
+    rng = random.Random(seed)
+    n = len(values)
+    means = sorted(sum(rng.choices(values, k=n)) / n for _ in range(resamples))
+    tail = (1.0 - level) / 2.0
+    low = means[max(0, math.floor(tail * resamples))]
+    high = means[min(resamples - 1, math.ceil((1.0 - tail) * resamples) - 1)]
+    return low, high
 
 
 def pass_at_k_estimator(n: int, c: int, k: int) -> float:

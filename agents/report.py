@@ -33,6 +33,8 @@ __all__ = [
     "accuracy_by_turn_budget",
     "comparison_rows",
     "load_run",
+    "pyplot",
+    "save_figure",
     "write_plots",
     "write_report",
 ]
@@ -107,7 +109,8 @@ def comparison_rows(runs: Sequence[Run]) -> list[tuple[str, list[str]]]:
     return rows
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib.pyplot on the headless Agg backend (imported lazily: the ``llm`` extra)."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -116,8 +119,9 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(figure: Any, path: Path) -> Path:
-    import matplotlib.pyplot as plt  # already set up by _pyplot
+def save_figure(figure: Any, path: Path) -> Path:
+    """Tight layout, write ``path``, close the figure (every plot of the project ends here)."""
+    import matplotlib.pyplot as plt  # already set up by pyplot()
 
     figure.tight_layout()
     figure.savefig(path, dpi=110)
@@ -127,7 +131,7 @@ def _save(figure: Any, path: Path) -> Path:
 
 def write_plots(runs: Sequence[Run], out: str | Path) -> list[Path]:
     """Draw :data:`PLOT_NAMES` for ``runs`` into ``out``; returns the written paths."""
-    plt = _pyplot()
+    plt = pyplot()
     directory = Path(out)
     directory.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -146,7 +150,7 @@ def write_plots(runs: Sequence[Run], out: str | Path) -> list[Path]:
     axes.grid(alpha=0.3)
     if any(r.trajectories for r in runs):
         axes.legend(fontsize="small")
-    written.append(_save(figure, directory / PLOT_NAMES[0]))
+    written.append(save_figure(figure, directory / PLOT_NAMES[0]))
 
     figure, axes = plt.subplots(figsize=(6.4, 4.2))
     tools = sorted({name for r in runs for name in (r.summary.get("tool_calls") or {})})
@@ -163,7 +167,7 @@ def write_plots(runs: Sequence[Run], out: str | Path) -> list[Path]:
     axes.set_title("Tool usage" if tools else "Tool usage (no tool calls)")
     axes.grid(axis="y", alpha=0.3)
     axes.legend(fontsize="small")
-    written.append(_save(figure, directory / PLOT_NAMES[1]))
+    written.append(save_figure(figure, directory / PLOT_NAMES[1]))
     return written
 
 

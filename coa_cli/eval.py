@@ -138,14 +138,9 @@ def build_policy(*, engine: str, model: str, base_url: str | None, api_key: str 
     elif engine == "openai":
         if not base_url:
             raise typer.BadParameter("the openai engine needs --base-url", param_hint="--base-url")
-        tok: Any = None
-        if tokenizer:
-            from transformers import AutoTokenizer
-
-            tok = AutoTokenizer.from_pretrained(tokenizer)
         backend = build_engine("openai", base_url=base_url, model=model,
                                api_key=api_key or os.environ.get("OPENAI_API_KEY", "EMPTY"),
-                               mode=api_mode, tokenizer=tok, concurrency=concurrency,
+                               mode=api_mode, tokenizer=tokenizer, concurrency=concurrency,
                                timeout_s=timeout_s, server_extensions=server_extensions)
     else:
         raise typer.BadParameter(f"unknown engine {engine!r}; use hf, vllm or openai",
@@ -168,13 +163,15 @@ def env_factory(env_id: str, make_kwargs: dict[str, Any], env_url: str | None = 
 
 
 def env_tasks(env_id: str, *, split: str, data: str | None, max_turns: int | None,
-              protocol: str | None = None, env_url: str | None = None
-              ) -> tuple[dict[str, Any], list[Any]]:
-    """The ``gym.make`` options of a run (split, data, turn limit, protocol) and the tasks they
-    give; a bad id or option becomes the CLI error that names the flag."""
+              protocol: str | None = None, env_url: str | None = None,
+              options: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[Any]]:
+    """The ``gym.make`` options of a run (``options`` from ``--env-option``, then split, data,
+    turn limit, protocol) and the tasks they give; a bad id or option becomes the CLI error
+    that names the flag."""
     import gymnasium as gym
 
-    make_kwargs: dict[str, Any] = {"task_options": {"split": split}}
+    make_kwargs: dict[str, Any] = dict(options or {})
+    make_kwargs["task_options"] = {**dict(make_kwargs.get("task_options") or {}), "split": split}
     if data:
         make_kwargs["data_path"] = data
     if max_turns is not None:
@@ -260,7 +257,8 @@ def _print_table(title: str, rows: list[tuple[str, list[str]]], labels: list[str
 
 
 # The model and engine options `coa eval` and `coa filter-tasks` share (see episode_agents).
-MODEL = typer.Option(None, help="Model dir/hub id (hf, vllm) or served name (openai).")
+MODEL = typer.Option(None, help="Model dir, hub id or catalogue name such as smollm2-135m "
+                                 "(hf, vllm); served name (openai).")
 ENGINE = typer.Option("hf", help="hf | vllm | openai")
 BASE_URL = typer.Option(None, help="openai engine: endpoint, e.g. http://127.0.0.1:8000/v1")
 API_KEY = typer.Option(None, help="openai engine: key (default $OPENAI_API_KEY).")
@@ -304,6 +302,10 @@ def eval_command(
                                                   "(token: $COA_ENV_TOKEN)."),
     split: str = typer.Option("test", help="test (held-out tasks) | train | all: which side of the "
                                            "env's train/test partition to run (see `coa list`)."),
+    env_option: list[str] = typer.Option(
+        None, "--env-option", "-e", help="gym.make option KEY=VALUE (dotted keys reach into mappings, "
+        "values read as YAML), e.g. -e task_options.difficulty=easy -e tools.wiki_search.top_k=1 "
+        "-e 'system_prompt=\"Search, then answer.\"'. Repeatable."),
     max_turns: int | None = typer.Option(None, help="Override the env's turn limit."),
     protocol: str | None = typer.Option(None, help="tags | tools: how the model calls tools (default: the "
                                                    "env's; tools = native function calling)."),
@@ -325,8 +327,14 @@ def eval_command(
         raise typer.BadParameter("--n, --samples and --concurrency must be >= 1")
     agent = agent or ("llm" if model else "oracle")
     choose = load_selector(selector, judge_url, judge_model)
+    from trainers.common.config import parse_overrides
+
+    try:
+        options = parse_overrides(list(env_option or []))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--env-option") from None
     make_kwargs, tasks = env_tasks(env_id, split=split, data=data, max_turns=max_turns, protocol=protocol,
-                                   env_url=env_url)
+                                   env_url=env_url, options=options)
     indices = list(range(min(n, len(tasks))))
     sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
     factory, close = episode_agents(

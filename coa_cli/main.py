@@ -13,6 +13,7 @@ from coa_cli.eval import eval_command, report_command
 from coa_cli.filter_tasks import filter_tasks_command
 from coa_cli.mcp import app as mcp_app
 from coa_cli.pairs import pairs_command
+from coa_cli.recipe import recipe_app
 from coa_cli.retriever import app as retriever_app
 from coa_cli.serve import serve_command
 from coa_cli.serve_env import serve_env_command
@@ -67,6 +68,7 @@ app.add_typer(retriever_app, name="retriever")
 app.add_typer(train_app, name="train")
 app.add_typer(cache_app, name="cache")
 app.add_typer(mcp_app, name="mcp")
+app.add_typer(recipe_app, name="recipe")
 app.command("serve")(serve_command)
 app.command("serve-env")(serve_env_command)
 app.command("distill")(distill_command)

@@ -14,7 +14,8 @@ __all__ = ["serve_command"]
 
 
 def serve_command(
-    model: str = typer.Argument(None, help="Local HF model directory (or hub id when online)."),
+    model: str = typer.Argument(None, help="Local HF model directory, catalogue name such as "
+                                           "smollm2-135m, or hub id when online."),
     engine: str = typer.Option("hf", help="hf | vllm"),
     host: str = typer.Option("127.0.0.1", help="Interface to bind."),
     port: int = typer.Option(8000, help="Port (0 = any free port)."),

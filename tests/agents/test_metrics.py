@@ -87,3 +87,21 @@ def test_summary_counts_failures_separately():
     assert summary["tool_error_rate"] == pytest.approx(0.25)
     assert summary["episodes_per_min"] == pytest.approx(6.0)
     assert math.isnan(pass_at_k(group_by_task(rows), 2))
+
+
+def test_bootstrap_ci_matches_the_normal_interval_for_many_tasks_and_is_deterministic():
+    import statistics
+
+    from agents.metrics import bootstrap_ci
+
+    values = [1.0] * 120 + [0.0] * 80  # 200 tasks, mean 0.6
+    low, high = bootstrap_ci(values, seed=3)
+    half = 1.96 * statistics.pstdev(values) / len(values) ** 0.5  # 0.0679
+    assert low < 0.6 < high
+    assert abs((0.6 - low) - half) < 0.012 and abs((high - 0.6) - half) < 0.012
+    assert bootstrap_ci(values, seed=3) == (low, high)
+    assert bootstrap_ci([0.25] * 7) == (0.25, 0.25)  # no spread, no width
+    # paired differences of a policy that is better on every task exclude zero
+    assert bootstrap_ci([0.5, 0.5, 1.0, 0.5])[0] > 0
+    with pytest.raises(ValueError):
+        bootstrap_ci([])

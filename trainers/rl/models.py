@@ -54,16 +54,19 @@ def load_tokenizer_and_policy(config: RLConfig, dtype: str | None = None) -> tup
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(spec.path)
+        from agents.models import resolve_model
+
+        source = resolve_model(spec.path)  # a catalogue name becomes its converted directory
+        tokenizer = AutoTokenizer.from_pretrained(source)
         if spec.config_overrides.get("random_init"):
             from transformers import AutoConfig
 
             overrides = {k: v for k, v in spec.config_overrides.items() if k != "random_init"}
-            hf_config = AutoConfig.from_pretrained(spec.path, **overrides)
+            hf_config = AutoConfig.from_pretrained(source, **overrides)
             torch.manual_seed(seed)
             model = AutoModelForCausalLM.from_config(hf_config)
         else:
-            model = AutoModelForCausalLM.from_pretrained(spec.path)
+            model = AutoModelForCausalLM.from_pretrained(source)
     if spec.init_checkpoint:
         _load_weights(model, Path(spec.init_checkpoint))
     if tokenizer.pad_token_id is None:

@@ -180,7 +180,8 @@ class ModelSection:
     """The policy the learner trains and the rollout engines serve."""
 
     path: str = "tiny"
-    """A HF model directory or hub id, or ``tiny`` (a random tiny Qwen2 from agents.tiny)."""
+    """A HF model directory or hub id, a catalogue name such as ``smollm2-135m``
+    (``agents.models``), or ``tiny`` (a random tiny Qwen2 from agents.tiny)."""
     init_checkpoint: str | None = None
     """Directory with saved policy weights (e.g. an SFT output) loaded over ``path``'s."""
     config_overrides: dict[str, Any] = field(default_factory=dict)

@@ -32,8 +32,9 @@ class SFTModel:
     """The model trained, and how it attends and adapts."""
 
     path: str = "tiny"
-    """``tiny`` (a small Qwen2 built from ``tiny`` with a tokenizer trained on the data), or a
-    local directory / HF id for ``from_pretrained``."""
+    """``tiny`` (a small Qwen2 built from ``tiny`` with a tokenizer trained on the data), a
+    catalogue name such as ``smollm2-135m`` (``agents.models``), or a local directory / HF
+    id for ``from_pretrained``."""
     tokenizer: str | None = None
     """Tokenizer path/id when it differs from ``path`` (None: the model's own)."""
     tiny: dict[str, Any] = field(default_factory=lambda: dict(TINY_DEFAULTS))

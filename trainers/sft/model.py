@@ -23,6 +23,8 @@ def load_tokenizer(config: SFTConfig, texts: Iterable[str] = (), source: str | N
     """The tokenizer: trained on ``texts`` for ``model: tiny``, else ``from_pretrained``."""
     from transformers import AutoTokenizer
 
+    from agents.models import resolve_model
+
     if source is not None:
         return AutoTokenizer.from_pretrained(source)
     spec = config.model
@@ -30,7 +32,7 @@ def load_tokenizer(config: SFTConfig, texts: Iterable[str] = (), source: str | N
         from agents.tiny import train_tiny_tokenizer
 
         return train_tiny_tokenizer(list(texts), vocab_size=int(spec.tiny["vocab_size"]))
-    return AutoTokenizer.from_pretrained(spec.tokenizer or spec.path)
+    return AutoTokenizer.from_pretrained(resolve_model(spec.tokenizer or spec.path))
 
 
 def _dtype(config: SFTConfig) -> Any:
@@ -60,7 +62,9 @@ def load_model(config: SFTConfig, tokenizer: Any, source: str | None = None) -> 
         sizes = {k: v for k, v in spec.tiny.items() if k != "vocab_size"}
         model = build_tiny_model(tokenizer, seed=seed, **sizes).to(_dtype(config))
     else:
-        model = AutoModelForCausalLM.from_pretrained(spec.path, dtype=_dtype(config))
+        from agents.models import resolve_model
+
+        model = AutoModelForCausalLM.from_pretrained(resolve_model(spec.path), dtype=_dtype(config))
     set_attention(model, spec.attention)
     model.config.use_cache = False
     if spec.gradient_checkpointing:

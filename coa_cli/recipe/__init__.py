@@ -1,0 +1,90 @@
+"""``coa recipe run CONFIG``: the CoA pipeline on a real model, end to end, with a report.
+
+baseline eval -> teacher on training tasks -> ``coa distill`` -> masked SFT -> RL from the SFT
+model -> held-out eval after each stage -> ``report.md``/``report.json``/``report.png``. Every
+stage is a ``coa`` command (:mod:`coa_cli.recipe.stages`); rerunning reuses finished stages.
+``examples/recipe_smollm2_cpu.yaml`` is the CPU recipe for SmolLM2-135M-Instruct.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+__all__ = ["recipe_app"]
+
+recipe_app = typer.Typer(no_args_is_help=True, add_completion=False,
+                         help="Run the CoA pipeline (eval, distil, SFT, RL, report) on a real model.")
+
+
+def _load(config: Path, overrides: list[str] | None, out: Path | None):
+    from coa_cli.recipe.config import load_recipe
+
+    extra = list(overrides or []) + ([f"output_dir={out}"] if out is not None else [])
+    try:
+        return load_recipe(config, extra)
+    except (ValueError, TypeError) as error:
+        raise typer.BadParameter(str(error), param_hint="CONFIG / overrides") from error
+
+
+@recipe_app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run_command(
+    config: Path = typer.Argument(..., exists=True, dir_okay=False,
+                                  help="Recipe YAML (see examples/recipe_smollm2_cpu.yaml)."),
+    overrides: list[str] = typer.Argument(None, help="key=value overrides, e.g. rl.total_steps=4 "
+                                                     "seeds=[0,1,2]"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output directory (overrides output_dir)."),
+    force: list[str] = typer.Option(None, "--force", help="Rerun this stage (and what depends on it) "
+                                                          "even if it is done. Repeatable."),
+) -> None:
+    """Run every stage not finished yet, then write the report."""
+    import signal
+    import sys
+
+    import yaml
+
+    # `kill` (SIGTERM) unwinds like Ctrl-C: the running stage records its time and stops its
+    # command, so a rerun resumes it with honest wall-time accounting.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+    from coa_cli.recipe.report import write_report
+    from coa_cli.recipe.stages import RecipeError, plan, run_stages
+
+    cfg = _load(config, overrides, out)
+    root = Path(cfg.output_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    stages = plan(cfg, root)
+    unknown = sorted(set(force or []) - {s.name for s in stages})
+    if unknown:
+        raise typer.BadParameter(f"unknown stage(s) {unknown}; stages: {[s.name for s in stages]}",
+                                 param_hint="--force")
+    (root / "recipe.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")
+    try:
+        run_stages(cfg, root, stages, force=tuple(force or ()),
+                   after_stage=lambda: write_report(cfg, root, stages), echo=typer.echo)
+    except RecipeError as error:
+        write_report(cfg, root, stages)
+        typer.echo(str(error), err=True)
+        raise typer.Exit(1) from None
+    data = write_report(cfg, root, stages)
+    for name, target in data["targets"].items():
+        typer.echo(f"[recipe] target {name} {target['target']}: "
+                   f"{target.get('value', target.get('value_min'))} -> {'met' if target['met'] else 'NOT met'}")
+    typer.echo(f"[recipe] report: {root / 'report.md'} (+ report.json, report.png)")
+
+
+@recipe_app.command("report")
+def report_command(
+    config: Path = typer.Argument(..., exists=True, dir_okay=False, help="The recipe YAML of the run."),
+    overrides: list[str] = typer.Argument(None, help="The run's key=value overrides."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="The run's output directory."),
+) -> None:
+    """Rewrite report.md/json/png from what the stages wrote so far (runs nothing)."""
+    from coa_cli.recipe.report import write_report
+    from coa_cli.recipe.stages import plan
+
+    cfg = _load(config, overrides, out)
+    root = Path(cfg.output_dir)
+    write_report(cfg, root, plan(cfg, root))
+    typer.echo(f"wrote {root / 'report.md'}")

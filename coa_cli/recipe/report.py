@@ -1,0 +1,280 @@
+"""The recipe's report: held-out accuracy per stage with intervals, gains, targets, timings.
+
+Written after every stage (so a long run shows progress) and at the end:
+
+* ``report.json``: per eval set and stage, accuracy per seed, the mean over (task, seed)
+  episodes and its 95% bootstrap interval over tasks; the paired gains SFT - baseline and
+  RL - SFT (per-task differences, bootstrapped the same way); the targets and whether they
+  were met; wall time and load average per stage; SFT and RL figures; the RL curve.
+* ``report.md``: the same as tables, with the command of every stage.
+* ``report.png``: baseline -> SFT -> RL bars with their intervals, and the RL curve.
+
+Accuracy is the share of episodes the env's reward scores 1.0 (exact match for SynthHop),
+whatever reward RL trained on. Targets are reported, never used to choose what is measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+from coa_cli.recipe.config import RecipeConfig
+from coa_cli.recipe.stages import EVAL_STAGES, Stage, eval_runs
+
+__all__ = ["collect", "write_report"]
+
+_LABELS = {"baseline": "baseline", "sft_eval": "SFT", "rl_eval": "RL"}
+
+
+def _per_task(path: Path) -> dict[str, float] | None:
+    """task id -> correct (1.0/0.0) for one finished eval run; None while it is not finished."""
+    from agents.trajectory import read_trajectories
+
+    if not (path / "summary.json").is_file():
+        return None
+    return {t.task_id: float(t.reward >= 1.0) for t in read_trajectories(path / "trajectories.jsonl")}
+
+
+def _interval(values: list[float]) -> list[float]:
+    from agents.metrics import bootstrap_ci
+
+    low, high = bootstrap_ci(values)
+    return [round(low, 4), round(high, 4)]
+
+
+def _stage_result(config: RecipeConfig, out: Path, stage: str, set_name: str) -> dict[str, Any] | None:
+    runs = [run for run, spec in eval_runs(config, out, stage) if spec.name == set_name]
+    per_seed = {run.seed: _per_task(run.out) for run in runs}
+    if any(v is None for v in per_seed.values()):
+        return None
+    tasks = sorted(set.intersection(*(set(v) for v in per_seed.values())))  # type: ignore[arg-type]
+    by_task = {t: sum(per_seed[s][t] for s in per_seed) / len(per_seed) for t in tasks}  # type: ignore[index]
+    summaries = [json.loads((run.out / "summary.json").read_text(encoding="utf-8")) for run in runs]
+    statuses: dict[str, int] = {}
+    for summary in summaries:
+        for status, count in summary.get("status_counts", {}).items():
+            statuses[status] = statuses.get(status, 0) + count
+    values = list(by_task.values())
+    return {
+        "accuracy": round(sum(values) / len(values), 4) if values else 0.0,
+        "ci95": _interval(values) if values else [0.0, 0.0],
+        "per_seed": {str(s): round(sum(v.values()) / max(len(v), 1), 4) for s, v in per_seed.items()},  # type: ignore[union-attr]
+        "tasks": len(tasks),
+        "episodes": sum(len(v) for v in per_seed.values()),  # type: ignore[arg-type]
+        "status_counts": statuses,
+        "mean_turns": round(sum(s.get("mean_turns", 0.0) for s in summaries) / len(summaries), 3),
+        "tool_calls_per_episode": round(sum(s.get("tool_calls_per_episode", 0.0) for s in summaries)
+                                        / len(summaries), 3),
+        "_by_task": by_task,
+    }
+
+
+def _gain(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any] | None:
+    if before is None or after is None:
+        return None
+    tasks = sorted(set(before["_by_task"]) & set(after["_by_task"]))
+    if not tasks:
+        return None
+    diffs = [after["_by_task"][t] - before["_by_task"][t] for t in tasks]
+    return {"mean": round(sum(diffs) / len(diffs), 4), "ci95": _interval(diffs), "tasks": len(tasks)}
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a torn last line of an interrupted run
+    return rows
+
+
+def _training(out: Path) -> dict[str, Any]:
+    sft_rows = [r for r in _read_jsonl(out / "sft" / "metrics.jsonl") if "loss" in r]
+    rl_rows = _read_jsonl(out / "rl" / "metrics.jsonl")
+    steps = [r for r in rl_rows if "rollout/reward_mean" in r]
+    evals = [r for r in rl_rows if "eval/heldout_reward_mean" in r]
+    data_report = out / "distill" / "sft.jsonl.report.json"
+    result: dict[str, Any] = {"distill": json.loads(data_report.read_text()) if data_report.is_file() else None}
+    if sft_rows:
+        last = sft_rows[-1]
+        result["sft"] = {"steps": last.get("step"), "final_loss": last.get("loss"),
+                         "trained_tokens_per_s": last.get("tokens_per_s"), "elapsed_s": last.get("elapsed_s")}
+    if steps:
+        def mean(key: str) -> float:
+            return round(sum(r.get(key, 0.0) for r in steps) / len(steps), 3)
+
+        result["rl"] = {
+            "steps": len(steps), "episodes": int(sum(r.get("rollout/episodes", 0) for r in steps)),
+            "groups_kept_mean": mean("sampling/groups_kept"),
+            "groups_filtered_all_equal_mean": mean("sampling/groups_filtered_all_equal"),
+            "rollout_s_mean": mean("time/rollout_s"), "learner_s_mean": mean("time/learner_s"),
+            "rollout_tokens_per_s_mean": mean("perf/rollout_tokens_per_s"),
+            "curve": [{"step": r["step"], "batch_reward": round(r["rollout/reward_mean"], 4),
+                       "batch_accuracy": round(r.get("rollout/accuracy", 0.0), 4)} for r in steps],
+            "heldout_curve": [{"step": r["step"], "reward": round(r["eval/heldout_reward_mean"], 4),
+                               "tasks": r.get("eval/heldout_tasks")} for r in evals],
+        }
+    return result
+
+
+def collect(config: RecipeConfig, out: Path, stages: list[Stage]) -> dict[str, Any]:
+    """Everything the report shows, from the files the stages wrote (partial runs included)."""
+    sets = ["primary", *[t.name for t in config.transfer]]
+    evals: dict[str, dict[str, Any]] = {}
+    gains: dict[str, dict[str, Any]] = {}
+    for name in sets:
+        results = {stage: _stage_result(config, out, stage, name) for stage in EVAL_STAGES}
+        gains[name] = {"sft_minus_baseline": _gain(results["baseline"], results["sft_eval"]),
+                       "rl_minus_sft": _gain(results["sft_eval"], results["rl_eval"])}
+        evals[name] = {_LABELS[k]: ({key: v for key, v in r.items() if key != "_by_task"} if r else None)
+                       for k, r in results.items()}
+    states = {}
+    for stage in stages:
+        path = out / stage.name / "stage.json"
+        states[stage.name] = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    total_s = sum(float(s.get("wall_s", 0.0)) for s in states.values() if s)
+    sft_gain, rl_gain = gains["primary"]["sft_minus_baseline"], gains["primary"]["rl_minus_sft"]
+    complete = all(s and s.get("status") == "done" for s in states.values())
+    targets = {
+        "sft_gain": {"target": f">= {config.target_sft_gain}", "value": sft_gain and sft_gain["mean"],
+                     "met": None if sft_gain is None else sft_gain["mean"] >= config.target_sft_gain},
+        "rl_gain": {"target": f">= {config.target_rl_gain}, 95% interval above 0",
+                    "value": rl_gain and rl_gain["mean"], "ci95": rl_gain and rl_gain["ci95"],
+                    "met": None if rl_gain is None else
+                    (rl_gain["mean"] >= config.target_rl_gain and rl_gain["ci95"][0] > 0)},
+        "wall_time": {"target": f"<= {config.target_minutes} min", "value_min": round(total_s / 60, 1),
+                      "met": (total_s / 60 <= config.target_minutes) if complete else None},
+    }
+    return {
+        "model": config.model, "env_id": config.env_id, "complete": complete,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                    "load_average_now": [round(x, 2) for x in os.getloadavg()]},
+        "eval_protocol": {"seeds": config.seeds, "temperature": config.temperature,
+                          "heldout_tasks": config.heldout_tasks, "max_turns": config.max_turns,
+                          "max_new_tokens": config.max_new_tokens,
+                          "interval": "95% percentile bootstrap over tasks (10,000 resamples); "
+                                      "gains are paired per task"},
+        "evals": evals, "gains": gains, "targets": targets,
+        "stages": {name: ({k: v for k, v in s.items() if k != "fingerprint"} if s else None)
+                   for name, s in states.items()},
+        "total_wall_s": round(total_s, 1),
+        **_training(out),
+        "config": config.to_dict(),
+    }
+
+
+def _fmt(result: dict[str, Any] | None) -> str:
+    if result is None:
+        return "—"
+    low, high = result["ci95"]
+    return f"{result['accuracy']:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def _markdown(data: dict[str, Any], stages: list[Stage]) -> str:
+    lines = [f"# Recipe report: {data['model']} on {data['env_id']}", ""]
+    if not data["complete"]:
+        lines += ["**Partial: some stages have not finished.**", ""]
+    protocol = data["eval_protocol"]
+    lines += [f"Held-out accuracy (share of episodes with reward 1), {len(protocol['seeds'])} seeds "
+              f"(temperature {protocol['temperature']}), mean [{protocol['interval']}].", "",
+              "| eval set | baseline | SFT | RL | SFT − baseline | RL − SFT |", "|---|---|---|---|---|---|"]
+    for name, by_stage in data["evals"].items():
+        gains = data["gains"][name]
+        cells = [_fmt(by_stage[label]) for label in ("baseline", "SFT", "RL")]
+        cells += ["—" if g is None else f"{g['mean']:+.3f} [{g['ci95'][0]:+.3f}, {g['ci95'][1]:+.3f}]"
+                  for g in (gains["sft_minus_baseline"], gains["rl_minus_sft"])]
+        tasks = next((r["tasks"] for r in by_stage.values() if r), "?")
+        lines.append(f"| {name} ({tasks} tasks) | " + " | ".join(cells) + " |")
+    lines += ["", "## Targets", "", "| target | value | met |", "|---|---|---|"]
+    for name, target in data["targets"].items():
+        value = target.get("value", target.get("value_min"))
+        met = {True: "yes", False: "**no**", None: "not yet"}[target["met"]]
+        lines.append(f"| {name} {target['target']} | {value} | {met} |")
+    machine = data["machine"]
+    lines += ["", "## Stages", "", f"Machine: {machine['cpus']} CPUs, {machine['platform']}.", "",
+              "| stage | wall time | load average (start → end) | status |", "|---|---|---|---|"]
+    for stage in stages:
+        state = data["stages"].get(stage.name)
+        if not state:
+            lines.append(f"| {stage.name} | — | — | not run |")
+            continue
+        load = state.get("load_average") or {}
+        load_text = f"{load['start']:.1f} → {load['end']:.1f}" if load else "—"
+        lines.append(f"| {stage.name} | {state['wall_s'] / 60:.1f} min | {load_text} | {state['status']} |")
+    lines.append(f"| total | {data['total_wall_s'] / 60:.1f} min | | |")
+    if data.get("distill"):
+        d = data["distill"]
+        lines += ["", f"**distill**: kept {d.get('kept')} of {d.get('read')} teacher episodes "
+                      f"({d.get('tasks_kept')} of {d.get('tasks_seen')} training tasks)."]
+    for key in ("sft", "rl"):
+        if data.get(key):
+            shown = {k: v for k, v in data[key].items() if not k.endswith("curve")}
+            lines += ["", f"**{key}**: `{json.dumps(shown)}`"]
+    lines += ["", "## Commands", ""]
+    for stage in stages:
+        lines += [f"- {stage.name}:"] + [f"  - `{command}`" for command in stage.shell()]
+    lines += ["", "![baseline, SFT and RL held-out accuracy; RL curve](report.png)", ""]
+    return "\n".join(lines)
+
+
+def _plot(data: dict[str, Any], path: Path) -> Path:
+    from agents.report import pyplot, save_figure
+
+    plt = pyplot()
+    figure, (bars, curve) = plt.subplots(1, 2, figsize=(11, 4.2))
+    labels = ("baseline", "SFT", "RL")
+    sets = list(data["evals"])
+    width = 0.8 / max(len(sets), 1)
+    for index, name in enumerate(sets):
+        results = [data["evals"][name][label] for label in labels]
+        xs = [i + (index - (len(sets) - 1) / 2) * width for i in range(len(labels))]
+        heights = [r["accuracy"] if r else 0.0 for r in results]
+        errors = [[r["accuracy"] - r["ci95"][0] if r else 0.0 for r in results],
+                  [r["ci95"][1] - r["accuracy"] if r else 0.0 for r in results]]
+        tasks = next((r["tasks"] for r in results if r), 0)
+        drawn = bars.bar(xs, heights, width, yerr=errors, capsize=4,
+                         label=f"{name} ({tasks} held-out tasks)")
+        for x, height, result in zip(xs, heights, results, strict=True):
+            if result:
+                bars.text(x, height + 0.02, f"{height:.2f}", ha="center", fontsize=8,
+                          color=drawn.patches[0].get_facecolor())
+    bars.set_xticks(range(len(labels)), labels)
+    bars.set_ylim(0, 1.05)
+    bars.set_ylabel("held-out accuracy (95% CI)")
+    bars.set_title(f"{data['model']}: held-out accuracy by stage")
+    bars.legend(loc="upper left", fontsize=8)
+    rl = data.get("rl")
+    if rl:
+        steps = [p["step"] for p in rl["curve"]]
+        curve.plot(steps, [p["batch_reward"] for p in rl["curve"]], color="tab:blue", alpha=0.8,
+                   marker=".", label="training batch reward (RL reward)")
+        curve.plot(steps, [p["batch_accuracy"] for p in rl["curve"]], color="tab:green",
+                   linestyle="--", marker=".", alpha=0.7, label="training batch accuracy")
+        if rl["heldout_curve"]:
+            tasks = rl["heldout_curve"][-1].get("tasks")
+            curve.plot([p["step"] for p in rl["heldout_curve"]], [p["reward"] for p in rl["heldout_curve"]],
+                       marker="o", color="tab:red", label=f"held-out reward ({tasks:.0f} tasks)")
+        curve.legend(loc="best", fontsize=8)
+    else:
+        curve.text(0.5, 0.5, "RL has not run yet", ha="center", va="center")
+    curve.set_xlabel("RL step")
+    curve.set_ylabel("reward")
+    curve.set_ylim(0, 1.05)
+    curve.set_title("RL from the SFT model")
+    curve.grid(alpha=0.3)
+    return save_figure(figure, path)
+
+
+def write_report(config: RecipeConfig, out: Path, stages: list[Stage]) -> dict[str, Any]:
+    """Write report.json, report.md and report.png into ``out``; returns the report data."""
+    data = collect(config, out, stages)
+    (out / "report.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
+    (out / "report.md").write_text(_markdown(data, stages), encoding="utf-8")
+    _plot(data, out / "report.png")
+    return data

@@ -1,0 +1,246 @@
+"""The recipe's stages as ``coa`` command lines, and the runner that skips finished ones.
+
+Each stage is what a user would type: ``coa eval`` (baseline and the evals after SFT and RL),
+``coa eval --agent oracle --split train`` (the teacher), ``coa distill``, ``coa train sft``,
+``coa train rl``. They run as child processes, one at a time, each logging to
+``<out>/<stage>/log.txt``; a crash ends the recipe with the log's tail, never a half report.
+
+Resuming: a stage writes ``<out>/<stage>/stage.json`` when it starts (status ``running``) and
+when it ends (``done``, with its wall time and the machine's load average). A rerun skips a
+``done`` stage whose commands are unchanged and whose inputs (the stages it depends on) were
+not rerun; a stage whose commands changed starts over in an empty directory; an interrupted
+one continues (evals with ``--resume`` keep finished episodes, RL resumes from its newest
+checkpoint, SFT starts again). A faster engine or trainer needs no change here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from coa_cli.recipe.config import EvalSet, RecipeConfig
+from trainers.common.config import deep_merge
+
+__all__ = ["EVAL_STAGES", "RecipeError", "Stage", "eval_runs", "plan", "run_stages"]
+
+# stage name -> the model it evaluates (a recipe key or a stage's output)
+EVAL_STAGES = ("baseline", "sft_eval", "rl_eval")
+
+
+class RecipeError(RuntimeError):
+    """A stage's command failed; the message names the stage, the command and the log."""
+
+
+@dataclass
+class Stage:
+    name: str
+    commands: list[list[str]]
+    """``coa`` argument lists, run in order."""
+    depends: tuple[str, ...] = ()
+    files: dict[str, str] = field(default_factory=dict)
+    """Config files (path relative to the stage directory -> text) written before running."""
+    resumable: bool = True
+    """False: an interrupted run starts over in an empty directory."""
+
+    @property
+    def fingerprint(self) -> str:
+        payload = json.dumps({"commands": self.commands, "files": self.files}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def shell(self) -> list[str]:
+        return [shlex.join(["coa", *command]) for command in self.commands]
+
+
+def _flatten(options: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    items: list[tuple[str, Any]] = []
+    for key, value in options.items():
+        if isinstance(value, dict) and value:
+            items.extend(_flatten(value, f"{prefix}{key}."))
+        else:
+            items.append((f"{prefix}{key}", value))
+    return items
+
+
+def _env_args(options: dict[str, Any]) -> list[str]:
+    """``gym.make`` options as ``coa eval -e key=value`` (JSON values are valid YAML)."""
+    return [arg for key, value in _flatten(options) for arg in ("-e", f"{key}={json.dumps(value)}")]
+
+
+@dataclass(frozen=True)
+class EvalRun:
+    """One ``coa eval`` of an eval stage: which set, which seed, where it writes."""
+
+    stage: str
+    set_name: str
+    seed: int
+    out: Path
+
+
+def _eval_sets(config: RecipeConfig) -> list[EvalSet]:
+    primary = EvalSet(name="primary", env_id=config.env_id, n=config.heldout_tasks, split="test",
+                      env_options=config.env_options, max_turns=config.max_turns,
+                      max_new_tokens=config.max_new_tokens)
+    return [primary, *config.transfer]
+
+
+def eval_runs(config: RecipeConfig, out: Path, stage: str) -> list[tuple[EvalRun, EvalSet]]:
+    return [(EvalRun(stage, s.name, seed, out / stage / s.name / f"seed{seed}"), s)
+            for s in _eval_sets(config) for seed in config.seeds]
+
+
+def _eval_stage(config: RecipeConfig, out: Path, name: str, model: str, depends: tuple[str, ...]) -> Stage:
+    commands = []
+    for run, spec in eval_runs(config, out, name):
+        commands.append([
+            "eval", spec.env_id, "--agent", "llm", "--model", model, "--split", spec.split,
+            "--n", str(spec.n), "--seed", str(run.seed), "--temperature", str(config.temperature),
+            "--max-new-tokens", str(spec.max_new_tokens), "--max-turns", str(spec.max_turns),
+            "--concurrency", str(config.concurrency), "--out", str(run.out), "--resume",
+            "--no-plots", "--no-progress", *_env_args(spec.env_options)])
+    return Stage(name, commands, depends)
+
+
+def _own_reward(config: RecipeConfig) -> dict[str, Any]:
+    """The env's reward with every key ``rl_reward`` changes spelled out (eval kwargs are merged
+    over the training ones, so a key left out would keep the training value)."""
+    import inspect
+    from importlib import import_module
+
+    from coa_envs.registry import entry
+
+    own = deep_merge(entry(config.env_id).get("reward") or {}, config.env_options.get("reward") or {})
+    build = import_module(f"coa_envs.rewards.{own.get('name')}").build
+    defaults = {k: p.default for k, p in inspect.signature(build).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    for key in config.rl_reward:
+        if key not in own:
+            if key not in defaults:
+                raise ValueError(f"rl_reward.{key}: the {own.get('name')} reward has no default to "
+                                 f"restore for the evals; set env_options.reward.{key} too")
+            own[key] = defaults[key]
+    return own
+
+
+def plan(config: RecipeConfig, out: Path) -> list[Stage]:
+    """Every stage of the recipe, in order, with its commands and config files."""
+    train_options = {**config.env_options,
+                     "task_options": {**dict(config.env_options.get("task_options") or {}),
+                                      "split": "train"}}
+    teacher_dir, data = out / "teacher", out / "distill" / "sft.jsonl"
+    sft_dir, rl_dir = out / "sft", out / "rl"
+    threads = {"resources": {"torch_threads": config.torch_threads}}
+    sft_config = deep_merge(deep_merge({**threads, "bookkeeping": {"progress": False}}, config.sft), {
+        "model": {"path": config.model}, "data": {"train_path": str(data)},
+        "bookkeeping": {"output_dir": str(sft_dir)}})
+    rl_env: dict[str, Any] = {"id": config.env_id, "max_turns": config.max_turns, "kwargs": train_options}
+    if config.rl_reward:  # RL trains on this reward; its held-out eval keeps the env's own
+        rl_env["kwargs"] = deep_merge(train_options, {"reward": config.rl_reward})
+        rl_env["eval_kwargs"] = {"reward": _own_reward(config)}
+    rl_config = deep_merge(deep_merge({**threads, "rollout": {"temperature": 1.0}}, config.rl), {
+        "model": {"path": str(sft_dir / "final")}, "env": rl_env,
+        "rollout": {"max_new_tokens": config.max_new_tokens}, "resources": {"use_ray": False},
+        "bookkeeping": {"output_dir": str(rl_dir)}})
+    teacher = ["eval", config.env_id, "--agent", config.teacher_agent, "--split", "train",
+               "--n", str(config.teacher_tasks), "--samples", str(config.teacher_samples),
+               "--max-turns", str(config.max_turns), "--concurrency", str(config.concurrency),
+               "--out", str(teacher_dir), "--resume", "--no-plots", "--no-progress",
+               *_env_args(config.env_options)]
+    return [
+        _eval_stage(config, out, "baseline", config.model, ()),
+        Stage("teacher", [teacher]),
+        # --env-kwargs: the teacher's env, so each episode is replayed against the same tasks
+        Stage("distill", [["distill", str(teacher_dir), "--out", str(data),
+                           "--max-per-task", str(config.distill_max_per_task), "--env-kwargs",
+                           json.dumps({**train_options, "max_turns": config.max_turns})]], ("teacher",)),
+        Stage("sft", [["train", "sft", "--config", str(sft_dir / "sft.yaml")]], ("distill",),
+              files={"sft.yaml": yaml.safe_dump(sft_config, sort_keys=False)}, resumable=False),
+        _eval_stage(config, out, "sft_eval", str(sft_dir / "final"), ("sft",)),
+        Stage("rl", [["train", "rl", "--config", str(rl_dir / "rl.yaml"), "--resume"]], ("sft",),
+              files={"rl.yaml": yaml.safe_dump(rl_config, sort_keys=False)}),
+        _eval_stage(config, out, "rl_eval", str(rl_dir / "final"), ("rl",)),
+    ]
+
+
+def _state(directory: Path) -> dict[str, Any]:
+    try:
+        return json.loads((directory / "stage.json").read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def _write_state(directory: Path, state: dict[str, Any]) -> None:
+    tmp = directory / "stage.json.tmp"
+    tmp.write_text(json.dumps(state, indent=2), encoding="utf-8")
+    os.replace(tmp, directory / "stage.json")
+
+
+def _child_env(config: RecipeConfig) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"OMP_NUM_THREADS": str(config.torch_threads), "TOKENIZERS_PARALLELISM": "false",
+                "PYTHONUNBUFFERED": "1"})
+    return env
+
+
+def _run(command: list[str], log: Path, env: dict[str, str], stage: str) -> None:
+    with open(log, "a", encoding="utf-8") as handle:
+        handle.write(f"\n$ {shlex.join(['coa', *command])}\n")
+        handle.flush()
+        result = subprocess.run([sys.executable, "-m", "coa_cli.main", *command], stdout=handle,
+                                stderr=subprocess.STDOUT, env=env, check=False)
+    if result.returncode != 0:
+        tail = "".join(log.read_text(encoding="utf-8", errors="replace").splitlines(True)[-25:])
+        raise RecipeError(f"stage {stage}: `coa {shlex.join(command)}` exited with "
+                          f"{result.returncode}; last lines of {log}:\n{tail}")
+
+
+def run_stages(config: RecipeConfig, out: Path, stages: list[Stage], *, force: tuple[str, ...] = (),
+               after_stage: Callable[[], None] | None = None, echo: Callable[[str], None] = print) -> None:
+    """Run what is not done yet (see the module docstring); ``after_stage`` e.g. rewrites the report."""
+    rerun: set[str] = set()
+    env = _child_env(config)
+    for stage in stages:
+        directory = out / stage.name
+        state = _state(directory)
+        fresh = (state.get("fingerprint") == stage.fingerprint and stage.name not in force
+                 and not rerun & set(stage.depends))
+        if fresh and state.get("status") == "done":
+            echo(f"[recipe] {stage.name}: done earlier ({state.get('wall_s', 0):.0f} s), reused")
+            continue
+        if directory.exists() and not (fresh and stage.resumable):
+            shutil.rmtree(directory)  # other commands, new inputs, or a stage that cannot resume
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, text in stage.files.items():
+            (directory / name).write_text(text, encoding="utf-8")
+        earlier = float(state.get("wall_s", 0.0)) if fresh else 0.0  # time spent before an interrupt
+        started = time.time()
+        load_start = os.getloadavg()[0]
+        _write_state(directory, {"status": "running", "fingerprint": stage.fingerprint,
+                                 "commands": stage.shell(), "wall_s": earlier, "started": started})
+        echo(f"[recipe] {stage.name}: running {len(stage.commands)} command(s); log {directory / 'log.txt'}")
+        try:
+            for command in stage.commands:
+                _run(command, directory / "log.txt", env, stage.name)
+        finally:
+            elapsed = earlier + time.time() - started
+            _write_state(directory, {"status": "running", "fingerprint": stage.fingerprint,
+                                     "commands": stage.shell(), "wall_s": elapsed, "started": started})
+        _write_state(directory, {
+            "status": "done", "fingerprint": stage.fingerprint, "commands": stage.shell(),
+            "wall_s": elapsed, "started": started, "finished": time.time(),
+            "load_average": {"start": load_start, "end": os.getloadavg()[0]}, "cpus": os.cpu_count()})
+        echo(f"[recipe] {stage.name}: done in {elapsed:.0f} s")
+        rerun.add(stage.name)
+        if after_stage is not None:
+            after_stage()
