@@ -269,10 +269,15 @@ def root_policy(python: str | None = None, grants: Grants | None = None) -> Root
     python = python or sys.executable
     grants = grants or Grants()
     info = _describe(python)
-    read_only = [*_interpreter_paths(info), *_library_paths(info), *grants.read_only_paths]
-    policy = _assemble(python, read_only, grants.writable_paths)
+    system = [*_interpreter_paths(info), *_library_paths(info)]
+    policy = _assemble(python, [*system, *grants.read_only_paths], grants.writable_paths)
+    # Runs must never write the interpreter, its packages or the libraries it loads: later runs
+    # and the host use the same files. A writable grant equal to one of them, inside one (bound
+    # on top of it) or containing one is refused.
+    system_real = {os.path.realpath(p) for p in system if os.path.lexists(p)}
     for path in policy.writable:
-        clash = [kept for kept in policy.read_only if _under(kept, path)]
+        clash = sorted(kept for kept in system_real if _under(kept, path) or _under(path, kept))
+        clash = clash or [kept for kept in policy.read_only if _under(kept, path)]
         if clash and path not in grants.read_only_paths:
-            raise ValueError(f"writable_paths: {path!r} contains the interpreter's files ({clash[0]}); refused")
+            raise ValueError(f"writable_paths: {path!r} overlaps the interpreter's files ({clash[0]}); refused")
     return policy
