@@ -148,6 +148,16 @@ def build_policy(*, engine: str, model: str, base_url: str | None, api_key: str 
     return LLMPolicy(backend, sampling=sampling, system_prompt=system_prompt)
 
 
+def env_options(given: list[str] | None) -> dict[str, Any]:
+    """``--env-option KEY=VALUE`` flags as gym.make options (dotted keys nest, YAML values)."""
+    from trainers.common.config import parse_overrides
+
+    try:
+        return parse_overrides(list(given or []))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--env-option") from None
+
+
 def env_factory(env_id: str, make_kwargs: dict[str, Any], env_url: str | None = None) -> Callable[[], Any]:
     """``make_env()`` for a run: ``gym.make`` in this process, or a ``coa/Remote-v0`` session on
     the env server at ``env_url`` (``coa serve-env``) with the same options."""
@@ -263,6 +273,10 @@ ENGINE = typer.Option("hf", help="hf | vllm | openai")
 BASE_URL = typer.Option(None, help="openai engine: endpoint, e.g. http://127.0.0.1:8000/v1")
 API_KEY = typer.Option(None, help="openai engine: key (default $OPENAI_API_KEY).")
 API_MODE = typer.Option("completions", help="openai engine: completions | chat")
+ENV_OPTION = typer.Option(
+    None, "--env-option", "-e", help="gym.make option KEY=VALUE (dotted keys reach into mappings, "
+    "values read as YAML), e.g. -e task_options.difficulty=easy -e tools.wiki_search.top_k=1 "
+    "-e 'system_prompt=\"Search, then answer.\"'. Repeatable.")
 SERVER_EXTENSIONS = typer.Option(
     True, "--server-extensions/--hosted-api",
     help="openai engine: send vLLM's request extensions (sampled token ids, the matched stop "
@@ -302,10 +316,7 @@ def eval_command(
                                                   "(token: $COA_ENV_TOKEN)."),
     split: str = typer.Option("test", help="test (held-out tasks) | train | all: which side of the "
                                            "env's train/test partition to run (see `coa list`)."),
-    env_option: list[str] = typer.Option(
-        None, "--env-option", "-e", help="gym.make option KEY=VALUE (dotted keys reach into mappings, "
-        "values read as YAML), e.g. -e task_options.difficulty=easy -e tools.wiki_search.top_k=1 "
-        "-e 'system_prompt=\"Search, then answer.\"'. Repeatable."),
+    env_option: list[str] = ENV_OPTION,
     max_turns: int | None = typer.Option(None, help="Override the env's turn limit."),
     protocol: str | None = typer.Option(None, help="tags | tools: how the model calls tools (default: the "
                                                    "env's; tools = native function calling)."),
@@ -327,12 +338,7 @@ def eval_command(
         raise typer.BadParameter("--n, --samples and --concurrency must be >= 1")
     agent = agent or ("llm" if model else "oracle")
     choose = load_selector(selector, judge_url, judge_model)
-    from trainers.common.config import parse_overrides
-
-    try:
-        options = parse_overrides(list(env_option or []))
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--env-option") from None
+    options = env_options(env_option)
     make_kwargs, tasks = env_tasks(env_id, split=split, data=data, max_turns=max_turns, protocol=protocol,
                                    env_url=env_url, options=options)
     indices = list(range(min(n, len(tasks))))

@@ -26,7 +26,19 @@ from pathlib import Path
 
 import typer
 
-from coa_cli.eval import API_KEY, API_MODE, BASE_URL, DEVICE, DTYPE, ENGINE, MAX_NEW_TOKENS, MODEL, TOKENIZER, TOP_P
+from coa_cli.eval import (
+    API_KEY,
+    API_MODE,
+    BASE_URL,
+    DEVICE,
+    DTYPE,
+    ENGINE,
+    ENV_OPTION,
+    MAX_NEW_TOKENS,
+    MODEL,
+    TOKENIZER,
+    TOP_P,
+)
 
 __all__ = ["BANDS", "band_of", "filter_tasks_command", "parse_keep"]
 
@@ -98,6 +110,7 @@ def filter_tasks_command(
     n: int | None = typer.Option(None, help="Only the first N tasks (default: all of the split)."),
     split: str = typer.Option("train", help="train (default) | test | all"),
     data: str | None = typer.Option(None, help="Task file/dir (sets data_path)."),
+    env_option: list[str] = ENV_OPTION,
     threshold: float = typer.Option(1.0, help="A sample is solved when its primary reward term reaches this."),
     concurrency: int = typer.Option(4, help="Episodes in flight."),
     max_turns: int | None = typer.Option(None, help="Override the env's turn limit."),
@@ -110,7 +123,7 @@ def filter_tasks_command(
     """Sample MODEL K times per task of ENV_ID and keep the tasks whose pass rate is in --keep."""
     from agents.engines import SamplingParams
     from agents.metrics import group_by_task, pass_rates
-    from coa_cli.eval import env_tasks, episode_agents, play_tasks
+    from coa_cli.eval import env_options, env_tasks, episode_agents, play_tasks
 
     band = parse_keep(keep)
     if samples < 1 or concurrency < 1 or (n is not None and n < 1):
@@ -118,7 +131,8 @@ def filter_tasks_command(
     agent = agent or ("llm" if model else None)
     if agent is None:
         raise typer.BadParameter("give --model (or --agent oracle | MODULE:NAME)", param_hint="--model")
-    make_kwargs, tasks = env_tasks(env_id, split=split, data=data, max_turns=max_turns)
+    make_kwargs, tasks = env_tasks(env_id, split=split, data=data, max_turns=max_turns,
+                                   options=env_options(env_option))
     indices = list(range(len(tasks) if n is None else min(n, len(tasks))))
     sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
     factory, close = episode_agents(

@@ -80,3 +80,15 @@ def test_the_tiny_model_runs_through_the_same_path(tmp_path):
     assert report["tasks"] == 2 and sum(report["bands"].values()) == 2 and report["model"] == str(model)
     trajectories = [json.loads(line) for line in out.with_suffix(".trajectories.jsonl").read_text().splitlines()]
     assert len(trajectories) == 4 and all(t["prompt_ids"] for t in trajectories)  # token-exact episodes
+
+
+def test_env_options_reach_the_env(tmp_path):
+    """`-e KEY=VALUE` sets gym.make options as in `coa eval`: here the task count of the split."""
+    out = tmp_path / "t.jsonl"
+    result = runner.invoke(app, ["filter-tasks", "coa/SynthHop-v0", "--agent", "oracle", "-k", "1", "--keep", "0-1",
+                                 "-e", "task_options.num_tasks=10", "--no-progress", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert len(out.read_text().splitlines()) == 8  # 10 tasks, every fifth held out
+    bad = runner.invoke(app, ["filter-tasks", "coa/SynthHop-v0", "--agent", "oracle", "-e", "no_equals_sign",
+                              "--out", str(out)])
+    assert bad.exit_code != 0 and "--env-option" in bad.output
