@@ -32,6 +32,9 @@ class OracleAgent:
     def reset(self, observation: str, info: dict[str, Any]) -> None:
         task: Task = self.env.task
         scripted = task.metadata.get("oracle_actions")
+        if not scripted and not task.gold:  # answering "" would score 0 and look like a result
+            raise ValueError(f"the oracle needs the gold answer of task {task.task_id} and this env gives none "
+                             "(a coa serve-env server shows them only with --expose-answers)")
         if scripted:
             self._script = list(scripted)
         else:

@@ -190,3 +190,20 @@ def test_run_episode_reports_an_env_that_raises_as_an_env_error():
     trajectory = run_episode(env, lambda obs, info: "<code>print(1)</code>", options={"task_index": 0})
     env.close()
     assert trajectory.status is EpisodeStatus.ERROR_ENV and "tool backend died" in trajectory.info["error"]
+
+
+def test_the_oracle_refuses_a_task_without_a_gold_answer():
+    """LiveCodeBench's shipped tasks carry tests, not solutions (and a served env hides answers
+    unless asked): the oracle says so instead of answering "" and scoring a silent 0."""
+    import gymnasium as gym
+
+    from agents.episode import run_episode
+    from agents.oracle import OracleAgent
+
+    env = gym.make("coa/LiveCodeBench-v4")
+    try:
+        trajectory = run_episode(env, OracleAgent(env), seed=0)
+    finally:
+        env.close()
+    assert trajectory.status == "error:agent"
+    assert "needs the gold answer" in trajectory.info["error"] and "--expose-answers" in trajectory.info["error"]
