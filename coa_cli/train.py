@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from coa_cli.train_rl import rl_command
-from coa_cli.trainer_config import load_trainer_config
+from coa_cli.trainer_config import RESUME, load_trainer_config
 
 __all__ = ["train_app"]
 
@@ -26,8 +26,7 @@ def sft_command(
                                 help="YAML config (see examples/sft_tiny.yaml)."),
     overrides: list[str] = typer.Argument(None, help="key=value overrides, e.g. "
                                           "optim.max_steps=10 optim.learning_rate=2e-5."),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the newest checkpoint "
-                                "in bookkeeping.output_dir (same as bookkeeping.resume=latest)."),
+    resume: bool = RESUME,
 ) -> None:
     """Masked SFT on CoA trajectories (loss only on model-generated tokens)."""
     from trainers.sft import load_config, train
@@ -50,8 +49,7 @@ def dpo_command(
                                 help="YAML config (see examples/dpo_tiny.yaml)."),
     overrides: list[str] = typer.Argument(None, help="key=value overrides, e.g. dpo.beta=0.1 "
                                           "optim.max_steps=10 data.train_path=pairs.jsonl."),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the newest checkpoint "
-                                "in bookkeeping.output_dir (same as bookkeeping.resume=latest)."),
+    resume: bool = RESUME,
 ) -> None:
     """Masked DPO on preference pairs from `coa pairs` (log-probs of generated tokens only)."""
     from trainers.dpo import PairsError, load_config, train

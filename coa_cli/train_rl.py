@@ -9,6 +9,8 @@ from pathlib import Path
 
 import typer
 
+from coa_cli.trainer_config import RESUME, load_trainer_config
+
 __all__ = ["rl_command"]
 
 
@@ -17,8 +19,7 @@ def rl_command(
                                 help="YAML file of RLConfig sections (see examples/rl_*.yaml)."),
     overrides: list[str] = typer.Argument(None, help="key=value overrides, e.g. "
                                           "algorithm.lr=1e-5 algorithm.name=ppo env.max_turns=4"),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the newest checkpoint "
-                                "in bookkeeping.output_dir (same as bookkeeping.resume=latest)."),
+    resume: bool = RESUME,
     address: str = typer.Option(None, "--address",
                                 help="Ray cluster to join (host:port or 'auto'); default: "
                                      "start Ray locally."),
@@ -28,7 +29,6 @@ def rl_command(
                                    help="Overrides bookkeeping.output_dir."),
 ) -> None:
     """Train a policy with PPO, GRPO or DAPO on a coa env (algorithm = config)."""
-    from coa_cli.trainer_config import load_trainer_config
     from trainers.rl.config import load_config
     from trainers.rl.loop import train
 

@@ -12,7 +12,10 @@ from typing import Any, TypeVar
 
 import typer
 
-__all__ = ["load_trainer_config"]
+__all__ = ["RESUME", "load_trainer_config"]
+
+RESUME = typer.Option(False, "--resume", help="Continue from the newest checkpoint in "
+                      "bookkeeping.output_dir (same as bookkeeping.resume=latest).")
 
 ConfigT = TypeVar("ConfigT")
 
