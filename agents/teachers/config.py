@@ -63,6 +63,11 @@ class EndpointConfig:
     max_retries: int = 2
     send_seed: bool = True
     """Send each episode's seed (OpenAI, vLLM and ``coa serve`` accept it) so reruns repeat."""
+    native_tools: bool = True
+    """Send the agents' tools as the request's ``tools`` (the server renders them and replies
+    with ``tool_calls``). False: the tools are only described in the system prompt and each
+    call is parsed from the reply's text, for models whose chat template does not render
+    tools (``coa serve`` refuses ``tools`` for those, e.g. SmolLM2)."""
 
     def __post_init__(self) -> None:
         if not self.base_url or not self.model:

@@ -50,7 +50,17 @@ def endpoint_model(endpoint: EndpointConfig, seed: int | None = None) -> Any:
     extra: dict[str, Any] = {"temperature": endpoint.temperature, "max_tokens": endpoint.max_tokens}
     if endpoint.send_seed and seed is not None:
         extra["seed"] = seed
-    return OpenAIServerModel(
+
+    class TextToolCallsModel(OpenAIServerModel):
+        """Never sends ``tools``: the agent parses its call from the reply (``parse_tool_calls``)."""
+
+        def generate(self, messages: list[Any], stop_sequences: list[str] | None = None,
+                     response_format: dict[str, str] | None = None, tools_to_call_from: Any = None,
+                     **kwargs: Any) -> Any:
+            return super().generate(messages, stop_sequences, response_format, None, **kwargs)
+
+    model_class = OpenAIServerModel if endpoint.native_tools else TextToolCallsModel
+    return model_class(
         model_id=endpoint.model, api_base=endpoint.base_url, api_key=endpoint.api_key,
         client_kwargs={"timeout": endpoint.timeout_s, "max_retries": endpoint.max_retries}, **extra)
 
