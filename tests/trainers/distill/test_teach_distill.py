@@ -171,9 +171,12 @@ def test_our_sft_trainer_trains_on_both_exports(synthhop_runs, tmp_path):
     _distill(str(root / "team"), "--out", str(data / "sft.jsonl"), "--sharegpt", str(data / "sft_sharegpt.jsonl"))
     config = tmp_path / "sft.yaml"
     config.write_text(json.dumps({
-        "model": "tiny", "tiny": {"vocab_size": 512, "hidden_size": 32, "layers": 1, "heads": 2, "kv_heads": 1},
-        "train_path": str(data), "max_seq_len": 2048, "max_steps": 2, "learning_rate": 1e-3,
-        "output_dir": str(tmp_path / "run"), "tensorboard": False, "progress": False, "torch_threads": 1}))
+        "model": {"path": "tiny",
+                  "tiny": {"vocab_size": 512, "hidden_size": 32, "layers": 1, "heads": 2, "kv_heads": 1}},
+        "data": {"train_path": str(data), "max_seq_len": 2048},
+        "optim": {"max_steps": 2, "learning_rate": 1e-3},
+        "resources": {"torch_threads": 1},
+        "bookkeeping": {"output_dir": str(tmp_path / "run"), "tensorboard": False, "progress": False}}))
     result = CliRunner().invoke(app, ["train", "sft", "--config", str(config)])
     assert result.exit_code == 0, result.output
     assert "steps: 2" in result.output
