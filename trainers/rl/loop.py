@@ -7,9 +7,11 @@ clip range, dynamic sampling, loss aggregation, KL). Each step:
    and run them on the rollout workers (token ids + the engine's logprobs); with a mixture
    (``env.envs``) each group's env is drawn by weight first, then a task of that env from
    the env's own sampler, so a group is always one task of one env;
-2. DAPO dynamic sampling: drop groups whose task rewards are all equal and sample more groups,
-   at most ``max_sampling_rounds`` extra rounds, until the batch is full; groups that lost
-   an episode to a crashed worker are dropped whole (and counted), never trained on half;
+2. DAPO dynamic sampling: drop groups whose task rewards are all equal and refill the step
+   with more groups until it holds ``prompts_per_step`` informative ones, at most
+   ``max_sampling_rounds`` extra rounds or ``sampling_time_budget_s`` seconds (logged: groups
+   drawn and kept, and the pass rate of each); groups that lost an episode to a crashed
+   worker are dropped whole (and counted), never trained on half;
 3. shape rewards: the reward's group terms over each complete group, DAPO's overlong term
    among them (``trainers/rl/shaping.py``); collate, ``learner.prepare`` (mismatch, values, KL,
    advantages), ``learner.update`` (every episode of the batch enters the loss:
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agents.metrics import solved
 from trainers.common import Checkpointer, MetricsLogger
 from trainers.common.mixture import choose
 from trainers.rl.algorithms import keep_informative_groups
@@ -132,8 +135,12 @@ def collect_groups(config: RLConfig, samplers: list[Any], rollouts: Any, step: i
     kept: list[list[Trajectory]] = []
     sampled: list[Trajectory] = []
     totals: dict[str, float] = {}
+    drawn_solved: list[float] = []  # per complete group drawn: its share of solved episodes
+    kept_solved: list[float] = []
     next_group = 0
     rounds = filtered = incomplete = 0
+    started = time.perf_counter()
+    out_of_time = False
     while len(kept) < algo.prompts_per_step:
         need = algo.prompts_per_step - len(kept)
         jobs = []
@@ -160,25 +167,40 @@ def collect_groups(config: RLConfig, samplers: list[Any], rollouts: Any, step: i
         # group whose answers all scored the same carries no answer signal, whatever the
         # shaping terms (overlong, group length) would add.
         task_rewards = [[float(t.reward) for t in g] for g in complete]
+        shares = [_solved_share(g) for g in complete]  # before shaping rewrites the rewards
+        drawn_solved.extend(shares)
         for env_index in range(len(entries)):  # each group's terms come from its own env's reward
             mine = [g for g in complete if int(g[0].info.get("env_index", 0)) == env_index]
             if mine:
                 shape_groups(mine, rewards[env_index])
         if algo.dynamic_sampling:
-            informative = [complete[i] for i in keep_informative_groups(task_rewards)]
+            informative = keep_informative_groups(task_rewards)
             filtered += len(complete) - len(informative)
-            complete = informative
+            complete, shares = [complete[i] for i in informative], [shares[i] for i in informative]
         kept.extend(complete)
+        kept_solved.extend(shares)
         rounds += 1
         if rounds > algo.max_sampling_rounds:
             break
+        budget = algo.sampling_time_budget_s
+        if budget and time.perf_counter() - started >= budget and len(kept) < algo.prompts_per_step:
+            out_of_time = True  # train on what the step holds rather than stall the run
+            break
+    kept = kept[:algo.prompts_per_step]
     totals.update({
         "sampling/rounds": float(rounds),
+        "sampling/groups_drawn": float(sum(drawn)),
         "sampling/groups_filtered_all_equal": float(filtered),
         "sampling/groups_dropped_incomplete": float(incomplete),
-        "sampling/groups_kept": float(min(len(kept), algo.prompts_per_step)),
+        "sampling/groups_kept": float(len(kept)),
+        "sampling/kept_share": len(kept) / max(sum(drawn), 1),
+        "sampling/time_budget_hit": float(out_of_time),
+        "sampling/time_s": time.perf_counter() - started,
+        # The pass rate of the groups the step trains on, beside that of every group drawn:
+        # the training batch's reward measures the first, the policy's skill the second.
+        "sampling/drawn_pass_rate": _mean_or_zero(drawn_solved),
+        "sampling/kept_pass_rate": _mean_or_zero(kept_solved[:algo.prompts_per_step]),
     })
-    kept = kept[:algo.prompts_per_step]
     if len(entries) > 1:  # drawn by weight; kept after dynamic sampling and crashes
         for index, entry in enumerate(entries):
             totals[f"sampling/{entry.name}/groups"] = float(drawn[index])
@@ -186,6 +208,14 @@ def collect_groups(config: RLConfig, samplers: list[Any], rollouts: Any, step: i
                 1 for g in kept if int(g[0].info.get("env_index", 0)) == index))
     states = {e.name: sampler.state_dict() for e, sampler in zip(entries, samplers, strict=True)}
     return CollectedBatch(kept, sampled, totals, states)
+
+
+def _solved_share(group: list[Trajectory]) -> float:
+    return sum(1.0 for t in group if solved(t)) / max(len(group), 1)
+
+
+def _mean_or_zero(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
 
 
 def per_env_stats(config: RLConfig, trajectories: list[Trajectory], prefix: str
@@ -365,5 +395,6 @@ def _summary(step: int, m: dict[str, float]) -> str:
     return (f"[rl] step {step}: reward {m.get('rollout/reward_mean', 0):.3f} "
             f"acc {m.get('rollout/accuracy', 0):.2f} len {m.get('rollout/response_tokens', 0):.0f} "
             f"clip {m.get('policy/clip_frac', 0):.3f} "
-            f"mismatch {m.get('mismatch/logprob_abs_diff', 0):.1e} kept {m.get('sampling/groups_kept', 0):.0f} "
+            f"mismatch {m.get('mismatch/logprob_abs_diff', 0):.1e} "
+            f"kept {m.get('sampling/groups_kept', 0):.0f}/{m.get('sampling/groups_drawn', 0):.0f} "
             f"rollout {m.get('time/rollout_s', 0):.1f}s learner {m.get('time/learner_s', 0):.1f}s")

@@ -102,6 +102,11 @@ class AlgorithmSection:
     signal, overlong shaping aside) and sample more until the batch is full."""
     max_sampling_rounds: int = 4
     """Extra sampling rounds dynamic sampling may take before training on what it has."""
+    sampling_time_budget_s: float = 0.0
+    """Dynamic sampling stops refilling a step once its sampling has taken this many
+    seconds, and the step trains on the informative groups it holds (0 = no time limit;
+    ``max_sampling_rounds`` still caps the rounds). ``sampling/groups_drawn`` and
+    ``sampling/groups_kept`` say what the refill cost and bought."""
     overlong_buffer: int = 64
     """Soft overlong punishment window (tokens) before rollout.max_response_tokens; 0 = off.
     DAPO's preset: a quarter of max_response_tokens."""
@@ -144,7 +149,7 @@ class AlgorithmSection:
                                           "max_sampling_rounds", "overlong_buffer",
                                           "overlong_penalty", "max_grad_norm",
                                           "critic_max_grad_norm", "clip_ratio_c",
-                                          "lr_warmup_steps"))
+                                          "lr_warmup_steps", "sampling_time_budget_s"))
 
 
 @dataclass
