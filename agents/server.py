@@ -15,6 +15,14 @@ template gets the definitions, and the calls the model writes come back as ``too
 (``finish_reason: tool_calls``); assistant ``tool_calls`` and ``tool`` messages in the
 history are rendered by the template.
 
+Conventions kept (as OpenAI's API and vLLM's server do): every error is
+``{"error": {"message", "type", "code", "param"}}`` (:mod:`agents.openai_errors`); a request
+naming a model this server does not serve is a 404 (``model_not_found``; ``model`` left out
+means the served one); a request field that is not implemented is refused with a 400 naming
+it, never silently ignored (``top_logprobs`` > 0, ``response_format`` other than text,
+``logit_bias``, penalties, ``n`` with ``stream``...), while ``stream_options.include_usage``,
+``echo`` and ``n`` are implemented.
+
 Concurrent requests are merged into shared batches by :class:`BatchingEngine`. Streaming is
 real: tokens go out as the engine samples them (text deltas are held back while a stop
 string might still be forming, so a streamed stop string never leaks).
@@ -31,6 +39,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from agents.engines import Completion, Engine, GenerationRequest, SamplingParams
+from agents.openai_errors import APIError, error_body, install_error_handlers, refuse_unsupported
 from agents.toolcalls import parse_reply, render_prompt, supports_tools, wire_message
 
 __all__ = ["create_app", "serve_in_thread"]
@@ -56,9 +65,21 @@ def _finish(completion: Completion) -> str:
     return "length" if completion.finish_reason == "length" else "stop"
 
 
-def create_app(engine: Engine, tokenizer: Any, model_name: str) -> Any:
-    """A FastAPI app serving ``engine``; ``tokenizer`` renders chat templates and tokens."""
-    from fastapi import FastAPI, HTTPException
+# Request fields that never change an answer: accepted and not acted on.
+_HARMLESS = ("user", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key",
+             "parallel_tool_calls", "request_id", "priority")
+# Fields accepted only with the value that means "off" (anything else would be ignored).
+_NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "frequency_penalty": (0, 0.0), "presence_penalty": (0, 0.0), "repetition_penalty": (1, 1.0),
+    "logit_bias": ({},), "response_format": ({"type": "text"},), "modalities": (["text"],),
+    "min_tokens": (0,), "min_p": (0, 0.0), "suffix": ("",), "skip_special_tokens": (True,),
+}
+
+
+def create_app(engine: Engine, tokenizer: Any, model_name: str, aliases: tuple[str, ...] = ()) -> Any:
+    """A FastAPI app serving ``engine`` as ``model_name`` (requests may also name it by one of
+    ``aliases``); ``tokenizer`` renders chat templates and tokens."""
+    from fastapi import FastAPI
     from fastapi.responses import JSONResponse, StreamingResponse
     from pydantic import BaseModel, ConfigDict, Field
 
@@ -68,7 +89,7 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str) -> Any:
     eos_text = tokenizer.eos_token or ""
 
     class _Common(BaseModel):
-        model_config = ConfigDict(extra="allow")
+        model_config = ConfigDict(extra="allow")  # undeclared fields are checked by refuse_unsupported
         model: str | None = None
         max_tokens: int | None = None
         max_completion_tokens: int | None = None
@@ -79,19 +100,21 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str) -> Any:
         stop: str | list[str] | None = None
         seed: int | None = None
         stream: bool = False
+        stream_options: dict[str, Any] | None = None
         include_stop_str_in_output: bool = False
         return_tokens_as_token_ids: bool = False
         return_token_ids: bool = False
 
     class CompletionBody(_Common):
         prompt: str | list[int] | list[str] | list[list[int]]
-        logprobs: int | None = None
+        logprobs: int | None = Field(None, ge=0)
         echo: bool = False
+        best_of: int | None = None
 
     class ChatBody(_Common):
         messages: list[dict[str, Any]]
         logprobs: bool = False
-        top_logprobs: int | None = None
+        top_logprobs: int | None = Field(None, ge=0)
         add_generation_prompt: bool = True
         continue_final_message: bool = False
         tools: list[dict[str, Any]] | None = None
@@ -105,6 +128,27 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str) -> Any:
 
     app = FastAPI(title="coa serve", version="1", lifespan=lifespan)
     app.state.engine = batcher
+    install_error_handlers(app)
+    served_names = (model_name, *(a for a in aliases if a != model_name))
+
+    def checked(body: _Common, declared: type) -> None:
+        """The request names a model we serve and asks only for what we implement."""
+        if body.model is not None and body.model not in served_names:
+            raise APIError(404, f"The model `{body.model}` does not exist. This server serves "
+                                f"{', '.join(f'`{n}`' for n in served_names)} (GET /v1/models).",
+                           code="model_not_found", param="model")
+        supported = set(declared.model_fields) | set(_HARMLESS)
+        refuse_unsupported(body.model_extra or {}, harmless=_HARMLESS, neutral=_NEUTRAL, supported=supported)
+        unknown = sorted(set(body.stream_options or {}) - {"include_usage"})
+        if unknown:
+            raise APIError(400, f"stream_options {unknown} are not supported; supported: include_usage",
+                           code="unsupported_parameter", param=f"stream_options.{unknown[0]}")
+        if body.stream_options and not body.stream:
+            raise APIError(400, "stream_options is only allowed with stream=true", code="invalid_value",
+                           param="stream_options")
+        if body.stream and body.n != 1:
+            raise APIError(400, "stream supports n=1 only; send n=1 or stream=false", code="unsupported_value",
+                           param="n")
 
     def token_str(token: int, as_ids: bool) -> str:
         return f"token_id:{token}" if as_ids else tokenizer.decode([token])
@@ -117,7 +161,7 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str) -> Any:
                                   top_p=body.top_p, top_k=body.top_k,
                                   stop=_stop_list(body.stop), seed=seed)
         except ValueError as exc:
-            raise HTTPException(400, str(exc)) from None
+            raise APIError(400, str(exc), code="invalid_value") from None
 
     def prompt_ids(prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
@@ -138,11 +182,13 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str) -> Any:
         tools = body.tools if body.tools and body.tool_choice != "none" else None
         if tools is not None:
             if body.stream or body.continue_final_message:
-                raise HTTPException(400, "tools work with non-streamed replies that start a new message "
-                                         "(stream and continue_final_message are off)")
+                raise APIError(400, "tools work with non-streamed replies that start a new message "
+                                    "(stream and continue_final_message are off)", code="unsupported_value",
+                               param="tools")
             if not supports_tools(tokenizer):
-                raise HTTPException(400, f"the chat template of {model_name} does not render tools, so this "
-                                         "model cannot call functions; send the request without tools")
+                raise APIError(400, f"the chat template of {model_name} does not render tools, so this "
+                                    "model cannot call functions; send the request without tools",
+                               code="unsupported_parameter", param="tools")
         try:
             if tools is not None:
                 text = render_prompt(tokenizer, [flat(m) for m in body.messages], tools)
@@ -152,7 +198,7 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str) -> Any:
                     add_generation_prompt=body.add_generation_prompt and not body.continue_final_message,
                     continue_final_message=body.continue_final_message)
         except Exception as exc:
-            raise HTTPException(400, f"cannot render the chat template: {exc}") from None
+            raise APIError(400, f"cannot render the chat template: {exc}", param="messages") from None
         return text, tokenizer.encode(text, add_special_tokens=False)
 
     def run(prompts: list[list[int]], body: _Common, default_max: int) -> list[Completion]:
@@ -162,18 +208,28 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str) -> Any:
 
     def check(completion: Completion) -> None:
         if not completion.ok:
-            code = 400 if completion.error_kind == "context_overflow" else 500
-            raise HTTPException(code, f"{completion.error_kind}: {completion.error}")
+            if completion.error_kind == "context_overflow":
+                raise APIError(400, f"{completion.error_kind}: {completion.error}", code="context_length_exceeded",
+                               param="messages")
+            raise APIError(500, f"{completion.error_kind}: {completion.error}", code=str(completion.error_kind))
 
     def usage(prompts: list[list[int]], completions: list[Completion]) -> dict[str, int]:
         p = sum(len(x) for x in prompts)
         c = sum(len(x.token_ids) for x in completions)
         return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
+    def model_card(name: str) -> dict[str, Any]:
+        return {"id": name, "object": "model", "created": int(time.time()), "owned_by": "coa"}
+
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": model_name, "object": "model",
-                                            "created": int(time.time()), "owned_by": "coa"}]}
+        return {"object": "list", "data": [model_card(model_name)]}
+
+    @app.get("/v1/models/{name:path}")
+    def one_model(name: str) -> dict[str, Any]:
+        if name not in served_names:
+            raise APIError(404, f"The model `{name}` does not exist.", code="model_not_found", param="model")
+        return model_card(model_name)
 
     @app.get("/health")
     def health() -> dict[str, str]:
@@ -181,22 +237,36 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str) -> Any:
 
     @app.post("/v1/completions")
     async def completions(body: CompletionBody) -> Any:
+        checked(body, CompletionBody)
+        if body.logprobs:
+            raise APIError(400, f"logprobs={body.logprobs} asks for the {body.logprobs} most likely alternatives "
+                                "per token, which this server does not compute; logprobs=0 returns each sampled "
+                                "token's logprob", code="unsupported_value", param="logprobs")
+        if body.best_of not in (None, body.n):
+            raise APIError(400, "best_of is not supported (every sampled choice is returned); use n",
+                           code="unsupported_parameter", param="best_of")
+        if body.echo and body.logprobs is not None:
+            raise APIError(400, "echo with logprobs would need the prompt's logprobs, which this server does "
+                                "not compute; send one of them", code="unsupported_value", param="echo")
         raw = body.prompt
         if isinstance(raw, str) or (raw and isinstance(raw[0], int)):
             prompts = [prompt_ids(raw)]  # type: ignore[arg-type]
         else:
             prompts = [prompt_ids(p) for p in raw]  # type: ignore[union-attr]
         if body.stream:
-            if len(prompts) * body.n != 1:
-                raise HTTPException(400, "stream supports one prompt with n=1")
-            return StreamingResponse(_stream(prompts[0], body, "text_completion"),
-                                     media_type="text/event-stream")
+            if len(prompts) != 1:
+                raise APIError(400, "stream supports one prompt; send a single prompt or stream=false",
+                               code="unsupported_value", param="prompt")
+            echo = tokenizer.decode(prompts[0], skip_special_tokens=False) if body.echo else ""
+            return streamed(prompts[0], body, "text_completion", echo)
         done = await asyncio.to_thread(run, prompts, body, 16)
         choices = []
         for index, completion in enumerate(done):
             check(completion)
             text = _visible(completion.action_text, completion.stop_string,
                             body.include_stop_str_in_output)
+            if body.echo:
+                text = tokenizer.decode(prompts[index // body.n], skip_special_tokens=False) + text
             choice: dict[str, Any] = {"index": index, "text": text,
                                       "finish_reason": _finish(completion),
                                       "stop_reason": completion.stop_string, "logprobs": None}
@@ -207,9 +277,12 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str) -> Any:
                 for t in tokens:
                     offsets.append(at)
                     at += len(t)
+                # logprobs=0: the sampled token only, which vLLM also lists in top_logprobs
                 choice["logprobs"] = {"tokens": tokens,
                                       "token_logprobs": list(completion.logprobs),
-                                      "top_logprobs": None, "text_offset": offsets}
+                                      "top_logprobs": [{t: lp} for t, lp in zip(tokens, completion.logprobs,
+                                                                                  strict=True)],
+                                      "text_offset": offsets}
             if body.return_token_ids:
                 choice["token_ids"] = list(completion.token_ids)
                 choice["prompt_token_ids"] = prompts[index // body.n]
@@ -220,13 +293,18 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str) -> Any:
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatBody) -> Any:
+        checked(body, ChatBody)
+        if body.top_logprobs:
+            raise APIError(400, f"top_logprobs={body.top_logprobs} asks for the most likely alternatives per "
+                                "token, which this server does not compute; logprobs=true with top_logprobs=0 "
+                                "returns each sampled token's logprob", code="unsupported_value",
+                           param="top_logprobs")
+        if body.top_logprobs is not None and not body.logprobs:
+            raise APIError(400, "top_logprobs needs logprobs=true", code="invalid_value", param="top_logprobs")
         prompt_text, ids = chat_prompt(body)
         use_tools = bool(body.tools) and body.tool_choice != "none"
         if body.stream:
-            if body.n != 1:
-                raise HTTPException(400, "stream supports n=1")
-            return StreamingResponse(_stream(ids, body, "chat.completion.chunk"),
-                                     media_type="text/event-stream")
+            return streamed(ids, body, "chat.completion.chunk")
         done = await asyncio.to_thread(run, [ids], body, 512)
         choices = []
         for index, completion in enumerate(done):
@@ -257,12 +335,20 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str) -> Any:
                              "created": int(time.time()), "model": model_name,
                              "choices": choices, "usage": usage([ids], done)})
 
-    async def _stream(ids: list[int], body: Any, kind: str) -> AsyncIterator[str]:
-        """Server-sent events: one chunk per released text delta, then ``[DONE]``."""
+    def streamed(ids: list[int], body: Any, kind: str, echo: str = "") -> Any:
+        """The streamed answer; its parameters are checked first, while an error can still be a 400."""
+        if body.logprobs:
+            raise APIError(400, "logprobs are not sent in streamed replies by this server; send stream=false "
+                                "to get them", code="unsupported_value", param="logprobs")
+        params = params_for(body, 0, 16 if kind == "text_completion" else 512)
+        return StreamingResponse(_stream(ids, body, kind, params, echo), media_type="text/event-stream")
+
+    async def _stream(ids: list[int], body: Any, kind: str, params: SamplingParams, echo: str) -> AsyncIterator[str]:
+        """Server-sent events: one chunk per released text delta (the echoed prompt first), the
+        last with the finish reason, a usage chunk if ``stream_options.include_usage``, ``[DONE]``."""
         loop = asyncio.get_running_loop()
         tokens: asyncio.Queue[tuple[int, float] | None] = asyncio.Queue()
-        default_max = 16 if kind == "text_completion" else 512
-        params = params_for(body, 0, default_max)
+        with_usage = bool((body.stream_options or {}).get("include_usage"))
         request = GenerationRequest(
             token_ids=tuple(ids), params=params,
             on_token=lambda t, lp: loop.call_soon_threadsafe(tokens.put_nowait, (t, lp)))
@@ -286,9 +372,14 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str) -> Any:
                 choice = {"index": 0, "delta": content, "finish_reason": finish,
                           "stop_reason": stop_reason, "logprobs": None}
             first = False
-            payload = {"id": ident, "object": kind, "created": created, "model": model_name,
-                       "choices": [choice]}
+            payload: dict[str, Any] = {"id": ident, "object": kind, "created": created, "model": model_name,
+                                       "choices": [choice]}
+            if with_usage:  # OpenAI: null on every chunk but the final usage chunk
+                payload["usage"] = None
             return f"data: {json.dumps(payload)}\n\n"
+
+        if echo:
+            yield chunk(echo, None)
 
         while (item := await tokens.get()) is not None:
             generated.append(item[0])
@@ -307,12 +398,16 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str) -> Any:
                 sent = safe
         (completion,) = await job
         if not completion.ok:
-            error = {"error": {"message": completion.error, "type": str(completion.error_kind)}}
+            error = error_body(500, f"{completion.error_kind}: {completion.error}", code=str(completion.error_kind))
             yield f"data: {json.dumps(error)}\n\n"
         else:
             final = _visible(completion.action_text, completion.stop_string,
                              body.include_stop_str_in_output)
             yield chunk(final[sent:], _finish(completion), completion.stop_string)
+            if with_usage:
+                payload = {"id": ident, "object": kind, "created": created, "model": model_name,
+                           "choices": [], "usage": usage([ids], [completion])}
+                yield f"data: {json.dumps(payload)}\n\n"
         yield "data: [DONE]\n\n"
 
     return app

@@ -19,7 +19,9 @@ def serve_command(
     engine: str = typer.Option("hf", help="hf | vllm"),
     host: str = typer.Option("127.0.0.1", help="Interface to bind."),
     port: int = typer.Option(8000, help="Port (0 = any free port)."),
-    served_model_name: str | None = typer.Option(None, help="Name in /v1/models."),
+    served_model_name: list[str] = typer.Option(
+        [], help="Name in /v1/models (repeat for aliases requests may use; the first is reported). "
+                 "Default: MODEL's last path part, and MODEL as given. Other names get a 404."),
     device: str = typer.Option("cpu", help="hf engine: cpu | cuda | cuda:N"),
     dtype: str = typer.Option("float32", help="hf/vllm: float32 | bfloat16 | float16 | auto"),
     max_batch_size: int = typer.Option(32, help="Rows per forward pass (hf)."),
@@ -48,7 +50,8 @@ def serve_command(
     else:
         raise typer.BadParameter(f"unknown engine {engine!r}; use hf or vllm",
                                  param_hint="--engine")
-    name = served_model_name or Path(model).name or model
-    app = create_app(backend, backend.tokenizer, name)
+    names = list(served_model_name) or [Path(model).name or model, model]
+    name = names[0]
+    app = create_app(backend, backend.tokenizer, name, aliases=tuple(names[1:]))
     typer.echo(f"coa serve: {name} ({engine}) at http://{host}:{port}/v1")
     uvicorn.run(app, host=host, port=port, log_level="info")

@@ -177,7 +177,7 @@ class OpenAIEngine:
             rendered = self.tokenizer.apply_chat_template(
                 list(request.messages), tokenize=False, add_generation_prompt=True)
             args["prompt"] = rendered + request.prefix
-        args["logprobs"] = 1
+        args["logprobs"] = 0  # the sampled token's logprob; N > 0 asks for N alternatives too
         return args
 
     def _chat_args(self, request: GenerationRequest, params: SamplingParams) -> dict:

@@ -1,0 +1,105 @@
+"""OpenAI's error conventions for our HTTP servers (``coa serve`` and any app that speaks its API).
+
+Every error a client of an OpenAI-compatible server can get is one JSON shape,
+``{"error": {"message", "type", "code", "param"}}``: the official ``openai`` client reads
+``message`` into the exception it raises (``openai.NotFoundError: ... The model `gpt-4o` does
+not exist``), where FastAPI's ``{"detail": ...}`` leaves it showing only "Error code: 400".
+A request field the server does not implement is refused (400, ``unsupported_parameter``,
+naming the field and what is supported) instead of being silently ignored, as a client that
+asked for ``top_logprobs`` or ``response_format`` would otherwise get an answer that looks
+right and is not.
+
+:func:`install_error_handlers` routes FastAPI's own errors (a malformed body: 400 naming the
+field, an unknown route: 404) into that shape; :func:`refuse_unsupported` checks a request
+body's fields. Nothing here knows about models or engines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["APIError", "error_body", "install_error_handlers", "refuse_unsupported"]
+
+# HTTP status -> OpenAI's error ``type`` (their documented values).
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_denied_error",
+          404: "invalid_request_error", 409: "conflict_error", 413: "invalid_request_error",
+          422: "invalid_request_error", 429: "rate_limit_error"}
+
+
+class APIError(Exception):
+    """An error answered as ``{"error": {...}}`` with ``status`` (OpenAI's ``code`` strings:
+    ``model_not_found``, ``unsupported_parameter``, ``context_length_exceeded``...)."""
+
+    def __init__(self, status: int, message: str, *, code: str | None = None, param: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.code, self.param = status, message, code, param
+
+
+def error_body(status: int, message: str, *, code: str | None = None, param: str | None = None) -> dict[str, Any]:
+    """The body OpenAI's API (and vLLM's server) send with an error status."""
+    kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "code": code, "param": param}}
+
+
+def _location(loc: Iterable[Any]) -> str:
+    """``("body", "messages", 0, "role")`` -> ``messages[0].role`` (the ``param`` of the error)."""
+    text = ""
+    for part in loc:
+        if part == "body" and not text:
+            continue
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def install_error_handlers(app: Any) -> None:
+    """Answer every error of ``app`` in OpenAI's shape: :class:`APIError`, ``HTTPException``
+    (incl. 404/405 for unknown routes) and request validation (400 naming the field)."""
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException
+
+    async def api_error(_request: Any, exc: APIError) -> Any:
+        return JSONResponse(error_body(exc.status, exc.message, code=exc.code, param=exc.param),
+                            status_code=exc.status)
+
+    async def http_error(_request: Any, exc: HTTPException) -> Any:
+        message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        return JSONResponse(error_body(exc.status_code, message), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    async def invalid(_request: Any, exc: RequestValidationError) -> Any:
+        problems = exc.errors()
+        first = problems[0] if problems else {}
+        param = _location(first.get("loc", ()))
+        message = "; ".join(f"{_location(p.get('loc', ())) or 'body'}: {p.get('msg')}" for p in problems[:5])
+        return JSONResponse(error_body(400, f"invalid request: {message}", code="invalid_value",
+                                       param=param or None), status_code=400)
+
+    app.add_exception_handler(APIError, api_error)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, invalid)
+
+
+def refuse_unsupported(given: Mapping[str, Any], *, harmless: Iterable[str],
+                       neutral: Mapping[str, tuple[Any, ...]], supported: Iterable[str]) -> None:
+    """Raise a 400 :class:`APIError` for the first field of ``given`` (the body's fields that
+    the request model does not declare) that would change the answer if honoured.
+
+    ``harmless`` fields never change an answer (``user``, ``metadata``...) and are accepted;
+    a ``neutral`` field is accepted only with one of its no-op values (``frequency_penalty: 0``,
+    ``response_format: {"type": "text"}``); anything else is refused, naming ``supported``.
+    """
+    skip = set(harmless)
+    for name, value in given.items():
+        if name in skip or value is None:
+            continue
+        if name in neutral:
+            if value in neutral[name]:
+                continue
+            raise APIError(400, f"{name}={value!r} is not supported by this server (it would be ignored); "
+                                f"send {name}={neutral[name][0]!r} or leave it out", code="unsupported_value",
+                           param=name)
+        raise APIError(400, f"unsupported parameter {name!r}: this server does not implement it, so it is refused "
+                            f"rather than ignored; supported: {', '.join(sorted(supported))}",
+                       code="unsupported_parameter", param=name)
