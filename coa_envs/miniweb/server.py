@@ -116,10 +116,11 @@ class MiniWebServer:
 
 
 def start(seed: int = 0, *, site: Site | None = None, port: int = 0, slow_delay_s: float = 1.0,
-          huge_page_bytes: int = 1_200_000) -> MiniWebServer:
-    """Start serving the world of ``seed`` (or a given ``site``); the caller closes it."""
+          huge_page_bytes: int = 1_200_000, world: str = "small") -> MiniWebServer:
+    """Start serving the ``world``-sized world of ``seed`` (or a given ``site``); the caller
+    closes it."""
     if site is None:
-        site = build_site(make_world(seed), slow_delay_s=slow_delay_s,
+        site = build_site(make_world(seed, size=world), slow_delay_s=slow_delay_s,
                           huge_page_bytes=huge_page_bytes)
     return MiniWebServer(site, port=port)
 
@@ -139,16 +140,18 @@ _shared_lock = threading.Lock()
 
 
 def acquire_shared(seed: int = 0, *, slow_delay_s: float = 1.0,
-                   huge_page_bytes: int = 1_200_000, port: int = 0) -> MiniWebServer:
+                   huge_page_bytes: int = 1_200_000, port: int = 0,
+                   world: str = "small") -> MiniWebServer:
     """The process's server for these options, started on first use; pair with release.
 
     ``port=0`` lets the OS pick; a fixed port keeps URLs (and so record/replay cache keys)
     the same from one process to the next."""
-    key = (seed, slow_delay_s, huge_page_bytes, port)
+    key = (seed, slow_delay_s, huge_page_bytes, port, world)
     with _shared_lock:
         entry = _shared.get(key)
         if entry is None or entry[0].closed:
-            entry = [start(seed, slow_delay_s=slow_delay_s, huge_page_bytes=huge_page_bytes, port=port), 0]
+            entry = [start(seed, slow_delay_s=slow_delay_s, huge_page_bytes=huge_page_bytes,
+                           port=port, world=world), 0]
             _shared[key] = entry
         entry[1] += 1
         return entry[0]

@@ -18,21 +18,21 @@ from coa_envs.miniweb.site import JS_PAGE_PATH, SLOW_PAGE_PATH
 from coa_envs.miniweb.world import World
 from coa_envs.types import Task
 
-__all__ = ["KINDS", "build_tasks"]
+__all__ = ["KINDS", "answer_action", "build_tasks", "crawl_action", "search_action"]
 
 KINDS = ("profile", "founder", "head_joined", "project_budget", "report_pdf", "symposium_city",
          "slow_ledger", "js_buoy")
 
 
-def _search(thought: str, query: str) -> str:
+def search_action(thought: str, query: str) -> str:
     return f"<think>\n{thought}\n</think>\n<web_search>{query}</web_search>"
 
 
-def _crawl(thought: str, url: str, goal: str) -> str:
+def crawl_action(thought: str, url: str, goal: str) -> str:
     return f"<think>\n{thought}\n</think>\n<crawl_page>{url} | {goal}</crawl_page>"
 
 
-def _answer(reason: str, answer: str) -> str:
+def answer_action(reason: str, answer: str) -> str:
     return (f"<think>\n{reason}\n</think>\n<double_check>\nThe page states it directly, so the "
             f"answer is {answer}.\n</double_check>\n<answer>{answer}</answer>")
 
@@ -61,20 +61,20 @@ def build_tasks(world: World, base_url: str, *, include_js: bool = False) -> lis
         url = f"{base}/people/{person.slug}.html"
         add("profile", f"In which year did {person.name} join the {w.institute}?",
             str(person.joined), [
-                (_search(f"I need {person.name}'s staff profile.", f"{person.name} staff profile"),
+                (search_action(f"I need {person.name}'s staff profile.", f"{person.name} staff profile"),
                  url),
-                (_crawl("The profile page should say when they joined.", url, "year joined"),
+                (crawl_action("The profile page should say when they joined.", url, "year joined"),
                  f"in {person.joined}"),
-                (_answer(f"The profile says {person.name} joined in {person.joined}.",
+                (answer_action(f"The profile says {person.name} joined in {person.joined}.",
                          str(person.joined)), ""),
             ])
 
     about = f"{base}/about.html"
     add("founder", f"Who founded the {w.institute}?", w.founder, [
-        (_search("The institute's history page should name its founder.",
+        (search_action("The institute's history page should name its founder.",
                  f"history {w.short_name} founded"), about),
-        (_crawl("Read the about page.", about, "founder"), w.founder),
-        (_answer(f"The about page names {w.founder} as the founder.", w.founder), ""),
+        (crawl_action("Read the about page.", about, "founder"), w.founder),
+        (answer_action(f"The about page names {w.founder} as the founder.", w.founder), ""),
     ])
 
     for dept in rng.sample(list(w.departments), 2):
@@ -84,13 +84,13 @@ def build_tasks(world: World, base_url: str, *, include_js: bool = False) -> lis
         add("head_joined",
             f"In which year did the head of the {dept.name} department of the {w.institute} "
             f"join the institute?", str(head.joined), [
-                (_search("First find who heads the department.",
+                (search_action("First find who heads the department.",
                          f"{dept.name} department head staff projects"), dept_url),
-                (_crawl("The department page names its head.", dept_url, "head of department"),
+                (crawl_action("The department page names its head.", dept_url, "head of department"),
                  head.name),
-                (_crawl(f"{head.name} heads it; follow the link to the profile.", head_url,
+                (crawl_action(f"{head.name} heads it; follow the link to the profile.", head_url,
                         "year joined"), f"in {head.joined}"),
-                (_answer(f"{head.name} joined in {head.joined}.", str(head.joined)), ""),
+                (answer_action(f"{head.name} joined in {head.joined}.", str(head.joined)), ""),
             ])
 
     for dept in rng.sample(list(w.departments), 2):
@@ -100,13 +100,13 @@ def build_tasks(world: World, base_url: str, *, include_js: bool = False) -> lis
         add("project_budget",
             f"What was the approved budget, in euros, of {project.name} of the {w.institute}? "
             f"Answer with a number.", str(project.budget_eur), [
-                (_search(f"{project.name} belongs to the {dept.name} department; find its page.",
+                (search_action(f"{project.name} belongs to the {dept.name} department; find its page.",
                          f"{dept.name} department head staff projects"), dept_url),
-                (_crawl("The department page links to its projects.", dept_url, project.name),
+                (crawl_action("The department page links to its projects.", dept_url, project.name),
                  f"/projects/{project.slug}.html"),
-                (_crawl("Follow the link to the project page.", project_url, "approved budget"),
+                (crawl_action("Follow the link to the project page.", project_url, "approved budget"),
                  f"{project.budget_eur:,} euros"),
-                (_answer(f"The budget is {project.budget_eur:,} euros.", str(project.budget_eur)),
+                (answer_action(f"The budget is {project.budget_eur:,} euros.", str(project.budget_eur)),
                  ""),
             ])
 
@@ -117,12 +117,12 @@ def build_tasks(world: World, base_url: str, *, include_js: bool = False) -> lis
             f"According to its {report.year} annual report, how many visitors did the "
             f"{w.institute} welcome in {report.year}? Answer with a number.",
             str(report.visitors), [
-                (_search("The annual reports page should link the report.",
+                (search_action("The annual reports page should link the report.",
                          f"annual reports {w.short_name}"), reports_url),
-                (_crawl("Open the reports page to find the PDF link.", reports_url,
+                (crawl_action("Open the reports page to find the PDF link.", reports_url,
                         f"{report.year} report"), f"annual-report-{report.year}.pdf"),
-                (_crawl("Read the PDF report.", pdf_url, "visitors"), f"{report.visitors:,} visitors"),
-                (_answer(f"The report says {report.visitors:,} visitors.", str(report.visitors)), ""),
+                (crawl_action("Read the PDF report.", pdf_url, "visitors"), f"{report.visitors:,} visitors"),
+                (answer_action(f"The report says {report.visitors:,} visitors.", str(report.visitors)), ""),
             ])
 
     events_url = f"{base}/events/index.html"
@@ -131,22 +131,22 @@ def build_tasks(world: World, base_url: str, *, include_js: bool = False) -> lis
         add("symposium_city",
             f"In which town is the {symposium.year} Symposium of the {w.institute} held?",
             symposium.city, [
-                (_search("The events page should list the symposia.",
+                (search_action("The events page should list the symposia.",
                          f"{w.short_name} annual symposium events"), events_url),
-                (_crawl("Open the events page.", events_url, f"{symposium.year} symposium"),
+                (crawl_action("Open the events page.", events_url, f"{symposium.year} symposium"),
                  f"symposium-{symposium.year}.php"),
-                (_crawl("Follow the symposium link (it may redirect).", old_url, "location"),
+                (crawl_action("Follow the symposium link (it may redirect).", old_url, "location"),
                  symposium.city),
-                (_answer(f"It takes place in {symposium.city}.", symposium.city), ""),
+                (answer_action(f"It takes place in {symposium.city}.", symposium.city), ""),
             ])
 
     ledger_url = f"{base}{SLOW_PAGE_PATH}"
     add("slow_ledger", f"How many items does the equipment ledger of the {w.institute} list?",
         str(w.ledger_entries), [
-            (_search("Find the equipment ledger.", f"equipment ledger {w.short_name}"), ledger_url),
-            (_crawl("Read the ledger page (it is slow).", ledger_url, "number of items"),
+            (search_action("Find the equipment ledger.", f"equipment ledger {w.short_name}"), ledger_url),
+            (crawl_action("Read the ledger page (it is slow).", ledger_url, "number of items"),
              f"{w.ledger_entries} items"),
-            (_answer(f"The ledger lists {w.ledger_entries} items.", str(w.ledger_entries)), ""),
+            (answer_action(f"The ledger lists {w.ledger_entries} items.", str(w.ledger_entries)), ""),
         ])
 
     if include_js:
@@ -155,10 +155,10 @@ def build_tasks(world: World, base_url: str, *, include_js: bool = False) -> lis
         add("js_buoy",
             f"What maximum wave height, in metres, does the live buoy dashboard of the "
             f"{w.institute} report? Answer with a number.", height, [
-                (_search("Find the live buoy dashboard.", f"live buoy dashboard {w.short_name}"),
+                (search_action("Find the live buoy dashboard.", f"live buoy dashboard {w.short_name}"),
                  buoy_url),
-                (_crawl("The dashboard renders its reading with JavaScript.", buoy_url,
+                (crawl_action("The dashboard renders its reading with JavaScript.", buoy_url,
                         "wave height"), f"{height} metres"),
-                (_answer(f"The dashboard reports {height} metres.", height), ""),
+                (answer_action(f"The dashboard reports {height} metres.", height), ""),
             ], needs_js=True)
     return tasks

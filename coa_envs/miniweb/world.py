@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-__all__ = ["Department", "Person", "Project", "Symposium", "World", "YearReport", "make_world"]
+__all__ = ["SIZES", "Department", "Person", "Project", "Symposium", "World", "YearReport", "make_world"]
 
 _FIRST = ("Alvar", "Brenna", "Caius", "Delphine", "Emrys", "Fenna", "Goran", "Hedda", "Ilario",
           "Jorunn", "Kasimir", "Liesel", "Mattis", "Noor", "Osric", "Perpetua", "Quillon", "Rosalind",
@@ -30,6 +30,12 @@ _DEPARTMENTS = ("Ocean Acoustics", "Coastal Ecology", "Instrument Workshop", "Da
                 "Tidal Modelling", "Public Outreach", "Sediment Chemistry", "Ice Dynamics")
 _PROJECTS = ("Kestrel", "Lantern", "Driftwood", "Halcyon", "Meridian", "Saltglass", "Undertow",
              "Bellwether", "Cormorant", "Foxglove", "Quicksilver", "Tern")
+# Only a large world draws from these (appended after the pools above, so a small world's
+# draws, and so coa/MiniWeb-v0's facts, stay what they were).
+_MORE_DEPARTMENTS = ("Wave Energy", "Benthic Biology", "Remote Sensing", "Harbour Engineering")
+_MORE_PROJECTS = ("Albatross", "Brinewater", "Coracle", "Dunlin", "Ebbtide", "Fathom", "Gannet",
+                  "Hawser", "Isobar", "Jetsam", "Kittiwake", "Limpet", "Mooring", "Narwhal",
+                  "Osprey", "Petrel")
 _ROLES = ("research scientist", "senior engineer", "data curator", "field technician",
           "postdoctoral fellow", "laboratory manager")
 _PARTNERS = ("the Northmoor Maritime Trust", "the Ravelstone Geological Society",
@@ -116,8 +122,21 @@ def _slug(text: str) -> str:
     return "-".join("".join(ch if ch.isalnum() else " " for ch in text.lower()).split())
 
 
-def make_world(seed: int = 0, *, n_departments: int = 4, staff_per_department: int = 3) -> World:
-    """Draw a world; every name is unique inside it so questions have one answer."""
+SIZES: dict[str, tuple[int, int]] = {"small": (4, 3), "large": (12, 8)}
+"""World sizes by name: (departments, staff per department). ``small`` is coa/MiniWeb-v0's
+world (13 questions); ``large`` has 96 people and 24 projects, enough for the hundreds of
+questions of coa/MiniWebLarge-v0 (:mod:`coa_envs.miniweb.pool`)."""
+
+
+def make_world(seed: int = 0, *, size: str = "small") -> World:
+    """Draw a world of ``size`` (:data:`SIZES`); every name is unique inside it so questions
+    have one answer."""
+    if size not in SIZES:
+        raise ValueError(f"world size {size!r} is not valid; allowed: {sorted(SIZES)}")
+    n_departments, staff_per_department = SIZES[size]
+    departments_pool, projects_pool = _DEPARTMENTS, _PROJECTS
+    if size != "small":
+        departments_pool, projects_pool = _DEPARTMENTS + _MORE_DEPARTMENTS, _PROJECTS + _MORE_PROJECTS
     rng = random.Random(seed)
     family, field = rng.choice(_INSTITUTE_WORDS)
     institute = f"{family} Institute for {field}"
@@ -126,8 +145,8 @@ def make_world(seed: int = 0, *, n_departments: int = 4, staff_per_department: i
     names = rng.sample([f"{f} {last}" for f in _FIRST for last in _LAST],
                        n_departments * staff_per_department + 1)
     founder = names.pop()
-    dept_names = rng.sample(_DEPARTMENTS, n_departments)
-    project_names = rng.sample(_PROJECTS, n_departments * 2)
+    dept_names = rng.sample(departments_pool, n_departments)
+    project_names = rng.sample(projects_pool, n_departments * 2)
     people: list[Person] = []
     projects: list[Project] = []
     departments: list[Department] = []

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from coa_envs.miniweb.pool import build_pool_tasks, subject_heldout
 from coa_envs.miniweb.server import MiniWebServer, acquire_shared, release_shared
 from coa_envs.miniweb.tasks import KINDS, build_tasks
-from coa_envs.miniweb.world import make_world
-from coa_envs.tasks.split import POOL_NOTE, partition
+from coa_envs.miniweb.world import SIZES, make_world
+from coa_envs.tasks.split import POOL_NOTE, check_split, partition
 from coa_envs.tasks.web_common import select_tasks
 from coa_envs.types import Task
 
@@ -32,7 +33,7 @@ __all__ = ["SPLIT_NOTE", "MiniWebRuntime", "load_tasks", "make_kwargs", "open_ru
 SPLIT_NOTE = POOL_NOTE
 """What ``coa list`` says about this family's ``split`` option (:mod:`coa_envs.tasks.split`)."""
 
-_SERVER_OPTIONS = ("slow_delay_s", "huge_page_bytes", "port")
+_SERVER_OPTIONS = ("slow_delay_s", "huge_page_bytes", "port", "world")
 
 
 def load_tasks(
@@ -47,8 +48,13 @@ def load_tasks(
     huge_page_bytes: int = 1_200_000,
     port: int = 0,
     split: str = "all",
+    world: str = "small",
 ) -> list[Task]:
     """Tasks for the world of ``seed`` served at ``base_url``.
+
+    ``world``: ``small`` (coa/MiniWeb-v0: 13 questions, split by question) or ``large``
+    (coa/MiniWebLarge-v0: 372 questions of :data:`~coa_envs.miniweb.pool.POOL_KINDS`, split
+    by the entity they ask about, :mod:`coa_envs.miniweb.pool`).
 
     Without ``base_url`` (a direct call, outside an env) the process's shared server for
     ``seed`` is started and stays up until the process ends. ``include_js`` adds tasks that
@@ -64,9 +70,19 @@ def load_tasks(
         if unknown:
             raise ValueError(f"kinds={sorted(unknown)} are not valid; allowed: {list(KINDS)}")
     _check_port(port)
+    if world not in SIZES:
+        raise ValueError(f"world={world!r} is not valid; allowed: {sorted(SIZES)}")
+    if world != "small" and (include_js or kinds is not None):
+        raise ValueError("include_js and kinds choose among the small world's questions; the large "
+                         "world's pool has its own kinds (coa_envs.miniweb.pool.POOL_KINDS)")
     if base_url is None:
-        base_url = acquire_shared(seed, slow_delay_s=slow_delay_s,
-                                  huge_page_bytes=huge_page_bytes, port=port).base_url
+        base_url = acquire_shared(seed, slow_delay_s=slow_delay_s, huge_page_bytes=huge_page_bytes,
+                                  port=port, world=world).base_url
+    if world == "large":
+        check_split(split, "coa/MiniWebLarge-v0")
+        tasks = [t for t in build_pool_tasks(make_world(seed, size=world), base_url)
+                 if split == "all" or subject_heldout(t.metadata["subject"]) == (split == "test")]
+        return select_tasks(tasks, limit)
     tasks = build_tasks(make_world(seed), base_url, include_js=include_js)
     if kinds is not None:
         tasks = [t for t in tasks if t.metadata["kind"] in kinds]
