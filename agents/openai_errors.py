@@ -19,7 +19,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["APIError", "error_body", "install_error_handlers", "refuse_unsupported"]
+__all__ = ["HARMLESS_FIELDS", "NEUTRAL_FIELDS", "APIError", "error_body", "install_error_handlers",
+           "refuse_unsupported"]
+
+# Request fields that never change an answer: accepted and not acted on.
+HARMLESS_FIELDS: tuple[str, ...] = ("user", "metadata", "store", "service_tier", "safety_identifier",
+                                    "prompt_cache_key", "parallel_tool_calls", "request_id", "priority")
+# Fields accepted only with the value that means "off" (anything else would be ignored).
+NEUTRAL_FIELDS: dict[str, tuple[Any, ...]] = {
+    "frequency_penalty": (0, 0.0), "presence_penalty": (0, 0.0), "repetition_penalty": (1, 1.0),
+    "logit_bias": ({},), "response_format": ({"type": "text"},), "modalities": (["text"],),
+    "min_tokens": (0,), "min_p": (0, 0.0), "suffix": ("",), "skip_special_tokens": (True,),
+}
 
 # HTTP status -> OpenAI's error ``type`` (their documented values).
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_denied_error",

@@ -31,7 +31,6 @@ string might still be forming, so a streamed stop string never leaks).
 # No ``from __future__ import annotations``: FastAPI must see the request-body classes
 # defined inside create_app as real types, not as strings it cannot resolve.
 import asyncio
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -39,41 +38,28 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from agents.engines import Completion, Engine, GenerationRequest, SamplingParams
-from agents.openai_errors import APIError, error_body, install_error_handlers, refuse_unsupported
+from agents.openai_errors import (
+    HARMLESS_FIELDS,
+    NEUTRAL_FIELDS,
+    APIError,
+    error_body,
+    install_error_handlers,
+    refuse_unsupported,
+)
+from agents.openai_wire import (
+    SSE_DONE,
+    TextReleaser,
+    chat_logprobs,
+    finish_reason,
+    flat_message,
+    sse,
+    stop_list,
+    usage,
+    visible_text,
+)
 from agents.toolcalls import parse_reply, render_prompt, supports_tools, wire_message
 
 __all__ = ["create_app", "serve_in_thread"]
-
-
-def _stop_list(stop: Any) -> tuple[str, ...]:
-    if stop is None:
-        return ()
-    return (stop,) if isinstance(stop, str) else tuple(stop)
-
-
-def _visible(completion_text: str, stop: str | None, include_stop: bool) -> str:
-    """OpenAI semantics: the text ends before the stop string (or after it, if asked)."""
-    if stop is None:
-        return completion_text
-    at = completion_text.find(stop)
-    if at < 0:
-        return completion_text
-    return completion_text[: at + len(stop)] if include_stop else completion_text[:at]
-
-
-def _finish(completion: Completion) -> str:
-    return "length" if completion.finish_reason == "length" else "stop"
-
-
-# Request fields that never change an answer: accepted and not acted on.
-_HARMLESS = ("user", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key",
-             "parallel_tool_calls", "request_id", "priority")
-# Fields accepted only with the value that means "off" (anything else would be ignored).
-_NEUTRAL: dict[str, tuple[Any, ...]] = {
-    "frequency_penalty": (0, 0.0), "presence_penalty": (0, 0.0), "repetition_penalty": (1, 1.0),
-    "logit_bias": ({},), "response_format": ({"type": "text"},), "modalities": (["text"],),
-    "min_tokens": (0,), "min_p": (0, 0.0), "suffix": ("",), "skip_special_tokens": (True,),
-}
 
 
 def create_app(engine: Engine, tokenizer: Any, model_name: str, aliases: tuple[str, ...] = ()) -> Any:
@@ -137,8 +123,9 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, aliases: tuple[s
             raise APIError(404, f"The model `{body.model}` does not exist. This server serves "
                                 f"{', '.join(f'`{n}`' for n in served_names)} (GET /v1/models).",
                            code="model_not_found", param="model")
-        supported = set(declared.model_fields) | set(_HARMLESS)
-        refuse_unsupported(body.model_extra or {}, harmless=_HARMLESS, neutral=_NEUTRAL, supported=supported)
+        supported = set(declared.model_fields) | set(HARMLESS_FIELDS)
+        refuse_unsupported(body.model_extra or {}, harmless=HARMLESS_FIELDS, neutral=NEUTRAL_FIELDS,
+                           supported=supported)
         unknown = sorted(set(body.stream_options or {}) - {"include_usage"})
         if unknown:
             raise APIError(400, f"stream_options {unknown} are not supported; supported: include_usage",
@@ -159,7 +146,7 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, aliases: tuple[s
         try:
             return SamplingParams(max_new_tokens=limit, temperature=body.temperature,
                                   top_p=body.top_p, top_k=body.top_k,
-                                  stop=_stop_list(body.stop), seed=seed)
+                                  stop=stop_list(body.stop), seed=seed)
         except ValueError as exc:
             raise APIError(400, str(exc), code="invalid_value") from None
 
@@ -167,16 +154,6 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, aliases: tuple[s
         if isinstance(prompt, str):
             return tokenizer.encode(prompt, add_special_tokens=False)
         return list(prompt)
-
-    def flat(message: dict[str, Any]) -> dict[str, Any]:
-        """OpenAI content parts (``[{"type": "text", "text": …}]``) -> plain text."""
-        content = message.get("content")
-        if isinstance(content, list):
-            text = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-            message = {**message, "content": text}
-        elif content is None:
-            message = {**message, "content": ""}
-        return message
 
     def chat_prompt(body: ChatBody) -> tuple[str, list[int]]:
         tools = body.tools if body.tools and body.tool_choice != "none" else None
@@ -191,10 +168,10 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, aliases: tuple[s
                                code="unsupported_parameter", param="tools")
         try:
             if tools is not None:
-                text = render_prompt(tokenizer, [flat(m) for m in body.messages], tools)
+                text = render_prompt(tokenizer, [flat_message(m) for m in body.messages], tools)
             else:
                 text = tokenizer.apply_chat_template(
-                    [flat(m) for m in body.messages], tokenize=False,
+                    [flat_message(m) for m in body.messages], tokenize=False,
                     add_generation_prompt=body.add_generation_prompt and not body.continue_final_message,
                     continue_final_message=body.continue_final_message)
         except Exception as exc:
@@ -213,10 +190,8 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, aliases: tuple[s
                                param="messages")
             raise APIError(500, f"{completion.error_kind}: {completion.error}", code=str(completion.error_kind))
 
-    def usage(prompts: list[list[int]], completions: list[Completion]) -> dict[str, int]:
-        p = sum(len(x) for x in prompts)
-        c = sum(len(x.token_ids) for x in completions)
-        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+    def counts(prompts: list[list[int]], completions: list[Completion]) -> dict[str, int]:
+        return usage(sum(len(x) for x in prompts), sum(len(x.token_ids) for x in completions))
 
     def model_card(name: str) -> dict[str, Any]:
         return {"id": name, "object": "model", "created": int(time.time()), "owned_by": "coa"}
@@ -263,12 +238,12 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, aliases: tuple[s
         choices = []
         for index, completion in enumerate(done):
             check(completion)
-            text = _visible(completion.action_text, completion.stop_string,
-                            body.include_stop_str_in_output)
+            text = visible_text(completion.action_text, completion.stop_string,
+                                body.include_stop_str_in_output)
             if body.echo:
                 text = tokenizer.decode(prompts[index // body.n], skip_special_tokens=False) + text
             choice: dict[str, Any] = {"index": index, "text": text,
-                                      "finish_reason": _finish(completion),
+                                      "finish_reason": finish_reason(completion),
                                       "stop_reason": completion.stop_string, "logprobs": None}
             if body.logprobs is not None:
                 tokens = [token_str(t, body.return_tokens_as_token_ids)
@@ -289,7 +264,7 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, aliases: tuple[s
             choices.append(choice)
         return JSONResponse({"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
                              "created": int(time.time()), "model": model_name,
-                             "choices": choices, "usage": usage(prompts, done)})
+                             "choices": choices, "usage": counts(prompts, done)})
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatBody) -> Any:
@@ -309,10 +284,10 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, aliases: tuple[s
         choices = []
         for index, completion in enumerate(done):
             check(completion)
-            text = _visible(completion.action_text, completion.stop_string,
-                            body.include_stop_str_in_output)
+            text = visible_text(completion.action_text, completion.stop_string,
+                                body.include_stop_str_in_output)
             message: dict[str, Any] = {"role": "assistant", "content": text}
-            finish = _finish(completion)
+            finish = finish_reason(completion)
             if use_tools:  # read the calls the model wrote in its template's format
                 reply = wire_message(parse_reply(tokenizer, completion.text, prompt_text, body.tools))
                 message = reply
@@ -323,17 +298,15 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, aliases: tuple[s
                 "finish_reason": finish, "stop_reason": completion.stop_string,
                 "logprobs": None}
             if body.logprobs:
-                choice["logprobs"] = {"content": [
-                    {"token": token_str(t, body.return_tokens_as_token_ids), "logprob": lp,
-                     "bytes": list(tokenizer.decode([t]).encode()), "top_logprobs": []}
-                    for t, lp in zip(completion.token_ids, completion.logprobs, strict=True)]}
+                choice["logprobs"] = {"content": chat_logprobs(
+                    tokenizer, completion.token_ids, completion.logprobs, body.return_tokens_as_token_ids)}
             if body.return_token_ids:
                 choice["token_ids"] = list(completion.token_ids)
                 choice["prompt_token_ids"] = ids
             choices.append(choice)
         return JSONResponse({"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
                              "created": int(time.time()), "model": model_name,
-                             "choices": choices, "usage": usage([ids], done)})
+                             "choices": choices, "usage": counts([ids], done)})
 
     def streamed(ids: list[int], body: Any, kind: str, echo: str = "") -> Any:
         """The streamed answer; its parameters are checked first, while an error can still be a 400."""
@@ -355,8 +328,7 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, aliases: tuple[s
         job = asyncio.ensure_future(asyncio.to_thread(batcher.generate, [request], params))
         job.add_done_callback(lambda _: tokens.put_nowait(None))
         created, ident = int(time.time()), f"cmpl-{uuid.uuid4().hex}"
-        sent, generated = 0, []
-        hold = max((len(s) for s in params.stop), default=0) + len(eos_text)
+        releaser = TextReleaser(tokenizer, params.stop, eos_text)
 
         first = True
 
@@ -376,39 +348,28 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, aliases: tuple[s
                                        "choices": [choice]}
             if with_usage:  # OpenAI: null on every chunk but the final usage chunk
                 payload["usage"] = None
-            return f"data: {json.dumps(payload)}\n\n"
+            return sse(payload)
 
         if echo:
             yield chunk(echo, None)
 
         while (item := await tokens.get()) is not None:
-            generated.append(item[0])
-            text = tokenizer.decode(generated, skip_special_tokens=False)
-            # Hold back a tail that could still become a stop string or the eos, never send
-            # past a completed stop string, and never split a character.
-            safe = len(text) - hold
-            for stop in params.stop:
-                at = text.find(stop)
-                if at >= 0:
-                    safe = min(safe, at)
-            while safe > sent and text[safe - 1] == "\ufffd":
-                safe -= 1
-            if safe > sent:
-                yield chunk(text[sent:safe], None)
-                sent = safe
+            delta = releaser.push(item[0])
+            if delta:
+                yield chunk(delta, None)
         (completion,) = await job
         if not completion.ok:
             error = error_body(500, f"{completion.error_kind}: {completion.error}", code=str(completion.error_kind))
-            yield f"data: {json.dumps(error)}\n\n"
+            yield sse(error)
         else:
-            final = _visible(completion.action_text, completion.stop_string,
+            final = visible_text(completion.action_text, completion.stop_string,
                              body.include_stop_str_in_output)
-            yield chunk(final[sent:], _finish(completion), completion.stop_string)
+            yield chunk(releaser.rest(final), finish_reason(completion), completion.stop_string)
             if with_usage:
                 payload = {"id": ident, "object": kind, "created": created, "model": model_name,
-                           "choices": [], "usage": usage([ids], [completion])}
-                yield f"data: {json.dumps(payload)}\n\n"
-        yield "data: [DONE]\n\n"
+                           "choices": [], "usage": counts([ids], [completion])}
+                yield sse(payload)
+        yield SSE_DONE
 
     return app
 

@@ -64,13 +64,14 @@ def _template_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, 
 
 
 def render_prompt(tokenizer: Any, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
-                  *, add_generation_prompt: bool = True) -> str:
+                  *, add_generation_prompt: bool = True, continue_final_message: bool = False) -> str:
     """The chat template over ``messages`` with ``tools``; refuses a template without tool support."""
     if tools and not supports_tools(tokenizer):
         raise ToolTemplateError("the model's chat template does not render tools, so it cannot call functions; "
                                 "use an env with protocol: tags, or a model whose template supports tools")
     return tokenizer.apply_chat_template(_template_messages(messages), tools=list(tools) if tools else None,
-                                         tokenize=False, add_generation_prompt=add_generation_prompt)
+                                         tokenize=False, add_generation_prompt=add_generation_prompt,
+                                         continue_final_message=continue_final_message)
 
 
 def parse_reply(tokenizer: Any, text: str, prefix: str, tools: Sequence[Mapping[str, Any]] | None = None,

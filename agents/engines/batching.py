@@ -47,15 +47,18 @@ class BatchingEngine:
     def generate(
         self, requests: Sequence[GenerationRequest], params: SamplingParams
     ) -> list[Completion]:
+        futures = [self.submit(request, params) for request in requests]
+        return [f.result() for f in futures]
+
+    def submit(self, request: GenerationRequest, params: SamplingParams | None = None) -> Future[Completion]:
+        """Queue one request without waiting: the future resolves to its completion. An asyncio
+        server awaits ``asyncio.wrap_future(...)`` instead of parking a thread per request."""
         if self._closed:
             raise RuntimeError("BatchingEngine is closed")
-        futures: list[Future[Completion]] = []
-        for request in requests:
-            future: Future[Completion] = Future()
-            resolved = request if request.params else dataclasses.replace(request, params=params)
-            self._queue.put((resolved, future))
-            futures.append(future)
-        return [f.result() for f in futures]
+        future: Future[Completion] = Future()
+        resolved = request if request.params else dataclasses.replace(request, params=params or SamplingParams())
+        self._queue.put((resolved, future))
+        return future
 
     def _run(self) -> None:
         serve = getattr(self.engine, "serve", None)

@@ -1,0 +1,114 @@
+"""OpenAI's chat/completions wire format, shared by the servers that speak it.
+
+``coa serve`` (:mod:`agents.server`) and ``coa gateway`` (:mod:`agents.gateway`) answer the
+same clients (the ``openai`` package, smolagents, LangChain, plain ``httpx``), so the pieces
+of the format live here once: server-sent events ending in ``data: [DONE]``, ``usage``, chat
+``logprobs`` entries, stop-string semantics, OpenAI content parts, and :class:`TextReleaser`,
+which decides how much sampled text a stream may send without leaking a stop string or
+splitting a character. Errors are :mod:`agents.openai_errors`'. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["SSE_DONE", "TextReleaser", "chat_logprobs", "finish_reason", "flat_message", "sse", "stop_list", "usage",
+           "visible_text"]
+
+SSE_DONE = "data: [DONE]\n\n"
+
+
+def sse(payload: Mapping[str, Any]) -> str:
+    """One server-sent event carrying ``payload`` as JSON."""
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+def stop_list(stop: str | Sequence[str] | None) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    return (stop,) if isinstance(stop, str) else tuple(stop)
+
+
+def visible_text(completion_text: str, stop: str | None, include_stop: bool) -> str:
+    """OpenAI semantics: the text ends before the stop string (or after it, if asked)."""
+    if stop is None:
+        return completion_text
+    at = completion_text.find(stop)
+    if at < 0:
+        return completion_text
+    return completion_text[: at + len(stop)] if include_stop else completion_text[:at]
+
+
+def finish_reason(completion: Any) -> str:
+    """``length`` when the token limit ended the text, else ``stop`` (eos or a stop string)."""
+    return "length" if completion.finish_reason == "length" else "stop"
+
+
+def flat_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A message with OpenAI content parts (``[{"type": "text", "text": ...}]``) or ``None``
+    content turned into the plain text chat templates expect."""
+    content = message.get("content")
+    if isinstance(content, list):
+        text = "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+        return {**message, "content": text}
+    if content is None:
+        return {**message, "content": ""}
+    return dict(message)
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def chat_logprobs(tokenizer: Any, token_ids: Sequence[int], logprobs: Sequence[float],
+                  as_ids: bool = False) -> list[dict[str, Any]]:
+    """Chat ``logprobs.content`` entries: ``{token, logprob, bytes, top_logprobs}`` per token
+    (``token_id:N`` as the token with vLLM's ``return_tokens_as_token_ids``)."""
+    entries = []
+    for token, logprob in zip(token_ids, logprobs, strict=True):
+        text = tokenizer.decode([token])
+        entries.append({"token": f"token_id:{token}" if as_ids else text, "logprob": float(logprob),
+                        "bytes": list(text.encode()), "top_logprobs": []})
+    return entries
+
+
+class TextReleaser:
+    """How much of a growing completion a stream may send so far.
+
+    Held back: a tail that could still become a stop string or the eos text, anything from a
+    completed stop string on, anything from ``hold_from`` on (a tool-call opener, whose text
+    becomes ``tool_calls`` instead of content), and a half-decoded character.
+    """
+
+    def __init__(self, tokenizer: Any, stops: Sequence[str], eos_text: str = "",
+                 hold_from: str | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.stops = tuple(stops)
+        self.hold_from = hold_from
+        self.hold = max((len(s) for s in (*self.stops, hold_from or "")), default=0) + len(eos_text)
+        self.token_ids: list[int] = []
+        self.sent = 0
+        self.text = ""
+
+    def push(self, token: int) -> str:
+        """Take one sampled token; returns the text that may be sent now (may be empty)."""
+        self.token_ids.append(token)
+        self.text = self.tokenizer.decode(self.token_ids, skip_special_tokens=False)
+        safe = len(self.text) - self.hold
+        for marker in (*self.stops, *((self.hold_from,) if self.hold_from else ())):
+            at = self.text.find(marker)
+            if at >= 0:
+                safe = min(safe, at)
+        while safe > self.sent and self.text[safe - 1] == "\ufffd":
+            safe -= 1
+        if safe <= self.sent:
+            return ""
+        delta, self.sent = self.text[self.sent:safe], safe
+        return delta
+
+    def rest(self, final_text: str) -> str:
+        """What is left to send once the completion's visible text is known."""
+        return final_text[self.sent:] if len(final_text) > self.sent else ""
