@@ -75,12 +75,17 @@ def gae_advantages(
 
 
 def group_advantages(
-    rewards: torch.Tensor, group_ids: torch.Tensor, std_norm: bool = True, eps: float = 1e-6
+    rewards: torch.Tensor, group_ids: torch.Tensor, std_norm: bool = True, eps: float = 1e-6,
+    episode_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """GRPO: each episode's reward minus its group's mean (divided by the group's std).
 
-    ``rewards`` and ``group_ids`` are per episode (shape ``[batch]``); the result is per
-    episode and the caller broadcasts it over that episode's generated tokens.
+    ``rewards`` and ``group_ids`` are per row (shape ``[batch]``); the result is per row and
+    the caller broadcasts it over that row's generated tokens. A row is an episode, or with
+    ``episode_ids`` one token-exact segment of one: an episode split into three segments
+    would otherwise count three times in its group's mean and std, so the statistics are
+    taken over episodes (each episode's rows share its reward) and every row of an episode
+    gets the episode's advantage.
     """
     import torch
 
@@ -88,7 +93,11 @@ def group_advantages(
     for group in torch.unique(group_ids):
         members = group_ids == group
         scores = rewards[members]
-        centred = scores - scores.mean()
+        if episode_ids is not None:
+            episodes, row_episode = torch.unique(episode_ids[members], return_inverse=True)
+            scores = torch.zeros(len(episodes), dtype=rewards.dtype, device=rewards.device).scatter(
+                0, row_episode, scores)
+        centred = rewards[members] - scores.mean()
         if std_norm and scores.numel() > 1:
             centred = centred / (scores.std(unbiased=True) + eps)
         out[members] = centred

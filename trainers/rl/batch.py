@@ -33,6 +33,7 @@ class RLBatch:
     rewards: torch.Tensor  # [B] shaped episode rewards
     token_rewards: torch.Tensor  # [B, L-1] reward on the last generated token
     group_ids: torch.Tensor  # [B]
+    episode_ids: torch.Tensor | None = None  # [B] rows that are segments of one episode share an id
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None
     old_values: torch.Tensor | None = None
@@ -78,8 +79,13 @@ def collate(
     rewards: Sequence[float],
     group_ids: Sequence[int],
     pad_token_id: int = 0,
+    episode_ids: Sequence[int] | None = None,
 ) -> RLBatch:
-    """Pad episodes to one length; everything after the prompt keeps its engine token ids."""
+    """Pad episodes to one length; everything after the prompt keeps its engine token ids.
+
+    ``episode_ids`` marks rows that are token-exact segments of one episode (a gateway
+    session split where its prompts stopped extending each other): the group advantage
+    counts each episode once (:func:`trainers.rl.algorithms.group_advantages`)."""
     import torch
 
     if not trajectories:
@@ -116,4 +122,5 @@ def collate(
         rewards=torch.tensor([float(r) for r in rewards], dtype=torch.float32),
         token_rewards=token_rewards,
         group_ids=torch.tensor(list(group_ids), dtype=torch.long),
+        episode_ids=None if episode_ids is None else torch.tensor(list(episode_ids), dtype=torch.long),
     )

@@ -254,7 +254,8 @@ class Learner:
             if cfg.whiten_advantages:
                 adv = alg.masked_whiten(adv, mask)
         else:
-            per_episode = alg.group_advantages(batch.rewards, batch.group_ids, cfg.group_std_norm)
+            per_episode = alg.group_advantages(batch.rewards, batch.group_ids, cfg.group_std_norm,
+                                               episode_ids=batch.episode_ids)
             adv = per_episode[:, None].expand(-1, length) * mask
             returns = None
         stats.update({

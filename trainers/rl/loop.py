@@ -161,7 +161,9 @@ def collect_groups(config: RLConfig, samplers: list[Any], rollouts: Any, step: i
                 continue  # never trained on; counted in errors/* and below
             by_group.setdefault(int(trajectory.info["group_id"]), []).append(trajectory)
         sampled.extend(t for t in trajectories if t.prompt_ids)
-        complete = [g for g in by_group.values() if len(g) == group_size]
+        # A group is complete when every sample of it came back; one sample may be several
+        # token-exact segments (a gateway session whose template is not append-only).
+        complete = [g for g in by_group.values() if len({_episode_key(t) for t in g}) == group_size]
         incomplete += need - len(complete)
         # The env's reward, before the group terms are added: DAPO filters on accuracy, and a
         # group whose answers all scored the same carries no answer signal, whatever the
@@ -262,13 +264,21 @@ def evaluate(config: RLConfig, rollouts: Any, num_tasks: list[int]) -> dict[str,
     return metrics
 
 
+def _episode_key(trajectory: Trajectory) -> Any:
+    """What one episode's rows share: a gateway session's id (its token-exact segments are
+    several trajectories), else the trajectory itself."""
+    return (trajectory.info.get("gateway") or {}).get("session_id") or id(trajectory)
+
+
 def _train_on(config: RLConfig, learner: Any, groups: list[list[Trajectory]], pad_id: int
               ) -> dict[str, float]:
     algo = config.algorithm
     trajectories = [t for g in groups for t in g]
     rewards = [float(t.reward) for t in trajectories]  # shaped in collect_groups
     group_ids = [gi for gi, g in enumerate(groups) for _ in g]
-    batch = collate(trajectories, rewards, group_ids, pad_token_id=pad_id)
+    episodes = {key: n for n, key in enumerate(dict.fromkeys(_episode_key(t) for t in trajectories))}
+    episode_ids = [episodes[_episode_key(t)] for t in trajectories]
+    batch = collate(trajectories, rewards, group_ids, pad_token_id=pad_id, episode_ids=episode_ids)
     t0 = time.perf_counter()
     prepared, stats = learner.prepare(batch)
     stats.update(learner.update(prepared))

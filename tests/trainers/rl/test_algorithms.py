@@ -47,6 +47,21 @@ def test_group_advantages_centre_and_scale_per_group():
     assert torch.allclose(no_std[:4], first - 0.25)
 
 
+def test_an_episode_split_into_segments_counts_once_in_its_group():
+    """A gateway session whose template is not append-only is several rows (segments) of one
+    episode: the group statistics are over episodes, and every segment gets its episode's
+    advantage (3 segments of a reward-1 episode must not drag the mean to 0.75)."""
+    rewards = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 0.0])
+    groups = torch.tensor([0, 0, 0, 0, 0, 0])
+    episodes = torch.tensor([0, 0, 0, 1, 2, 3])  # 4 episodes: rewards 1, 0, 1, 0
+    adv = alg.group_advantages(rewards, groups, std_norm=True, episode_ids=episodes)
+    per_episode = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    expected = (per_episode - 0.5) / (per_episode.std() + 1e-6)
+    assert torch.allclose(adv, expected[episodes], atol=1e-5)
+    rows = alg.group_advantages(rewards, groups, std_norm=False)
+    assert not torch.allclose(rows, alg.group_advantages(rewards, groups, std_norm=False, episode_ids=episodes))
+
+
 def test_dynamic_sampling_drops_exactly_the_all_equal_groups():
     groups = [[1, 1, 1], [0, 1, 0], [0, 0, 0], [0.5, 0.5], [0.2, 0.2000001], []]
     assert alg.keep_informative_groups(groups) == [1, 4]

@@ -214,6 +214,49 @@ def test_dynamic_sampling_filters_on_the_task_reward_not_the_length_shaping(tmp_
     assert batch.stats["sampling/groups_filtered_all_equal"] == 1
 
 
+def test_a_sample_that_came_back_as_several_segments_completes_its_group(tmp_path):
+    """An external agent's session may be several token-exact segments (one sample, several
+    trajectories): the group is complete when every sample is back, and the segments of one
+    sample share its advantage in the update (episode_ids in the batch)."""
+    from agents.trajectory import Trajectory
+    from trainers.rl.batch import collate
+    from trainers.rl.loop import collect_groups
+
+    def segment(job, reward, number):
+        t = Trajectory(env_id="t", task_id=str(job.task_index), prompt_ids=[1, number], reward=reward,
+                       sample_index=job.sample_index,
+                       info={"group_id": job.group_id, "task_index": job.task_index,
+                             "gateway": {"session_id": f"s{job.group_id}-{job.sample_index}"}})
+        t.add_generated("x", [2, 3], [0.0, 0.0])
+        return t
+
+    class Rollouts:  # sample 0 of every group comes back as two segments
+        def run(self, jobs):
+            made = []
+            for job in jobs:
+                reward = float(job.sample_index == 0)
+                made += [segment(job, reward, n) for n in range(2 if job.sample_index == 0 else 1)]
+            return made, {}
+
+    class Tasks:
+        def next(self):
+            return 0
+
+        def state_dict(self):
+            return {}
+
+    cfg = _config(tmp_path, **{"algorithm": {"max_sampling_rounds": 0, "dynamic_sampling": True}})
+    batch = collect_groups(cfg, [Tasks()], Rollouts(), step=1)
+    assert len(batch.groups) == cfg.algorithm.prompts_per_step
+    group = batch.groups[0]
+    assert len(group) == cfg.algorithm.group_size + 1
+    assert batch.stats["sampling/groups_dropped_incomplete"] == 0
+    assert [t.sample_index for t in group].count(0) == 2
+    episodes = [t.sample_index for t in group]
+    tensors = collate(group, [t.reward for t in group], [0] * len(group), episode_ids=episodes)
+    assert tensors.episode_ids.tolist() == episodes
+
+
 @pytest.mark.parametrize("overlap", [True, False])
 def test_rollout_worker_runs_more_jobs_than_envs_in_order(tmp_path, overlap):
     """Jobs beyond episodes_in_flight wait for a free env, in both step modes; each
