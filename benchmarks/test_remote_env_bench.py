@@ -54,7 +54,7 @@ def test_remote_step_overhead_vs_in_process(workload):
             return f"<code>print({next(counter)})</code>"
 
     local = gym.make(ENV, **LONG)
-    with serve_process(ENV, *itertools.chain.from_iterable(("--set", f"{k}={v}") for k, v in LONG.items())) as (
+    with serve_process(ENV, *itertools.chain.from_iterable(("-e", f"{k}={v}") for k, v in LONG.items())) as (
             url, _process):
         remote = gym.make(REMOTE_ID, base_url=url, env_id=ENV, overrides=LONG)
         arms = {"in_process": local, "remote": remote}

@@ -30,6 +30,8 @@ from typing import Any
 
 import typer
 
+from coa_cli.options import ENV_OPTION, key_values
+
 __all__ = [
     "agent_factory",
     "build_policy",
@@ -150,12 +152,7 @@ def build_policy(*, engine: str, model: str, base_url: str | None, api_key: str 
 
 def env_options(given: list[str] | None) -> dict[str, Any]:
     """``--env-option KEY=VALUE`` flags as gym.make options (dotted keys nest, YAML values)."""
-    from trainers.common.config import parse_overrides
-
-    try:
-        return parse_overrides(list(given or []))
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--env-option") from None
+    return key_values(given, "--env-option")
 
 
 def env_factory(env_id: str, make_kwargs: dict[str, Any], env_url: str | None = None) -> Callable[[], Any]:
@@ -273,10 +270,6 @@ ENGINE = typer.Option("hf", help="hf | vllm | openai")
 BASE_URL = typer.Option(None, help="openai engine: endpoint, e.g. http://127.0.0.1:8000/v1")
 API_KEY = typer.Option(None, help="openai engine: key (default $OPENAI_API_KEY).")
 API_MODE = typer.Option("completions", help="openai engine: completions | chat")
-ENV_OPTION = typer.Option(
-    None, "--env-option", "-e", help="gym.make option KEY=VALUE (dotted keys reach into mappings, "
-    "values read as YAML), e.g. -e task_options.difficulty=easy -e tools.wiki_search.top_k=1 "
-    "-e 'system_prompt=\"Search, then answer.\"'. Repeatable.")
 SERVER_EXTENSIONS = typer.Option(
     True, "--server-extensions/--hosted-api",
     help="openai engine: send vLLM's request extensions (sampled token ids, the matched stop "

@@ -22,7 +22,8 @@ app = typer.Typer(no_args_is_help=True, help="Model Context Protocol: serve coa 
 def serve_command(
     tools: str | None = typer.Option(None, help="Comma-separated tools (default: all, or the --env's)."),
     env: str | None = typer.Option(None, help="Serve this registered env's tools with its configuration."),
-    tool_config: list[str] = typer.Option([], help="TOOL=YAML mapping, e.g. 'code={backend: subprocess}' "
+    tool_config: list[str] = typer.Option([], help="TOOL=YAML mapping or TOOL.KEY=VALUE, e.g. "
+                                                   "'code={backend: subprocess}' or code.backend=subprocess "
                                                    "(repeatable)."),
     files_root: str | None = typer.Option(None, help="Directory whose files visual_inspector (the file reader) "
                                                      "may open."),
@@ -35,13 +36,13 @@ def serve_command(
                                                 "$COA_MCP_TOKEN)."),
 ) -> None:
     """Serve coa tools over MCP (stdio by default)."""
-    from coa_cli.serve_env import parse_overrides
+    from coa_cli.options import key_values
     from coa_envs.mcp.server import DEFAULT_TOOLS, ToolHost, create_server
 
     if transport not in ("stdio", "http"):
         raise typer.BadParameter(f"{transport!r}; use stdio or http", param_hint="--transport")
     names = [t.strip() for t in tools.split(",") if t.strip()] if tools else None
-    configs = parse_overrides(tool_config, "--tool-config")
+    configs = key_values(tool_config, "--tool-config")
     try:
         if env is not None:
             import coa_envs  # noqa: F401  (registers the ids)

@@ -1,7 +1,9 @@
 """``coa serve-env``: serve registered env ids over HTTP and WebSocket (see :mod:`coa_envs.service`).
 
-``coa serve-env coa/MATH500-v0 coa/NQ-v0 --port 8100 --set max_turns=4`` builds each id once
-(a bad ``--set`` fails here, not in a client), then serves sessions until interrupted.
+``coa serve-env coa/MATH500-v0 coa/NQ-v0 --port 8100 -e max_turns=4`` builds each id once
+(a bad ``--env-option`` fails here, not in a client), then serves sessions until interrupted.
+``-e`` is the ``KEY=VALUE`` syntax of ``coa eval`` (:mod:`coa_cli.options`); the old ``--set``
+still works for one release, with a message saying where it moved.
 Binds to 127.0.0.1 unless told otherwise; give ``--token`` (or ``$COA_ENV_TOKEN``) before
 binding anything else. ``--port 0`` picks a free port and prints it.
 """
@@ -12,31 +14,19 @@ import os
 
 import typer
 
-__all__ = ["parse_overrides", "serve_env_command"]
+from coa_cli.options import key_values
 
-
-def parse_overrides(pairs: list[str], option: str = "--set") -> dict[str, object]:
-    """``KEY=VALUE`` pairs, each VALUE read as YAML (``max_turns=4``, ``tools={code: {backend: subprocess}}``)."""
-    import yaml
-
-    overrides: dict[str, object] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise typer.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint=option)
-        try:
-            overrides[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            raise typer.BadParameter(f"{pair!r}: the value is not YAML ({exc})", param_hint=option) from None
-    return overrides
+__all__ = ["serve_env_command"]
 
 
 def serve_env_command(
     env_ids: list[str] = typer.Argument(..., help="Registered ids to serve (`coa list`)."),
     host: str = typer.Option("127.0.0.1", help="Interface to bind."),
     port: int = typer.Option(8100, help="Port (0 = any free port, printed)."),
-    set_: list[str] = typer.Option([], "--set", help="gym.make override for every served id, KEY=YAML "
-                                                     "(repeatable), e.g. --set max_turns=4"),
+    env_option: list[str] = typer.Option(
+        [], "--env-option", "-e", help="gym.make option for every served id, KEY=VALUE (dotted keys reach into "
+        "mappings, values read as YAML; repeatable), e.g. -e max_turns=4 -e tools.code.backend=subprocess"),
+    set_: list[str] = typer.Option([], "--set", hidden=True, help="Moved to --env-option (-e)."),
     allow_override: list[str] = typer.Option([], help="Extra gym.make keys clients may set (repeatable); "
                                                       "by default only episode-shaping ones."),
     max_sessions: int = typer.Option(256, help="Concurrent sessions; more are refused with 429."),
@@ -55,17 +45,21 @@ def serve_env_command(
     from coa_envs.service.sessions import DEFAULT_CLIENT_OVERRIDES, SessionManager
     from coa_envs.service.wire import ServiceError
 
+    if set_:
+        typer.echo("coa serve-env: --set moved to --env-option (-e), the syntax of coa eval (dotted keys reach "
+                   "into mappings); --set is accepted until the next release", err=True)
+    overrides = key_values([*set_, *env_option], "--env-option")
     token = token or os.environ.get("COA_ENV_TOKEN") or None
     if max_request_bytes < 1024:
         raise typer.BadParameter("must be at least 1024", param_hint="--max-request-bytes")
     try:
-        manager = SessionManager(env_ids, overrides=parse_overrides(set_),
+        manager = SessionManager(env_ids, overrides=overrides,
                                  client_overrides=DEFAULT_CLIENT_OVERRIDES | set(allow_override),
                                  max_sessions=max_sessions, idle_timeout_s=idle_timeout,
                                  step_threads=step_threads, expose_answers=expose_answers)
         manager.check()
     except ServiceError as exc:
-        raise typer.BadParameter(exc.message, param_hint="ENV_IDS/--set") from None
+        raise typer.BadParameter(exc.message, param_hint="ENV_IDS/--env-option") from None
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     if host not in ("127.0.0.1", "localhost", "::1") and token is None:

@@ -13,12 +13,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pkgutil
-import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Literal
+
+from coa_envs.configkit import describe_type, fits_type
+from coa_envs.configkit import merge_mappings as deep_merge
 
 __all__ = ["OVERRIDE_KEYS", "REGISTRY_KEYS", "TASK_OVERRIDES", "EnvConfig", "build_config", "deep_merge",
            "describe_options"]
@@ -112,42 +114,9 @@ def _families() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(coa_envs.tasks.__path__))
 
 
-def _describe_type(hint: Any, minimum: int | None) -> str:
-    """The allowed values of a type in words (the second half of every error message)."""
-    args = typing.get_args(hint)
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return " or ".join(_describe_type(a, minimum) for a in args)
-    if typing.get_origin(hint) is Literal:
-        return " or ".join(map(repr, args))
-    if hint is type(None):
-        return "None"
-    if hint is bool:
-        return "true or false"
-    if hint is int:
-        return "a positive integer" if minimum == 1 else "an integer" if minimum is None else f"an integer >= {minimum}"
-    if typing.get_origin(hint) in (Mapping, dict):
-        return "a mapping"
-    return "a string" if hint is str else f"a {getattr(hint, '__name__', hint)}"
-
-
-def _fits(value: Any, hint: Any, minimum: int | None) -> bool:
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(_fits(value, a, minimum) for a in typing.get_args(hint))
-    if origin is Literal:
-        return value in typing.get_args(hint)
-    if hint is type(None):
-        return value is None
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool) and (minimum is None or value >= minimum)
-    if origin in (Mapping, dict):
-        return isinstance(value, Mapping)
-    return isinstance(value, hint)
-
-
 def _check_value(key: str, value: Any, hint: Any, minimum: int | None) -> None:
-    if not _fits(value, hint, minimum):
-        raise ValueError(f"{key}={value!r} is not valid; allowed: {_describe_type(hint, minimum)}")
+    if not fits_type(value, hint, minimum):
+        raise ValueError(f"{key}={value!r} is not valid; allowed: {describe_type(hint, minimum)}")
 
 
 # gym.make shortcuts that are not fields: they edit the ``tasks`` loader options.
@@ -170,22 +139,11 @@ def describe_options() -> list[dict[str, Any]]:
         default = spec.default if spec.default is not dataclasses.MISSING else (
             spec.default_factory() if spec.default_factory is not dataclasses.MISSING else "(required)")
         where = [name for name in ("registry", "override") if spec.metadata[name]]
-        rows.append({"key": _key(spec), "allowed": _describe_type(_hints()[spec.name], spec.metadata["minimum"]),
+        rows.append({"key": _key(spec), "allowed": describe_type(_hints()[spec.name], spec.metadata["minimum"]),
                      "default": default, "doc": spec.metadata["doc"], "set_in": where})
     rows += [{"key": key, "allowed": "see doc", "default": None, "doc": doc, "set_in": ["override"]}
              for key, doc in TASK_OVERRIDES.items()]
     return rows
-
-
-def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    """``extra`` over ``base``, merging nested mappings (how overrides meet registry values)."""
-    merged = copy.deepcopy(dict(base))
-    for key, value in extra.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
 
 
 def _reward_override(registered: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coa_envs.configkit import ConfigError, build_section, check_fields, load_mapping
 from coa_envs.protocol import TOOL_TAGS
 
 __all__ = [
@@ -42,7 +44,7 @@ __all__ = [
 ]
 
 
-class SystemConfigError(ValueError):
+class SystemConfigError(ConfigError):
     """A system YAML that cannot run; the message says what to change."""
 
 
@@ -70,6 +72,7 @@ class EndpointConfig:
     tools (``coa serve`` refuses ``tools`` for those, e.g. SmolLM2)."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         if not self.base_url or not self.model:
             raise SystemConfigError("an endpoint needs base_url and model (set them under `endpoint:` "
                                     "for every agent, or under the agent's own `endpoint:`)")
@@ -95,6 +98,9 @@ class ManagerConfig:
     instructions: str = ""
     """Extra instructions appended to the framework's manager prompt."""
 
+    def __post_init__(self) -> None:
+        check_fields(self, "manager.")
+
 
 @dataclass(frozen=True, slots=True)
 class ToolAgentConfig:
@@ -108,6 +114,9 @@ class ToolAgentConfig:
     max_steps: int = 4
     instructions: str = ""
 
+    def __post_init__(self) -> None:
+        check_fields(self, f"{self.name}.")
+
 
 @dataclass(frozen=True, slots=True)
 class RoleAgentConfig:
@@ -117,6 +126,9 @@ class RoleAgentConfig:
     enabled: bool = True
     instructions: str = ""
     """Replaces the built-in role prompt when set."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +167,7 @@ class TeacherSystemConfig:
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
+        check_fields(self)
         names = [agent.name for agent in self.tool_agents]
         if len(set(names)) != len(names) or "manager" in names:
             raise SystemConfigError(f"tool agent names must be unique and not 'manager': {names}")
@@ -187,61 +200,51 @@ class TeacherSystemConfig:
         return members
 
 
-def _known(section: str, data: dict[str, Any], cls: type) -> None:
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise SystemConfigError(f"{section}: unknown keys {unknown}; known keys: {sorted(names)}")
-
-
-def _endpoint(section: str, default: dict[str, Any], own: Any) -> EndpointConfig:
-    if own is not None and not isinstance(own, dict):
+def _endpoint(section: str, default: Mapping[str, Any], own: Any) -> EndpointConfig:
+    """The system's default endpoint with the agent's own keys on top, built now (resolved at
+    load time: nothing is left for later to decide)."""
+    if own is not None and not isinstance(own, Mapping):
         raise SystemConfigError(f"{section}.endpoint must be a mapping")
-    merged = {**default, **(own or {})}
-    _known(f"{section}.endpoint", merged, EndpointConfig)
     try:
-        return EndpointConfig(**merged)
-    except SystemConfigError as error:
+        return build_section(EndpointConfig, {**default, **(own or {})}, prefix=f"{section}.endpoint.")
+    except ConfigError as error:
         raise SystemConfigError(f"{section}: {error}") from None
 
 
-def _section(name: str, data: dict[str, Any], cls: type, default_endpoint: dict[str, Any]) -> Any:
-    if not isinstance(data, dict):
-        raise SystemConfigError(f"{name} must be a mapping")
-    values = dict(data)
-    values["endpoint"] = _endpoint(name, default_endpoint, data.get("endpoint"))
-    _known(name, values, cls)
-    return cls(**values)
+def _agent(section: str, data: Any, default: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(data, Mapping):
+        raise SystemConfigError(f"{section} must be a mapping")
+    return {**data, "endpoint": _endpoint(section, default, data.get("endpoint"))}
 
 
-def system_from_dict(data: dict[str, Any], source: str = "") -> TeacherSystemConfig:
+def _member(index: int, raw: Any, default: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(raw, Mapping) or "name" not in raw or not raw.get("tools"):
+        raise SystemConfigError(f"tool_agents[{index}] needs a name and a list of tools")
+    member = {**raw, "tools": tuple(raw["tools"])}
+    member.setdefault("description", _DEFAULT_DESCRIPTIONS.get(raw["name"], f"acts with {', '.join(raw['tools'])}"))
+    return _agent(f"tool_agents[{index}]", member, default)
+
+
+def system_from_dict(data: Mapping[str, Any], source: str = "") -> TeacherSystemConfig:
     """Build and validate a system from a parsed YAML mapping (see the module docstring)."""
-    if not isinstance(data, dict):
+    if not isinstance(data, Mapping):
         raise SystemConfigError("the system file must hold a mapping")
-    allowed = {"name", "endpoint", "manager", "tool_agents", "reflector", "verifier", "step_timeout_s"}
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise SystemConfigError(f"unknown top-level keys {unknown}; known keys: {sorted(allowed)}")
-    default = data.get("endpoint") or {}
-    if not isinstance(default, dict):
+    values = dict(data)
+    default = values.pop("endpoint", None) or {}
+    if not isinstance(default, Mapping):
         raise SystemConfigError("endpoint must be a mapping")
-    members = []
-    for index, raw in enumerate(data.get("tool_agents") or DEFAULT_TOOL_AGENTS):
-        if not isinstance(raw, dict) or "name" not in raw or not raw.get("tools"):
-            raise SystemConfigError(f"tool_agents[{index}] needs a name and a list of tools")
-        raw = dict(raw)
-        raw["tools"] = tuple(raw["tools"])
-        raw.setdefault("description", _DEFAULT_DESCRIPTIONS.get(raw["name"], f"acts with {', '.join(raw['tools'])}"))
-        members.append(_section(f"tool_agents[{index}]", raw, ToolAgentConfig, default))
-    return TeacherSystemConfig(
-        name=str(data.get("name") or Path(source).stem or "teacher"),
-        manager=_section("manager", data.get("manager") or {}, ManagerConfig, default),
-        tool_agents=tuple(members),
-        reflector=_section("reflector", data.get("reflector") or {}, RoleAgentConfig, default),
-        verifier=_section("verifier", data.get("verifier") or {}, VerifierConfig, default),
-        step_timeout_s=float(data.get("step_timeout_s", 900.0)),
-        source=source,
-    )
+    values["source"] = source
+    values["name"] = str(values.get("name") or Path(source).stem or "teacher")
+    for role in ("manager", "reflector", "verifier"):
+        values[role] = _agent(role, values.get(role) or {}, default)
+    values["tool_agents"] = tuple(_member(index, raw, default)
+                                  for index, raw in enumerate(values.get("tool_agents") or DEFAULT_TOOL_AGENTS))
+    try:
+        return build_section(TeacherSystemConfig, values)
+    except SystemConfigError:
+        raise
+    except ConfigError as error:
+        raise SystemConfigError(str(error)) from None
 
 
 def load_system(path: str | os.PathLike[str], **endpoint_overrides: Any) -> TeacherSystemConfig:
@@ -253,9 +256,11 @@ def load_system(path: str | os.PathLike[str], **endpoint_overrides: Any) -> Teac
     if not file.is_file():
         raise FileNotFoundError(f"teacher system file not found: {file}")
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+        data = load_mapping(file)
     except yaml.YAMLError as error:
         raise SystemConfigError(f"{file}: not valid YAML: {error}") from None
-    if endpoint_overrides and isinstance(data, dict):
+    except ConfigError as error:
+        raise SystemConfigError(str(error)) from None
+    if endpoint_overrides:
         data = {**data, "endpoint": {**(data.get("endpoint") or {}), **endpoint_overrides}}
     return system_from_dict(data, source=str(file))

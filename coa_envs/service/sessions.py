@@ -6,7 +6,7 @@ its own session), serialises the calls of one session, expires idle sessions and
 small pool of closed sessions' envs per configuration so that clients which open a session
 per episode do not pay for building an env each time (envs are fully reset on ``reset``).
 
-Overrides: the operator's (``coa serve-env --set``) apply to every session; a client may add
+Overrides: the operator's (``coa serve-env -e``) apply to every session; a client may add
 only the keys in ``client_overrides`` (default: episode-shaping settings that read no server
 files and start nothing), and under ``task_options`` only ``split`` and ``limit``.
 Transport (HTTP, WebSocket) lives in :mod:`coa_envs.service.app`; this module knows none.
@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from coa_envs.config import deep_merge
+from coa_envs.configkit import merge_mappings as deep_merge
 from coa_envs.service.wire import ErrorCode, ServiceError, jsonable
 
 __all__ = ["DEFAULT_CLIENT_OVERRIDES", "Session", "SessionManager"]
@@ -189,7 +189,7 @@ class SessionManager:
                                f"{env_id} could not be built: {type(exc).__name__}: {exc}") from None
 
     def check(self) -> None:
-        """Build every served env once (at startup), so a bad ``--set`` fails before serving."""
+        """Build every served env once (at startup), so a bad ``--env-option`` fails before serving."""
         for env_id in self.env_ids:
             env = self._build(env_id, self.overrides)
             self._release(_pool_key(env_id, self.overrides), env)

@@ -45,14 +45,16 @@ def test_default_members_and_per_agent_overrides():
 @pytest.mark.parametrize(("change", "message"), [
     ({"endpoint": {"model": "m"}}, "base_url and model"),
     ({"endpoint": {"base_url": "ftp://x", "model": "m"}}, "http:// or https://"),
-    ({"managr": {}}, "unknown top-level keys"),
-    ({"manager": {"max_step": 3}}, "manager: unknown keys"),
+    ({"managr": {}}, "unknown key 'managr' in the config"),
+    ({"manager": {"max_step": 3}}, "unknown key 'manager.max_step' in section 'manager'"),
     ({"tool_agents": [{"name": "a", "tools": ["wiki_search"]}, {"name": "b", "tools": ["wiki_search"]}]},
      "given to both a and b"),
     ({"tool_agents": [{"name": "a", "tools": ["browse"]}]}, "unknown tool 'browse'"),
     ({"tool_agents": [{"name": "a-b", "tools": ["code"]}]}, "identifier"),
     ({"tool_agents": [{"name": "a"}]}, "needs a name and a list of tools"),
     ({"manager": {"planning_interval": -1}}, "planning_interval"),
+    ({"manager": {"max_steps": "three"}}, "manager.max_steps='three': must be an integer"),
+    ({"verifier": {"endpoint": {"temperature": "hot"}}}, "verifier: temperature='hot': must be a number"),
 ])
 def test_mistakes_in_a_system_file_say_what_to_change(change, message):
     data = {"endpoint": {"base_url": "http://h/v1", "model": "m"}, **change}
