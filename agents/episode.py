@@ -91,9 +91,12 @@ class EpisodeRecorder:
         return recorder.finish()
 
     # -- segments -------------------------------------------------------------------------
-    def generated(self, text: str, token_ids: Iterable[int] = (), logprobs: Iterable[float] = ()) -> None:
-        """One model turn, with its sampled token ids and logprobs when the engine gave them."""
-        self.trajectory.add_generated(text if isinstance(text, str) else "", token_ids, logprobs)
+    def generated(self, text: str, token_ids: Iterable[int] = (), logprobs: Iterable[float] = (),
+                  versions: Iterable[int] = ()) -> None:
+        """One model turn, with its sampled token ids and logprobs when the engine gave them
+        (and, in RL, the policy version of each token)."""
+        self.trajectory.add_generated(text if isinstance(text, str) else "", token_ids, logprobs,
+                                      versions)
 
     def observation(self, text: str, token_ids: Iterable[int] = ()) -> None:
         """Env text the model sees next (nothing for the empty observation of an answer)."""

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CATALOGUE", "CatalogueModel", "ModelNotInstalledError", "cache_root", "is_installed",
-           "resolve_model"]
+__all__ = ["CATALOGUE", "CatalogueModel", "ModelNotInstalledError", "adapter_base", "cache_root",
+           "is_installed", "load_causal_lm", "resolve_model"]
 
 _MARKER = "coa_model.json"  # written last into a converted directory: what it was made from
 _FORMAT = 2  # bumped when the conversion changes; older directories are converted again
@@ -136,6 +136,42 @@ def resolve_model(name_or_path: str, cache_dir: str | Path | None = None) -> str
         if not _converted(final):  # another process may have finished meanwhile
             _convert(entry, gguf_file, final)
     return str(final)
+
+
+def adapter_base(name_or_path: str) -> str | None:
+    """For a peft LoRA adapter directory (``adapter_config.json``, what a LoRA RL or SFT run
+    saves), the base model it adapts, resolved like any model name (a catalogue name, a hub
+    id, or a directory; a relative directory is looked up beside the adapter first); None
+    for anything else."""
+    config_file = Path(name_or_path) / "adapter_config.json"
+    if not config_file.is_file():
+        return None
+    base = json.loads(config_file.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    if not base:
+        raise ValueError(f"{config_file}: no base_model_name_or_path; the adapter cannot be "
+                         "loaded without its base model")
+    beside = Path(name_or_path) / base
+    return str(beside) if not Path(base).is_absolute() and beside.exists() else resolve_model(base)
+
+
+def load_causal_lm(name_or_path: str, dtype: Any = "auto", **kwargs: Any) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` for a catalogue name, hub id or directory; a LoRA adapter
+    directory loads its base and merges the adapter in (inference runs at the plain model's
+    speed). The tokenizer comes from the adapter directory when it holds one, else the
+    base's. ``kwargs`` go to ``from_pretrained`` (``attn_implementation``...)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = adapter_base(name_or_path)
+    source = base or resolve_model(name_or_path)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+    tokenizer_source = source
+    if base is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, name_or_path).merge_and_unload()
+        if (Path(name_or_path) / "tokenizer_config.json").exists():
+            tokenizer_source = name_or_path
+    return model, AutoTokenizer.from_pretrained(tokenizer_source)
 
 
 def _converted(directory: Path) -> bool:

@@ -121,12 +121,19 @@ _LEGACY_STATUS = {
 
 @dataclass(slots=True)
 class Segment:
-    """One contiguous span: what the model generated in a turn, or one observation."""
+    """One contiguous span: what the model generated in a turn, or one observation.
+
+    ``versions`` (RL) is the policy version that sampled each token, aligned with
+    ``token_ids``: an asynchronous rollout whose turn was interrupted by a weight update
+    resumes under the new weights, so one turn may hold tokens of two versions, each with
+    the logprob of the version that produced it. Empty when nobody recorded versions.
+    """
 
     kind: SegmentKind
     text: str
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
 
     @property
     def trainable(self) -> bool:
@@ -159,9 +166,11 @@ class Trajectory:
 
     # -- building -------------------------------------------------------------------
     def add_generated(
-        self, text: str, token_ids: Iterable[int] = (), logprobs: Iterable[float] = ()
+        self, text: str, token_ids: Iterable[int] = (), logprobs: Iterable[float] = (),
+        versions: Iterable[int] = (),
     ) -> None:
-        self.segments.append(Segment("generated", text, list(token_ids), list(logprobs)))
+        self.segments.append(Segment("generated", text, list(token_ids), list(logprobs),
+                                     list(versions)))
 
     def add_observation(self, text: str, token_ids: Iterable[int] = ()) -> None:
         self.segments.append(Segment("observation", text, list(token_ids)))
@@ -202,6 +211,17 @@ class Trajectory:
                 out.extend(seg.logprobs)
             else:
                 out.extend([0.0] * len(seg.token_ids))
+        return out
+
+    def sampled_versions(self) -> list[int]:
+        """Policy version of each token of :meth:`response_ids` (-1 on observations and on
+        generated tokens whose version was not recorded)."""
+        out: list[int] = []
+        for seg in self.segments:
+            if seg.trainable and len(seg.versions) == len(seg.token_ids):
+                out.extend(seg.versions)
+            else:
+                out.extend([-1] * len(seg.token_ids))
         return out
 
     # -- serialisation ---------------------------------------------------------------

@@ -75,22 +75,19 @@ class HFEngine:
         min_shared_prefix: int = 32,
     ):
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from agents.engines.kv_cache import PrefixCache, supports_kv_reuse
 
         self.torch = torch
-        if isinstance(model, str):
-            from agents.models import resolve_model
+        if isinstance(model, str):  # a catalogue name, hub id, directory or LoRA adapter
+            from agents.models import load_causal_lm
 
-            model = resolve_model(model)
             torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
-            kwargs: dict[str, Any] = {"dtype": torch_dtype}
+            kwargs: dict[str, Any] = {}
             if attn_implementation:
                 kwargs["attn_implementation"] = attn_implementation
-            if tokenizer is None:
-                tokenizer = AutoTokenizer.from_pretrained(model)
-            model = AutoModelForCausalLM.from_pretrained(model, **kwargs)
+            model, own_tokenizer = load_causal_lm(model, dtype=torch_dtype, **kwargs)
+            tokenizer = tokenizer if tokenizer is not None else own_tokenizer
         elif dtype != "auto":
             model = model.to(getattr(torch, dtype))
         if tokenizer is None:
@@ -186,6 +183,21 @@ class HFEngine:
         """An episode whose context was ``token_ids`` is over: drop the keys/values stored
         for it. Returns how many entries were dropped. Safe from any thread."""
         return self.prefix_cache.release(list(token_ids))
+
+    def load_lora(self, weights: Any) -> None:
+        """New LoRA adapter weights (:class:`agents.engines.lora.LoraWeights`, what an RL
+        learner training adapters syncs): injected into the model on the first call, copied
+        in afterwards, between decode steps. Stored keys/values are dropped (the weights
+        changed)."""
+        from agents.engines.lora import load_into_model
+
+        with self._lock:
+            load_into_model(self.model, weights)
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """New full weights (name -> tensor), between decode steps."""
+        with self._lock:
+            self.model.load_state_dict(state, strict=True)
 
     def clear_kv_cache(self) -> None:
         """Drop every stored prefix (done automatically when the weights change)."""

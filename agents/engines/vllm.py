@@ -21,6 +21,11 @@ Two things RL depends on:
 * **Weight updates.** :meth:`VLLMEngine.load_weights` loads new weights into the running
   workers and then resets the prefix cache: cached KV blocks were computed with the old
   weights, and a prompt sharing a prefix with an earlier one would reuse them.
+* **LoRA.** A learner that trains adapters syncs them only (:meth:`VLLMEngine.load_lora`):
+  each version is written as a peft adapter directory and served through vLLM's LoRA path
+  (``enable_lora``, one ``LoRARequest`` per version, so vLLM never serves a cached older
+  adapter under the new name). ``model`` may itself be an adapter directory: its base is
+  loaded and every request carries the adapter.
 """
 
 from __future__ import annotations
@@ -58,16 +63,25 @@ class VLLMEngine:
         except ImportError as exc:  # pragma: no cover - depends on the machine
             raise ImportError("the vllm engine needs `pip install coa-envs[vllm]` "
                               "(and a CUDA GPU)") from exc
-        from agents.models import resolve_model
+        from agents.models import adapter_base, resolve_model
 
         self._vllm = vllm
         if "logprobs_mode" not in llm_kwargs and _supports_logprobs_mode(vllm):
             llm_kwargs["logprobs_mode"] = _PROCESSED
         self.processed_logprobs = llm_kwargs.get("logprobs_mode") == _PROCESSED
-        self.llm = vllm.LLM(model=resolve_model(model), seed=seed, **llm_kwargs)
+        base = adapter_base(model)
+        if base is not None:  # an adapter directory: serve its base with the adapter on
+            llm_kwargs.setdefault("enable_lora", True)
+            llm_kwargs.setdefault("max_lora_rank", _adapter_rank(model))
+        self.llm = vllm.LLM(model=base or resolve_model(model), seed=seed, **llm_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.eos_text = self.tokenizer.eos_token or ""
         self._lock = threading.Lock()
+        self.lora_request: Any = None
+        self._lora_versions = 0
+        self._lora_dir: Any = None
+        if base is not None:
+            self._use_adapter(str(model))
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
@@ -87,7 +101,8 @@ class VLLMEngine:
         sampling = [self._params(r.params or params) for r in requests]
         try:
             with self._lock:
-                outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
+                extra = {"lora_request": self.lora_request} if self.lora_request else {}
+                outputs = self.llm.generate(prompts, sampling, use_tqdm=False, **extra)
         except Exception as exc:
             message = f"{type(exc).__name__}: {exc}"
             kind = (EngineErrorKind.CONTEXT_OVERFLOW if "longer than" in message
@@ -131,6 +146,42 @@ class VLLMEngine:
                 runner = self.llm.llm_engine.model_executor.driver_worker.model_runner
                 runner.model.load_weights(items)
             self.llm.reset_prefix_cache()
+
+
+    def load_lora(self, weights: Any) -> None:
+        """Serve new adapter weights (:class:`agents.engines.lora.LoraWeights`) through
+        vLLM's LoRA path: written as a peft adapter directory, requested under a new id
+        (the engine must be built with ``enable_lora=True`` and ``max_lora_rank`` >= r)."""
+        import tempfile
+
+        from agents.engines.lora import write_adapter_dir
+
+        if self._lora_dir is None:
+            self._lora_dir = tempfile.TemporaryDirectory(prefix="coa-vllm-lora-")
+        import shutil
+
+        root = self._lora_dir.name
+        directory = write_adapter_dir(weights, f"{root}/v{self._lora_versions + 1}")
+        with self._lock:
+            self._use_adapter(str(directory))
+            self.llm.reset_prefix_cache()
+        # no request names an adapter two versions old any more
+        shutil.rmtree(f"{root}/v{self._lora_versions - 2}", ignore_errors=True)
+
+    def _use_adapter(self, directory: str) -> None:
+        from vllm.lora.request import LoRARequest
+
+        self._lora_versions += 1
+        self.lora_request = LoRARequest(f"coa-adapter-{self._lora_versions}",
+                                        self._lora_versions, directory)
+
+
+def _adapter_rank(directory: str) -> int:
+    import json
+    from pathlib import Path
+
+    config = json.loads((Path(directory) / "adapter_config.json").read_text(encoding="utf-8"))
+    return int(config.get("r", 16))
 
 
 def _load_in_worker(worker: Any, items: list[tuple[str, Any]]) -> None:  # runs inside vLLM

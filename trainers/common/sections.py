@@ -6,7 +6,14 @@ from dataclasses import dataclass
 
 from trainers.common.config import ConfigError, check_fields
 
-__all__ = ["Bookkeeping"]
+__all__ = ["Bookkeeping", "at_least"]
+
+
+def at_least(section: object, prefix: str, minimum: float, names: tuple[str, ...]) -> None:
+    """Refuse any of ``names`` below ``minimum``, naming the dotted key (``prefix`` + name)."""
+    for name in names:
+        if getattr(section, name) < minimum:
+            raise ConfigError(f"{prefix}{name}={getattr(section, name)} must be >= {minimum:g}")
 
 
 @dataclass

@@ -20,6 +20,7 @@ __all__ = [
     "entropy_from_logits",
     "gae_advantages",
     "group_advantages",
+    "importance_weights",
     "keep_informative_groups",
     "kl_penalty",
     "masked_mean",
@@ -148,10 +149,13 @@ def policy_loss(
     loss_agg: str = "token-mean",
     norm_tokens: float | None = None,
     clip_ratio_c: float = 0.0,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped surrogate with decoupled bounds ``[1 - ε_low, 1 + ε_high]`` (DAPO clip-higher;
-    PPO/GRPO use ε_low = ε_high). ``old_logprobs`` are the behaviour policy's (the rollout
-    engine's) logprobs of the sampled tokens. Returns the loss and detached statistics.
+    PPO/GRPO use ε_low = ε_high). ``old_logprobs`` anchor the ratio: the behaviour policy's
+    (the rollout engine's) logprobs of the sampled tokens, or with an off-policy correction
+    the proximal policy's (:func:`importance_weights`), whose per-token ``weights`` then
+    multiply each token's clipped loss. Returns the loss and detached statistics.
 
     Dual clip (``clip_ratio_c`` > 1, Ye et al. 2020): for a negative advantage the clipped
     surrogate ``-A * max(r, 1 - ε_low)`` grows without bound in ``r``; a token the behaviour
@@ -171,6 +175,8 @@ def policy_loss(
         cap = -advantages * clip_ratio_c
         dual_clipped = (advantages < 0) & (per_token > cap)
         per_token = torch.where(dual_clipped, cap, per_token)
+    if weights is not None:
+        per_token = per_token * weights
     loss = aggregate(per_token, mask, loss_agg, norm_tokens)
     with torch.no_grad():
         was_clipped = (clipped > unclipped).float()
@@ -181,6 +187,77 @@ def policy_loss(
             "approx_kl_old": masked_mean(0.5 * log_ratio**2, mask),
         }
     return loss, stats
+
+
+IMPORTANCE_ESTIMATORS = ("behaviour", "decoupled", "tis", "mis")
+
+
+def importance_weights(
+    proximal_logprobs: torch.Tensor,
+    behaviour_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    estimator: str,
+    cap: float = 2.0,
+    floor: float = 0.0,
+    level: str = "token",
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token weights correcting for rollouts sampled by another policy than the learner's.
+
+    ``behaviour_logprobs`` are what the rollout engine sampled with (with partial rollouts,
+    each token under the policy version that produced it); ``proximal_logprobs`` are the
+    learner's recompute under its current weights (the proximal policy of decoupled PPO,
+    Hilton et al. 2021, as AReaL uses it). With ``w = π_prox / π_behav`` per token:
+
+    * ``behaviour``: no correction (weights 1); the caller anchors the PPO ratio on the
+      behaviour logprobs, so staleness is absorbed by the clip (and the dual clip).
+    * ``decoupled``: the ratio is anchored on π_prox and each token's loss is weighted by
+      ``w``; tokens with ``w > cap`` get weight 0 (AReaL's behaviour-weight cap; ``cap`` 0:
+      no cap).
+    * ``tis``: truncated importance sampling, ``min(w, cap)`` (Yao et al. 2025, the fix for
+      a vLLM/FSDP mismatch; verl's truncate mode).
+    * ``mis``: masked importance sampling, ``w`` where ``floor <= w <= cap``, else 0.
+
+    ``level: sequence`` takes one ``w`` per episode, the geometric mean of its tokens' ratios
+    (``exp(mean log w)``: a product of hundreds of ratios under- or overflows), and applies
+    it to every token of the episode. Weights are detached (a correction, not a gradient
+    path). Statistics, over generated tokens: raw ratio mean/max/min, the share of tokens
+    whose weight was truncated or masked, and ``kl`` = mean(log π_behav − log π_prox), the
+    k1 estimate of KL(behaviour ‖ learner) on the behaviour's own samples.
+    """
+    import torch
+
+    if estimator not in IMPORTANCE_ESTIMATORS:
+        raise ValueError(f"unknown importance estimator {estimator!r}: use one of "
+                         f"{', '.join(IMPORTANCE_ESTIMATORS)}")
+    with torch.no_grad():
+        log_w = (proximal_logprobs - behaviour_logprobs) * mask
+        if level == "sequence":
+            per_episode = log_w.sum(-1) / mask.sum(-1).clamp(min=1)
+            log_w = per_episode[:, None].expand_as(log_w) * mask
+        elif level != "token":
+            raise ValueError(f"unknown importance level {level!r}: use token or sequence")
+        ratio = torch.exp(log_w.clamp(max=20.0))
+        weights = torch.ones_like(ratio)
+        cut = torch.zeros_like(ratio, dtype=torch.bool)
+        if estimator == "decoupled":
+            cut = ratio > cap if cap > 0 else cut
+            weights = torch.where(cut, torch.zeros_like(ratio), ratio)
+        elif estimator == "tis":
+            cut = ratio > cap
+            weights = torch.clamp(ratio, max=cap)
+        elif estimator == "mis":
+            cut = (ratio > cap) | (ratio < floor)
+            weights = torch.where(cut, torch.zeros_like(ratio), ratio)
+        weights = weights * mask
+        active = mask > 0
+        stats = {
+            "ratio_mean": masked_mean(ratio, mask),
+            "ratio_max": ratio[active].max() if active.any() else ratio.new_tensor(1.0),
+            "ratio_min": ratio[active].min() if active.any() else ratio.new_tensor(1.0),
+            "truncated_share": masked_mean(cut.float(), mask),
+            "kl": masked_mean(behaviour_logprobs - proximal_logprobs, mask),
+        }
+    return weights, stats
 
 
 def value_loss(

@@ -3,7 +3,8 @@
 The rollout engine's token ids are used as they are (never re-tokenised): the sequence
 is ``prompt_ids + response_ids`` and the mask is ``Trajectory.full_loss_mask()``. Tensors
 are *target-aligned* (length ``L - 1``): position ``t`` holds the token at ``t + 1`` of
-the input, its mask bit, the engine's sampled logprob for it, and so on, which is how a
+the input, its mask bit, the engine's sampled logprob for it (recorded per token, so a turn
+that resumed under new weights keeps each token's own), its policy version, and so on, which is how a
 causal LM's logits line up. Rewards sit on the last generated token of each episode.
 """
 
@@ -34,10 +35,12 @@ class RLBatch:
     token_rewards: torch.Tensor  # [B, L-1] reward on the last generated token
     group_ids: torch.Tensor  # [B]
     episode_ids: torch.Tensor | None = None  # [B] rows that are segments of one episode share an id
+    versions: torch.Tensor | None = None  # [B, L-1] policy version of each generated token, else -1
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None
     old_values: torch.Tensor | None = None
     ref_logprobs: torch.Tensor | None = None
+    is_weights: torch.Tensor | None = None  # [B, L-1] off-policy correction weights (learner)
 
     @property
     def size(self) -> int:
@@ -98,6 +101,7 @@ def collate(
     mask = torch.zeros((batch, length - 1), dtype=torch.float32)
     old_logprobs = torch.zeros((batch, length - 1), dtype=torch.float32)
     token_rewards = torch.zeros((batch, length - 1), dtype=torch.float32)
+    versions = torch.full((batch, length - 1), -1, dtype=torch.long)
     has_logprobs = torch.zeros(batch, dtype=torch.bool)
     for row, (traj, ids) in enumerate(zip(trajectories, inputs, strict=True)):
         n = len(ids)
@@ -107,6 +111,8 @@ def collate(
         logprobs = [0.0] * len(traj.prompt_ids) + traj.sampled_logprobs()
         mask[row, : n - 1] = torch.tensor(full_mask[1:], dtype=torch.float32)
         old_logprobs[row, : n - 1] = torch.tensor(logprobs[1:], dtype=torch.float32)
+        token_versions = [-1] * len(traj.prompt_ids) + traj.sampled_versions()
+        versions[row, : n - 1] = torch.tensor(token_versions[1:], dtype=torch.long)
         has_logprobs[row] = all(
             len(s.logprobs) == len(s.token_ids) for s in traj.segments if s.kind == "generated"
         )
@@ -123,4 +129,5 @@ def collate(
         token_rewards=token_rewards,
         group_ids=torch.tensor(list(group_ids), dtype=torch.long),
         episode_ids=None if episode_ids is None else torch.tensor(list(episode_ids), dtype=torch.long),
+        versions=versions,
     )

@@ -125,6 +125,9 @@ class RLConfig:
         if res.learner_workers > 1 and not res.use_ray:
             raise ConfigError("resources.learner_workers > 1 runs DDP ranks as Ray actors: "
                               "set resources.use_ray=true")
+        if self.model.lora.enabled and res.learner_workers > 1 and res.learner_strategy == "fsdp":
+            raise ConfigError("model.lora with resources.learner_strategy=fsdp is not supported "
+                              "(adapters are small: use learner_strategy=ddp)")
         if rollout.engine == "vllm" and res.num_gpus == 0:
             raise ConfigError("rollout.engine=vllm needs resources.num_gpus >= 1; use hf on CPU")
 

@@ -21,6 +21,14 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainers.common.lora import (
+    adapter_weights,
+    apply_lora,
+    base_reference,
+    load_trainable_state,
+    save_adapter,
+    trainable_state,
+)
 from trainers.rl import algorithms as alg
 from trainers.rl import sharding
 from trainers.rl.batch import RLBatch
@@ -83,16 +91,23 @@ class Learner:
         if config.model.gradient_checkpointing:
             policy.gradient_checkpointing_enable()
         hidden = policy.config.hidden_size
+        lora = config.model.lora
+        self.lora = lora.enabled
+        critic_trunk = copy.deepcopy(policy) if algo.critic == "separate" else None
+        self.reference = None
+        if config.uses_reference and not self.lora:  # frozen: in the compute dtype
+            self.reference = copy.deepcopy(policy).to(self.device, self.compute_dtype).eval()
+            self.reference.requires_grad_(False)
+        if self.lora:  # the base freezes; with a KL term it is the reference (adapter off)
+            policy = apply_lora(policy, lora, seed)
+            if critic_trunk is not None and lora.critic:
+                critic_trunk = apply_lora(critic_trunk, lora, seed + 1)
         value_head = ValueHead(hidden) if algo.critic == "value_head" else None
         self.module = _module(torch.nn)(policy, value_head, temperature).to(self.device).train()
         self.critic = None
-        if algo.critic == "separate":
-            self.critic = _module(torch.nn)(copy.deepcopy(policy), ValueHead(hidden), temperature)
+        if critic_trunk is not None:
+            self.critic = _module(torch.nn)(critic_trunk, ValueHead(hidden), temperature)
             self.critic = self.critic.to(self.device).train()
-        self.reference = None
-        if config.uses_reference:  # frozen: its weights may live in the compute dtype
-            self.reference = copy.deepcopy(policy).to(self.device, self.compute_dtype).eval()
-            self.reference.requires_grad_(False)
         self.train_module = self.module
         self.train_critic = self.critic
         # FSDP: every rank takes part in every forward (the all-gathers are collectives)
@@ -111,7 +126,9 @@ class Learner:
         critic_params = list(value_head.parameters()) if value_head is not None else []
         if self.critic is not None:
             critic_params += list(self.critic.parameters())
-        self.optim = LearnerOptimizer(algo, list(policy.parameters()), critic_params,
+        # LoRA: only the adapters (and value heads) train; the optimiser holds state for them
+        self.optim = LearnerOptimizer(algo, [p for p in policy.parameters() if p.requires_grad],
+                                      [p for p in critic_params if p.requires_grad],
                                       config.model.dtype, self.device.type)
         self.generator = torch.Generator().manual_seed(seed + 7)
         self.updates = 0
@@ -135,9 +152,12 @@ class Learner:
             return state
         return sharding.gathered(state, keep=self.rank == 0)
 
-    def policy_state(self) -> dict[str, Any]:
-        """Policy weights on CPU in the engines' dtype, for syncing them after an update.
+    def policy_state(self) -> Any:
+        """Policy weights on CPU in the engines' dtype, for syncing them after an update:
+        the whole state dict, or with LoRA the adapters only (``LoraWeights``).
         Sharded: every rank must call; rank 0 answers, the others get ``{}``."""
+        if self.lora:
+            return adapter_weights(self.policy, self.compute_dtype)
         full = self._full(self.policy.state_dict())
         if self.sharded and self.rank != 0:
             return {}
@@ -147,9 +167,11 @@ class Learner:
     def state_dict(self) -> dict[str, Any]:
         """The learner's whole state, unsharded, so any strategy and rank count resumes it.
         Sharded: every rank must call; rank 0 answers, the others get ``{}``."""
+        # LoRA: the trainable tensors only (adapters, value heads); the base is rebuilt
+        weights = trainable_state if self.lora else (lambda module: module.state_dict())
         state = self._full({
-            "module": self.module.state_dict(),
-            "critic": None if self.critic is None else self.critic.state_dict(),
+            "module": weights(self.module),
+            "critic": None if self.critic is None else weights(self.critic),
             "reference": None if self.reference is None else self.reference.state_dict(),
             "optim": self.optim.state_dict(),
             "generator": self.generator.get_state(),
@@ -159,8 +181,8 @@ class Learner:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Load an unsharded state (as :meth:`state_dict` writes) into this rank."""
-        load = sharding.scatter_module if self.sharded else \
-            (lambda module, full: module.load_state_dict(full))
+        load = sharding.scatter_module if self.sharded else load_trainable_state if self.lora \
+            else (lambda module, full: module.load_state_dict(full))
         load(self.module, state["module"])
         if self.critic is not None and state.get("critic") is not None:
             load(self.critic, state["critic"])
@@ -175,13 +197,29 @@ class Learner:
         self.updates = int(state["updates"])
 
     def save_pretrained(self, directory: str | Path) -> None:
-        """Write the policy in HF format and model.dtype (loadable by the eval CLI and vLLM).
-        Sharded: every rank must call; rank 0 writes."""
+        """Write the policy in HF format and model.dtype (loadable by the eval CLI and vLLM);
+        with LoRA a peft adapter directory naming its base (saved into ``base/`` beside the
+        adapter when it exists nowhere else). Sharded: every rank must call; rank 0 writes."""
+        if self.lora:
+            if self.rank == 0:
+                spec = self.config.model
+                save_adapter(self.policy, self.tokenizer, directory, base_reference(
+                    spec.path, spec.init_checkpoint,
+                    bool(spec.config_overrides.get("random_init"))))
+            return
         state = self.policy_state()
         if self.rank != 0:
             return
         self.policy.save_pretrained(str(directory), state_dict=state)
         self.tokenizer.save_pretrained(str(directory))
+
+    def optimizer_bytes(self) -> int:
+        """Bytes of optimiser state (AdamW's two moments per trained parameter)."""
+        import torch
+
+        return int(sum(v.numel() * v.element_size() for state in
+                       self.optim.optimizer.state.values() for v in state.values()
+                       if isinstance(v, torch.Tensor)))
 
     # -- step 1: no-grad passes and advantages -----------------------------------------
     def _micro_batches(self, batch: RLBatch) -> list[RLBatch]:
@@ -205,77 +243,21 @@ class Learner:
                 module.train()
 
     def prepare(self, batch: RLBatch) -> tuple[RLBatch, dict[str, float]]:
-        """Fill old values, reference logprobs and advantages; report logprob mismatch."""
-        import torch
+        """Fill old logprobs, values, reference logprobs, importance weights and advantages
+        (no gradients; ``trainers/rl/prepare.py``); report the rollout/learner mismatch."""
+        from trainers.rl.prepare import prepare_batch
 
-        cfg = self.config.algorithm
-        length = batch.mask.shape[1]
-        learner_lp = torch.zeros_like(batch.mask)
-        values = torch.zeros_like(batch.mask) if self.config.uses_critic else None
-        ref_lp = torch.zeros_like(batch.mask) if self.reference is not None else None
-        entropy = torch.zeros_like(batch.mask)
-        t_policy = t_aux = 0.0
-        start = 0
-        with torch.no_grad(), self._eval_mode(), self._autocast():
-            for micro in self._micro_batches(batch):
-                rows = slice(start, start + micro.size)
-                start += micro.size
-                micro = micro.to(self.device)
-                cols = micro.mask.shape[1]
-                t0 = time.perf_counter()
-                lp, ent, val = self.module(micro.input_ids, micro.attention_mask, True, False)
-                t1 = time.perf_counter()
-                t_policy += t1 - t0
-                learner_lp[rows, :cols] = lp.float().cpu()
-                entropy[rows, :cols] = ent.float().cpu()
-                if self.critic is not None:
-                    _, _, val = self.critic(micro.input_ids, micro.attention_mask, False, False)
-                if values is not None:
-                    values[rows, :cols] = val.float().cpu()
-                if ref_lp is not None:
-                    out = forward_tokens(self.reference, micro.input_ids, micro.attention_mask,
-                                         temperature=self.config.rollout.temperature)
-                    ref_lp[rows, :cols] = out.logprobs.float().cpu()
-                t_aux += time.perf_counter() - t1
-        mask = batch.mask
-        stats: dict[str, float] = {}
-        has = batch.has_rollout_logprobs
-        if has.any():
-            rollout_mask = mask * has[:, None].float()
-            diff = (learner_lp - batch.old_logprobs) * rollout_mask
-            stats["mismatch/logprob_abs_diff"] = float(alg.masked_mean(diff.abs(), rollout_mask))
-            stats["mismatch/kl_k3"] = float(alg.masked_mean(
-                alg.kl_penalty(batch.old_logprobs, learner_lp, "k3") * rollout_mask, rollout_mask))
-        # Episodes without engine logprobs (text-only agents) use the learner's own.
-        old_lp = torch.where(has[:, None], batch.old_logprobs, learner_lp) * mask
-        if values is not None:
-            values = values * mask
-            adv, returns = alg.gae_advantages(batch.token_rewards, values, mask, cfg.gamma, cfg.lam)
-            if cfg.whiten_advantages:
-                adv = alg.masked_whiten(adv, mask)
-        else:
-            per_episode = alg.group_advantages(batch.rewards, batch.group_ids, cfg.group_std_norm,
-                                               episode_ids=batch.episode_ids)
-            adv = per_episode[:, None].expand(-1, length) * mask
-            returns = None
-        stats.update({
-            "adv/mean": float(alg.masked_mean(adv, mask)),
-            "adv/std": float(alg.masked_mean((adv - alg.masked_mean(adv, mask)) ** 2, mask).sqrt()),
-            "adv/max": float(adv[mask > 0].max()) if mask.any() else 0.0,
-            "adv/min": float(adv[mask > 0].min()) if mask.any() else 0.0,
-            "policy/entropy": float(alg.masked_mean(entropy, mask)),
-            "time/recompute_s": t_policy,
-            "time/ref_critic_s": t_aux if (values is not None or ref_lp is not None) else 0.0,
-        })
-        if values is not None:
-            stats["critic/value_mean"] = float(alg.masked_mean(values, mask))
-            stats["critic/return_mean"] = float(alg.masked_mean(returns, mask))
-        if ref_lp is not None:
-            stats["kl/ref"] = float(alg.masked_mean(
-                alg.kl_penalty(learner_lp, ref_lp, cfg.kl_estimator), mask))
-        prepared = RLBatch(**{**batch.__dict__, "old_logprobs": old_lp, "advantages": adv,
-                              "returns": returns, "old_values": values, "ref_logprobs": ref_lp})
-        return prepared, stats
+        return prepare_batch(self, batch)
+
+    def _reference_logprobs(self, micro: RLBatch) -> Any:
+        """The KL reference's logprobs: a frozen copy, or with LoRA the base (adapter off)."""
+        temperature = self.config.rollout.temperature
+        if self.reference is not None:
+            return forward_tokens(self.reference, micro.input_ids, micro.attention_mask,
+                                  temperature=temperature).logprobs
+        with self.policy.disable_adapter():
+            return forward_tokens(self.policy, micro.input_ids, micro.attention_mask,
+                                  temperature=temperature).logprobs
 
     # -- step 2: the clipped update ----------------------------------------------------
     def update(self, batch: RLBatch) -> dict[str, float]:
@@ -370,7 +352,8 @@ class Learner:
 
         pg_loss, pg_stats = alg.policy_loss(
             logprobs, micro.old_logprobs, micro.advantages, mask, cfg.clip_eps_low,
-            cfg.clip_eps_high, cfg.loss_agg, norm, clip_ratio_c=cfg.clip_ratio_c)
+            cfg.clip_eps_high, cfg.loss_agg, norm, clip_ratio_c=cfg.clip_ratio_c,
+            weights=micro.is_weights)
         loss = pg_loss * scale
         # Report losses per micro-batch's own tokens so the share-weighted sum is a mean.
         to_own = 1.0 if norm is None else total_tokens / float(mask.sum().clamp(min=1))

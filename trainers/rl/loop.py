@@ -36,7 +36,7 @@ from trainers.common import Checkpointer, MetricsLogger
 from trainers.common.mixture import choose
 from trainers.rl.algorithms import keep_informative_groups
 from trainers.rl.batch import collate
-from trainers.rl.metrics import episode_stats, plot_reward_curve
+from trainers.rl.metrics import episode_stats, plot_reward_curve, weights_nbytes
 from trainers.rl.rollout import EpisodeJob
 from trainers.rl.shaping import rl_reward, shape_groups
 from trainers.rl.warmstart import warm_start
@@ -361,6 +361,7 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
                 # Padding ids are never attended to nor trained on; any id works.
                 metrics.update(_train_on(config, learner, collected.groups, pad_id=0))
                 pending_weights = (learner.policy_state(), step)
+                metrics["sync/bytes"] = weights_nbytes(pending_weights[0])
                 if future is None:  # synchronous: the next rollouts use these weights
                     rollouts.set_weights(*pending_weights)
                     pending_weights = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agents.metrics import solved
 from trainers.common.metrics import read_metrics
@@ -17,7 +17,7 @@ from trainers.common.metrics import read_metrics
 if TYPE_CHECKING:
     from agents.trajectory import Trajectory
 
-__all__ = ["episode_stats", "plot_reward_curve"]
+__all__ = ["episode_stats", "plot_reward_curve", "weights_nbytes"]
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -47,6 +47,14 @@ def episode_stats(trajectories: Sequence[Trajectory], prefix: str = "rollout") -
         f"{prefix}/answered": _mean([float(t.terminated) for t in trajectories]),
         f"{prefix}/truncated": _mean([float(t.truncated) for t in trajectories]),
     }
+
+
+def weights_nbytes(state: Any) -> float:
+    """Bytes one weight sync moves: a full state dict, or LoRA adapters (``LoraWeights``)."""
+    nbytes = getattr(state, "nbytes", None)
+    if nbytes is not None:
+        return float(nbytes)
+    return float(sum(t.numel() * t.element_size() for t in state.values()))
 
 
 def _smoothed(values: list[float], window: int) -> list[float]:

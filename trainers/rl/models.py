@@ -40,7 +40,8 @@ def load_tokenizer_and_policy(config: RLConfig, dtype: str | None = None) -> tup
     """``(tokenizer, causal LM)`` from ``config.model.path`` (a HF directory/name or ``tiny``).
 
     ``model.init_checkpoint`` (e.g. the SFT trainer's output directory, saved with
-    ``save_pretrained``) replaces the weights after the architecture is built. The weights
+    ``save_pretrained``) replaces the weights after the architecture is built (an adapter
+    directory is merged into them). ``model.lora`` is applied by the learner, not here. The weights
     are cast to ``dtype`` (default ``model.dtype``; the learner asks for float32 masters).
     """
     import torch
@@ -51,23 +52,26 @@ def load_tokenizer_and_policy(config: RLConfig, dtype: str | None = None) -> tup
 
         tokenizer = train_tiny_tokenizer()
         model = build_tiny_model(tokenizer, seed=seed, **spec.config_overrides)
-    else:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+    elif spec.config_overrides.get("random_init"):
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
         from agents.models import resolve_model
 
         source = resolve_model(spec.path)  # a catalogue name becomes its converted directory
         tokenizer = AutoTokenizer.from_pretrained(source)
-        if spec.config_overrides.get("random_init"):
-            from transformers import AutoConfig
+        overrides = {k: v for k, v in spec.config_overrides.items() if k != "random_init"}
+        hf_config = AutoConfig.from_pretrained(source, **overrides)
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(hf_config)
+    else:  # a catalogue name, hub id, directory, or a LoRA adapter (merged into its base)
+        from agents.models import load_causal_lm
 
-            overrides = {k: v for k, v in spec.config_overrides.items() if k != "random_init"}
-            hf_config = AutoConfig.from_pretrained(source, **overrides)
-            torch.manual_seed(seed)
-            model = AutoModelForCausalLM.from_config(hf_config)
-        else:
-            model = AutoModelForCausalLM.from_pretrained(source)
-    if spec.init_checkpoint:
+        model, tokenizer = load_causal_lm(spec.path, dtype=torch.float32)
+    if spec.init_checkpoint and (Path(spec.init_checkpoint) / "adapter_config.json").exists():
+        from peft import PeftModel  # an SFT LoRA adapter over this base: merged in
+
+        model = PeftModel.from_pretrained(model, spec.init_checkpoint).merge_and_unload()
+    elif spec.init_checkpoint:
         _load_weights(model, Path(spec.init_checkpoint))
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -133,7 +137,8 @@ def forward_tokens(
     from trainers.rl.algorithms import entropy_from_logits
 
     if not with_logits:  # a critic-only pass: the trunk's last hidden state is all it needs
-        trunk = getattr(model, model.base_model_prefix)
+        hf_model = model.get_base_model() if hasattr(model, "get_base_model") else model
+        trunk = getattr(hf_model, hf_model.base_model_prefix)
         hidden = trunk(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return ModelOutputs(logprobs=torch.empty(0), entropy=None,
                             values=_values(value_head, hidden[:, :-1]))

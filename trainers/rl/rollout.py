@@ -121,7 +121,7 @@ class RolloutWorker:
                                         thread_name_prefix=f"rollout{worker_index}-env")
 
     # -- weights -------------------------------------------------------------------------
-    def set_weights(self, state: dict[str, Any], version: int) -> int:
+    def set_weights(self, state: Any, version: int) -> int:
         """Load learner weights into the engine; returns the version now served."""
         _load_engine_weights(self.engine, state)
         self.weights_version = version
@@ -333,7 +333,10 @@ def _build_engine(config: RLConfig) -> tuple[Any, Any]:
     from trainers.rl.models import load_tokenizer_and_policy
 
     if config.rollout.engine == "vllm":
-        engine = build_engine("vllm", model=config.model.init_checkpoint or config.model.path)
+        lora = config.model.lora
+        extra = {"enable_lora": True, "max_lora_rank": lora.r} if lora.enabled else {}
+        engine = build_engine("vllm", model=config.model.init_checkpoint or config.model.path,
+                              **extra)
         return engine, engine.tokenizer
     tokenizer, model = load_tokenizer_and_policy(config)
     import torch
@@ -345,10 +348,20 @@ def _build_engine(config: RLConfig) -> tuple[Any, Any]:
     return engine, tokenizer
 
 
-def _load_engine_weights(engine: Any, state: dict[str, Any]) -> None:
-    """New learner weights into the engine: its own ``load_weights`` where it has one (vLLM:
-    into every worker, then a prefix-cache reset), else its transformers model's."""
-    loader = getattr(engine, "load_weights", None)
+def _load_engine_weights(engine: Any, state: Any) -> None:
+    """New learner weights into the engine: LoRA adapters (``LoraWeights``) through its
+    ``load_lora``; a full state dict through ``load_weights`` (vLLM: into every worker, then
+    a prefix-cache reset) or ``load_state`` (hf: between decode steps), else straight into
+    its transformers model."""
+    from agents.engines.lora import LoraWeights
+
+    if isinstance(state, LoraWeights):
+        loader = getattr(engine, "load_lora", None)
+        if loader is None:
+            raise TypeError(f"engine {type(engine).__name__} cannot load LoRA adapters")
+        loader(state)
+        return
+    loader = getattr(engine, "load_weights", None) or getattr(engine, "load_state", None)
     if loader is not None:
         loader(state)
         return

@@ -11,16 +11,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainers.common.config import ConfigError, check_fields
+from trainers.common.lora import LoraSection
+from trainers.common.sections import at_least
 from trainers.common.mixture import MixtureEntry, check_env_ids, mixture_entries
+from trainers.rl.resources import ResourcesSection
 
 __all__ = ["AlgorithmSection", "EnvSection", "ModelSection", "ResourcesSection",
            "RolloutSection", "WarmStartSection"]
 
 
-def _at_least(section: Any, prefix: str, minimum: float, names: tuple[str, ...]) -> None:
-    for name in names:
-        if getattr(section, name) < minimum:
-            raise ConfigError(f"{prefix}{name}={getattr(section, name)} must be >= {minimum:g}")
 
 
 @dataclass
@@ -71,6 +70,28 @@ class AlgorithmSection:
     mean per episode, then over episodes (GRPO); seq-mean-token-sum: sum per episode."""
     entropy_coef: float = 0.0
     """Weight of an entropy bonus in the loss (0 = entropy is only logged)."""
+    # -- asynchronous rollouts and off-policy correction ------------------------------------
+    max_staleness: int = 0
+    """Asynchronous RL: rollout workers generate continuously while the learner updates,
+    and no episode is trained on more than this many policy versions after it started
+    (counted per episode). 0 = the synchronous loop (generate, then update). With k >= 1
+    new weights reach the workers between turns (interrupting a turn in flight, which
+    resumes under the new weights), every token records the version that produced it, and
+    ``importance_correction`` says how the loss corrects for the lag."""
+    importance_correction: Literal["behaviour", "decoupled", "tis", "mis"] = "behaviour"
+    """How the loss treats rollouts from an older policy (w = π_learner / π_rollout per token,
+    ``trainers/rl/algorithms.py::importance_weights``): ``behaviour`` anchors the clipped
+    ratio on the rollout logprobs (no weights); ``decoupled`` (AReaL) anchors it on the
+    learner's recomputed (proximal) logprobs and weights tokens by w, dropping those above
+    ``importance_cap``; ``tis`` truncates w at the cap; ``mis`` masks tokens with w outside
+    [``importance_floor``, ``importance_cap``]."""
+    importance_cap: float = 2.0
+    """Upper cap C of the importance weight (tis: min(w, C); decoupled, mis: drop w > C;
+    0 = no cap for decoupled)."""
+    importance_floor: float = 0.0
+    """mis: tokens with w below this are masked too (0 = no lower bound)."""
+    importance_level: Literal["token", "sequence"] = "token"
+    """One weight per token, or per episode (the geometric mean of its tokens' ratios)."""
     kl_coef: float = 0.0
     """Weight of KL(policy || reference) in the loss; 0 = no reference model is loaded."""
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
@@ -140,16 +161,23 @@ class AlgorithmSection:
         if self.kl_coef > 0 and self.kl_estimator == "k1":
             raise ConfigError("algorithm.kl_estimator=k1 has zero expected gradient as a loss "
                               "(E[∇ log π] = 0): use k3 (or k2) with algorithm.kl_coef > 0")
+        if self.importance_correction in ("tis", "mis") and self.importance_cap <= 1.0:
+            raise ConfigError(f"algorithm.importance_cap={self.importance_cap}: the cap of "
+                              f"{self.importance_correction} must be > 1 (2 is usual)")
+        if not 0.0 <= self.importance_floor < 1.0:
+            raise ConfigError(f"algorithm.importance_floor={self.importance_floor} must be "
+                              "in [0, 1)")
         if self.lr_warmup_steps > self.total_steps:
             raise ConfigError(f"algorithm.lr_warmup_steps={self.lr_warmup_steps} exceeds "
                               f"algorithm.total_steps={self.total_steps}")
-        _at_least(self, "algorithm.", 1, ("total_steps", "prompts_per_step", "group_size",
+        at_least(self, "algorithm.", 1, ("total_steps", "prompts_per_step", "group_size",
                                           "minibatch_size", "ppo_epochs"))
-        _at_least(self, "algorithm.", 0, ("kl_coef", "entropy_coef", "weight_decay",
+        at_least(self, "algorithm.", 0, ("kl_coef", "entropy_coef", "weight_decay",
                                           "max_sampling_rounds", "overlong_buffer",
                                           "overlong_penalty", "max_grad_norm",
                                           "critic_max_grad_norm", "clip_ratio_c",
-                                          "lr_warmup_steps", "sampling_time_budget_s"))
+                                          "lr_warmup_steps", "sampling_time_budget_s",
+                                          "max_staleness", "importance_cap"))
 
 
 @dataclass
@@ -174,8 +202,8 @@ class WarmStartSection:
 
     def __post_init__(self) -> None:
         check_fields(self, "model.warm_start.")
-        _at_least(self, "model.warm_start.", 0, ("episodes",))
-        _at_least(self, "model.warm_start.", 1, ("max_steps", "max_seq_len"))
+        at_least(self, "model.warm_start.", 0, ("episodes",))
+        at_least(self, "model.warm_start.", 1, ("max_steps", "max_seq_len"))
         if self.learning_rate <= 0:
             raise ConfigError("model.warm_start.learning_rate must be > 0")
 
@@ -199,6 +227,11 @@ class ModelSection:
     """Recompute activations in the backward pass (less memory, ~30% more compute)."""
     warm_start: WarmStartSection = field(default_factory=WarmStartSection)
     """SFT on oracle trajectories before RL (off unless warm_start.episodes > 0)."""
+    lora: LoraSection = field(default_factory=LoraSection)
+    """Train LoRA adapters instead of every weight (``r > 0``): the optimiser, checkpoints
+    and weight syncs hold the adapters only, the KL reference is the base with the adapter
+    off, and ``final/`` is a peft adapter directory that ``coa eval``/``coa serve`` load
+    with its base. Off with ``r: 0``."""
 
     def __post_init__(self) -> None:
         check_fields(self, "model.")
@@ -240,7 +273,7 @@ class EnvSection:
 
     def __post_init__(self) -> None:
         check_fields(self, "env.")
-        _at_least(self, "env.", 1, ("max_turns",))
+        at_least(self, "env.", 1, ("max_turns",))
         if self.url is not None and not self.url.startswith(("http://", "https://", "ws://", "wss://")):
             raise ConfigError(f"env.url={self.url!r}: give the server's base URL, e.g. http://127.0.0.1:8100")
         if self.envs:
@@ -305,85 +338,6 @@ class RolloutSection:
                               "rollouts)")
         if not 0 < self.top_p <= 1:
             raise ConfigError("rollout.top_p must be in (0, 1]")
-        _at_least(self, "rollout.", 1, ("max_new_tokens", "max_response_tokens",
+        at_least(self, "rollout.", 1, ("max_new_tokens", "max_response_tokens",
                                         "episodes_in_flight", "tool_threads"))
-        _at_least(self, "rollout.", 0, ("max_episode_retries",))
-
-
-@dataclass
-class ResourcesSection:
-    """Where the workers and the learner run, and the knobs that trade memory for time."""
-
-    use_ray: bool = True
-    """False runs rollout workers and learner in this process (no ray needed)."""
-    ray_address: str | None = None
-    """Connect to an existing Ray cluster (``auto`` or host:port, what ``coa train rl
-    --address`` sets); None starts one locally."""
-    ray_runtime_env: dict[str, Any] = field(default_factory=dict)
-    """Ray runtime_env of the run's actors, for a cluster whose nodes lack something the
-    driver has, e.g. ``{env_vars: {HF_HOME: /data/hf}}`` or ``{py_modules: [...]}``."""
-    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
-    """How Ray lays the run's bundles (one per learner rank, one per rollout worker) over
-    nodes: PACK fills as few nodes as it can, SPREAD spreads them, STRICT_* insist."""
-    learner_node_labels: dict[str, str] = field(default_factory=dict)
-    """Ray label selector every learner rank's node must match: nodes started with
-    ``ray start --labels role=learner`` match ``{role: learner}``; ``{zone: "!us-east"}``
-    and ``{gpu: "in(a100,h100)"}`` are Ray's negation and set forms."""
-    rollout_node_labels: dict[str, str] = field(default_factory=dict)
-    """Ray label selector every rollout worker's node must match (its envs run with it)."""
-    learner_resources: dict[str, float] = field(default_factory=dict)
-    """Custom Ray resources each learner rank reserves, e.g. ``{trainer_slot: 1}`` for nodes
-    started with ``ray start --resources '{"trainer_slot": 1}'``."""
-    rollout_resources: dict[str, float] = field(default_factory=dict)
-    """Custom Ray resources each rollout worker reserves."""
-    placement_timeout_s: float = 300.0
-    """How long to wait for the cluster to fit every bundle (an autoscaler may be adding
-    nodes) before failing with what was asked and what the cluster has."""
-    num_gpus: int = 0
-    """GPUs for the whole run; the learner takes learner_gpus, workers share the rest."""
-    num_rollout_workers: int = 1
-    """Rollout worker processes (Ray actors)."""
-    rollout_gpus_per_worker: float = 0.0
-    """GPUs of each rollout worker (a fraction shares one GPU)."""
-    cpus_per_worker: float = 1.0
-    """CPUs Ray reserves per rollout worker."""
-    learner_workers: int = 1
-    """Learner processes (Ray actors, ranks of ``learner_strategy``); each trains on its
-    shard of every minibatch and the gradients are averaged over ranks (NCCL on GPUs,
-    gloo on CPU)."""
-    learner_strategy: Literal["ddp", "fsdp"] = "ddp"
-    """How the learner ranks hold the model: ``ddp`` replicas (each rank holds everything),
-    or ``fsdp`` (torch FSDP2: each rank holds 1/learner_workers of the weights, gradients
-    and optimiser state; for policies whose training state does not fit one device).
-    Checkpoints are unsharded either way, so a run resumes under either strategy and any
-    learner_workers."""
-    learner_gpus: float = 0.0
-    """GPUs of each learner rank; a fraction (e.g. 0.5) shares one GPU with the rollout
-    workers (rollout_gpus_per_worker 0.5), which is how one-GPU machines run."""
-    micro_batch_size: int = 8
-    """Episodes per forward/backward (gradient accumulation inside a minibatch)."""
-    torch_threads: int = 0
-    """torch intra-op threads per process (0 = torch's default). On a small shared CPU box 1
-    is far faster: oversubscribed OpenMP threads spin against each other."""
-
-    def __post_init__(self) -> None:
-        check_fields(self, "resources.")
-        _at_least(self, "resources.", 1, ("num_rollout_workers", "learner_workers",
-                                          "micro_batch_size"))
-        _at_least(self, "resources.", 0, ("num_gpus", "rollout_gpus_per_worker",
-                                          "cpus_per_worker", "learner_gpus", "torch_threads"))
-        for name in ("learner_resources", "rollout_resources"):
-            for key, amount in getattr(self, name).items():
-                if key in ("CPU", "GPU", "memory", "object_store_memory"):
-                    raise ConfigError(f"resources.{name}.{key}: CPUs and GPUs have their own keys "
-                                      "(cpus_per_worker, learner_gpus, ...); list custom "
-                                      "resources here")
-                if not isinstance(amount, int | float) or isinstance(amount, bool) or amount < 0:
-                    raise ConfigError(f"resources.{name}.{key}={amount!r}: must be a number >= 0")
-        for name in ("learner_node_labels", "rollout_node_labels"):
-            for key, value in getattr(self, name).items():
-                if not isinstance(value, str):
-                    raise ConfigError(f"resources.{name}.{key}={value!r}: a label selector value "
-                                      "is a string (quote it in YAML)")
-        if self.placement_timeout_s <= 0:
-            raise ConfigError("resources.placement_timeout_s must be > 0")
+        at_least(self, "rollout.", 0, ("max_episode_retries",))

@@ -199,3 +199,60 @@ def test_value_loss_clips_against_old_values():
     loss, _ = alg.value_loss(values, old, ret, torch.ones(1, 1), clip=0.2)
     # unclipped error 1.0, clipped prediction 0.2 -> error 0.04; the max (pessimistic) wins
     assert float(loss) == pytest.approx(0.5)
+
+
+# -- off-policy correction: w = π_prox / π_behav per token ---------------------------------
+# behaviour probabilities 0.25, 0.4, 0.3 and proximal 0.5, 0.2, 0.9: w = 2, 0.5, 3
+BEHAVIOUR = torch.log(torch.tensor([[0.25, 0.4, 0.3, 0.7]]))
+PROXIMAL = torch.log(torch.tensor([[0.5, 0.2, 0.9, 0.1]]))
+MASK = torch.tensor([[1.0, 1.0, 1.0, 0.0]])  # the fourth token is an observation
+
+
+@pytest.mark.parametrize(("estimator", "expected", "cut"), [
+    ("behaviour", [1.0, 1.0, 1.0, 0.0], 0.0),
+    ("tis", [2.0, 0.5, 2.5, 0.0], 1 / 3),  # truncated at the cap
+    ("decoupled", [2.0, 0.5, 0.0, 0.0], 1 / 3),  # AReaL: above the cap, dropped
+    ("mis", [2.0, 0.0, 0.0, 0.0], 2 / 3),  # masked outside [0.6, 2.5]
+])
+def test_importance_weights_hand_computed(estimator, expected, cut):
+    weights, stats = alg.importance_weights(PROXIMAL, BEHAVIOUR, MASK, estimator, cap=2.5,
+                                            floor=0.6)
+    assert weights[0].tolist() == pytest.approx(expected if estimator != "behaviour"
+                                                else [1.0, 1.0, 1.0, 0.0])
+    assert float(stats["truncated_share"]) == pytest.approx(cut)
+    assert float(stats["ratio_mean"]) == pytest.approx((2 + 0.5 + 3) / 3)
+    assert float(stats["ratio_max"]) == pytest.approx(3.0)
+    assert float(stats["ratio_min"]) == pytest.approx(0.5)
+    # k1 estimate of KL(behaviour || learner): mean of log(0.25/0.5), log(0.4/0.2), log(0.3/0.9)
+    assert float(stats["kl"]) == pytest.approx(-math.log(3) / 3, rel=1e-5)
+
+
+def test_sequence_level_weight_is_the_geometric_mean_of_the_episode():
+    weights, _ = alg.importance_weights(PROXIMAL, BEHAVIOUR, MASK, "tis", cap=2.5,
+                                        level="sequence")
+    geometric = (2 * 0.5 * 3) ** (1 / 3)  # 1.442, under the cap
+    assert weights[0].tolist() == pytest.approx([geometric] * 3 + [0.0])
+    capped, _ = alg.importance_weights(PROXIMAL, BEHAVIOUR, MASK, "tis", cap=1.2,
+                                       level="sequence")
+    assert capped[0].tolist() == pytest.approx([1.2] * 3 + [0.0])
+
+
+def test_weighted_policy_loss_hand_computed_and_weights_carry_no_gradient():
+    """At θ = proximal every ratio is 1, so each token's loss is -A times its weight:
+    TIS weights 2, 0.5, 2.5 and advantages 1, 2, -1 give (-2 - 1 + 2.5) / 3."""
+    logp = PROXIMAL.clone().requires_grad_(True)
+    proximal = PROXIMAL.clone().requires_grad_(True)
+    weights, _ = alg.importance_weights(proximal, BEHAVIOUR, MASK, "tis", cap=2.5)
+    assert not weights.requires_grad
+    adv = torch.tensor([[1.0, 2.0, -1.0, 5.0]])
+    loss, _ = alg.policy_loss(logp, proximal.detach(), adv, MASK, 0.2, 0.28, "token-mean",
+                              weights=weights)
+    assert loss.item() == pytest.approx((-2 - 1 + 2.5) / 3)
+    loss.backward()
+    # d/dlogp of -A * w * exp(logp - prox) at logp = prox: -A * w / 3 (token-mean)
+    assert logp.grad[0].tolist() == pytest.approx([-2 / 3, -1 / 3, 2.5 / 3, 0.0])
+
+
+def test_unknown_importance_estimator_is_refused():
+    with pytest.raises(ValueError, match="importance estimator"):
+        alg.importance_weights(PROXIMAL, BEHAVIOUR, MASK, "vtrace")

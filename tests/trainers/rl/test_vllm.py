@@ -51,8 +51,10 @@ def _fake_vllm(with_logprobs_mode: bool, calls: list) -> types.ModuleType:
         def get_tokenizer(self):
             return _Tokenizer()
 
-        def generate(self, prompts, sampling, use_tqdm=False):
+        def generate(self, prompts, sampling, use_tqdm=False, lora_request=None):
             calls.append(("generate", prompts, sampling))
+            if lora_request is not None:
+                calls.append(("lora_request", lora_request))
             step = [{5: SimpleNamespace(logprob=-0.25)}, {7: SimpleNamespace(logprob=-1.5)}]
             return [SimpleNamespace(outputs=[SimpleNamespace(
                 token_ids=[5, 7], logprobs=step, finish_reason="length", stop_reason=None)])
@@ -70,7 +72,16 @@ def _fake_vllm(with_logprobs_mode: bool, calls: list) -> types.ModuleType:
     def sampling_params(**kwargs):
         return SimpleNamespace(**kwargs)
 
+    @dataclass
+    class LoRARequest:  # vllm.lora.request.LoRARequest(lora_name, lora_int_id, lora_path)
+        lora_name: str
+        lora_int_id: int
+        lora_path: str
+
     module.EngineArgs, module.LLM, module.SamplingParams = EngineArgs, LLM, sampling_params
+    module.lora = types.ModuleType("vllm.lora")
+    module.lora.request = types.ModuleType("vllm.lora.request")
+    module.lora.request.LoRARequest = LoRARequest
     return module
 
 
@@ -78,7 +89,10 @@ def _fake_vllm(with_logprobs_mode: bool, calls: list) -> types.ModuleType:
 def vllm_api(monkeypatch):
     def install(with_logprobs_mode: bool) -> list:
         calls: list = []
-        monkeypatch.setitem(sys.modules, "vllm", _fake_vllm(with_logprobs_mode, calls))
+        fake = _fake_vllm(with_logprobs_mode, calls)
+        monkeypatch.setitem(sys.modules, "vllm", fake)
+        monkeypatch.setitem(sys.modules, "vllm.lora", fake.lora)
+        monkeypatch.setitem(sys.modules, "vllm.lora.request", fake.lora.request)
         return calls
 
     return install
@@ -150,3 +164,50 @@ def test_the_mock_mirrors_vllms_engine_args_shape():
     assert not _supports_logprobs_mode(_fake_vllm(False, []))
     assert not _supports_logprobs_mode(types.ModuleType("vllm"))
     assert dataclasses.is_dataclass(_fake_vllm(True, []).EngineArgs)
+
+
+def test_lora_sync_goes_through_vllms_lora_path_with_a_new_id_per_version(vllm_api, tmp_path):
+    """LoRA RL syncs adapters only: each version becomes a peft adapter directory served
+    under a fresh LoRARequest id (vLLM caches adapters by id), after a prefix-cache reset."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from safetensors.torch import load_file
+
+    from agents.engines.lora import LoraWeights
+    from agents.engines.vllm import VLLMEngine
+    from trainers.rl.config import load_config
+    from trainers.rl.rollout import RolloutWorker
+
+    calls = vllm_api(with_logprobs_mode=True)
+    engine = VLLMEngine("some/model", enable_lora=True, max_lora_rank=4)
+    worker = RolloutWorker(load_config(values={"resources.use_ray": False}), engine=engine)
+    key = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
+    try:
+        for version in (1, 2, 3):
+            weights = LoraWeights({key: torch.full((4, 8), float(version))},
+                                  {"r": 4, "lora_alpha": 8.0, "lora_dropout": 0.0,
+                                   "target_modules": ["q_proj"]})
+            worker.set_weights(weights, version)
+            _generate(engine, temperature=1.0)
+            request = [c for c in calls if c[0] == "lora_request"][-1][1]
+            assert request.lora_int_id == version
+            assert load_file(f"{request.lora_path}/adapter_model.safetensors")[key][0, 0] == version
+    finally:
+        worker.close()
+    assert sum(c[0] == "reset_prefix_cache" for c in calls) == 3
+    assert not any(c[0] == "load_weights" for c in calls)  # the base never moves
+
+
+def test_an_adapter_directory_is_served_as_its_base_plus_the_adapter(vllm_api, tmp_path):
+    from agents.engines.vllm import VLLMEngine
+
+    calls = vllm_api(with_logprobs_mode=True)
+    adapter = tmp_path / "final"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(
+        '{"base_model_name_or_path": "org/base-model", "r": 8, "peft_type": "LORA"}')
+    engine = VLLMEngine(str(adapter))
+    built = calls[0][1]
+    assert built["model"] == "org/base-model" and built["enable_lora"] and built["max_lora_rank"] == 8
+    _generate(engine, temperature=1.0)
+    assert [c for c in calls if c[0] == "lora_request"][-1][1].lora_path == str(adapter)
