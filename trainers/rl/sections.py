@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from trainers.common.config import ConfigError, check_fields
 from trainers.common.lora import LoraSection
-from trainers.common.sections import at_least
 from trainers.common.mixture import MixtureEntry, check_env_ids, mixture_entries
+from trainers.common.sections import at_least
 from trainers.rl.resources import ResourcesSection
 
 __all__ = ["AlgorithmSection", "EnvSection", "ModelSection", "ResourcesSection",
