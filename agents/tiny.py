@@ -33,6 +33,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from coa_envs.vocabulary import BUILTIN_TOOLS, ROLE_TAGS, coa_tags, tool_names
+
 __all__ = [
     "CHATML_TEMPLATE",
     "COA_TAGS",
@@ -44,21 +46,9 @@ __all__ = [
     "train_tiny_tokenizer",
 ]
 
-#: Every tag of the CoA protocol (roles, tools, observation, answer).
-COA_TAGS: tuple[str, ...] = (
-    "think",
-    "plan",
-    "reflection",
-    "suggested_answer",
-    "double_check",
-    "web_search",
-    "crawl_page",
-    "wiki_search",
-    "code",
-    "visual_inspector",
-    "observation",
-    "answer",
-)
+#: Every tag of the CoA protocol with the built-in tools (roles, tools, observation, answer);
+#: :func:`coa_envs.vocabulary.coa_tags` adds tools registered since, and the tokenizer trains on those.
+COA_TAGS: tuple[str, ...] = coa_tags(BUILTIN_TOOLS)
 
 #: ``<|endoftext|>`` pads, ``<|im_end|>`` ends an assistant turn (eos).
 SPECIAL_TOKENS: tuple[str, ...] = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -107,14 +97,14 @@ _WORDS = tuple(_WORD_TEXT.split())
 
 
 def synthetic_coa_texts(n: int = 400, seed: int = 0) -> list[str]:
-    """Deterministic CoA-style trajectories that use every tag, for tokenizer training."""
+    """Deterministic CoA-style trajectories that use every tag (every registered tool's too),
+    for tokenizer training."""
     rng = random.Random(seed)
 
     def phrase(k: int) -> str:
         return " ".join(rng.choice(_WORDS) for _ in range(k))
 
-    tools = ("web_search", "crawl_page", "wiki_search", "code", "visual_inspector")
-    roles = ("think", "plan", "reflection", "suggested_answer", "double_check")
+    tools, roles = tool_names(), ROLE_TAGS  # read now: a tool registered since import is in the text
     texts = []
     for _ in range(n):
         parts = [f"<think>\n{phrase(rng.randint(4, 12))}\n</think>\n"]

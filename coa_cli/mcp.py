@@ -20,7 +20,8 @@ app = typer.Typer(no_args_is_help=True, help="Model Context Protocol: serve coa 
 
 @app.command("serve")
 def serve_command(
-    tools: str | None = typer.Option(None, help="Comma-separated tools (default: all, or the --env's)."),
+    tools: str | None = typer.Option(None, help="Comma-separated tools (default: every registered tool, "
+                                                "or the --env's)."),
     env: str | None = typer.Option(None, help="Serve this registered env's tools with its configuration."),
     tool_config: list[str] = typer.Option([], help="TOOL=YAML mapping or TOOL.KEY=VALUE, e.g. "
                                                    "'code={backend: subprocess}' or code.backend=subprocess "
@@ -37,7 +38,7 @@ def serve_command(
 ) -> None:
     """Serve coa tools over MCP (stdio by default)."""
     from coa_cli.options import key_values
-    from coa_envs.mcp.server import DEFAULT_TOOLS, ToolHost, create_server
+    from coa_envs.mcp.server import ToolHost, create_server, default_tools
 
     if transport not in ("stdio", "http"):
         raise typer.BadParameter(f"{transport!r}; use stdio or http", param_hint="--transport")
@@ -49,7 +50,7 @@ def serve_command(
 
             host_tools = ToolHost.from_env(env, names, configs, files_root=files_root, timeout_s=timeout)
         else:
-            chosen = names or list(DEFAULT_TOOLS)
+            chosen = names or list(default_tools())
             unknown = sorted(set(configs) - set(chosen))
             if unknown:
                 raise ValueError(f"--tool-config for {unknown}, which --tools does not serve")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import pkgutil
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -107,11 +106,10 @@ def _hints() -> dict[str, Any]:
     return typing.get_type_hints(EnvConfig)
 
 
-@cache
 def _families() -> list[str]:
-    import coa_envs.tasks
+    from coa_envs.tasks import FAMILIES
 
-    return sorted(m.name for m in pkgutil.iter_modules(coa_envs.tasks.__path__))
+    return sorted(FAMILIES)
 
 
 def _check_value(key: str, value: Any, hint: Any, minimum: int | None) -> None:

@@ -4,12 +4,13 @@ A turn is a sequence of top-level spans ``<tag>…</tag>``. Role spans (think, p
 reasoning, tool spans carry one query for a tool agent, ``<answer>`` ends the episode.
 The environment alone writes ``<observation>`` spans.
 
-The tool tags are the registered tools (:mod:`coa_envs.tools`): registering a tool makes
-its tag parse, stop generation and appear in :func:`describe_tool` listings, with no edit
-here. Parsing never raises: a malformed turn comes back as a :class:`ParsedTurn` whose
-``error`` is a typed :class:`ProtocolError`, which the env turns into a corrective observation.
-Span contents are opaque text, except that a CoA tag opening inside a span is reported as
-nesting (``<code>`` is fully opaque until ``</code>`` so programs may print any string).
+The tags are the vocabulary's (:mod:`coa_envs.vocabulary`, re-exported here); the tool tags
+are the registered tools: registering a tool makes its tag parse, stop generation and appear
+in :func:`describe_tool` listings, with no edit here. Parsing never raises: a malformed turn
+comes back as a :class:`ParsedTurn` whose ``error`` is a typed :class:`ProtocolError`, which
+the env turns into a corrective observation. Span contents are opaque text, except that a CoA
+tag opening inside a span is reported as nesting (``<code>`` is fully opaque until
+``</code>`` so programs may print any string).
 """
 
 from __future__ import annotations
@@ -19,8 +20,15 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import NamedTuple
 
-from coa_envs.tools import BUILTIN_TOOLS, tool_names
 from coa_envs.types import ToolSpec
+from coa_envs.vocabulary import (
+    ANSWER_TAG,
+    BUILTIN_TOOLS,
+    OBSERVATION_TAG,
+    RESERVED_TAGS,
+    ROLE_TAGS,
+    tool_names,
+)
 
 __all__ = [
     "ANSWER_TAG",
@@ -44,10 +52,6 @@ __all__ = [
     "tool_tags",
 ]
 
-ROLE_TAGS: tuple[str, ...] = ("think", "plan", "reflection", "suggested_answer", "double_check")
-ANSWER_TAG = "answer"
-OBSERVATION_TAG = "observation"
-RESERVED_TAGS: frozenset[str] = frozenset((*ROLE_TAGS, ANSWER_TAG, OBSERVATION_TAG))
 TOOL_TAGS: tuple[str, ...] = BUILTIN_TOOLS  # the built-in tools; tool_tags() adds registered ones
 tool_tags = tool_names  # every registered tool tag (the grammar below follows it)
 

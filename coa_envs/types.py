@@ -110,6 +110,9 @@ class ToolSpec:
     usage: str  # the shape of the query inside the tag: "query", "URL | what to look for"
     argument: str  # the query described in words, for schema-based protocols
     parameter: str = "query"  # the name of that one string parameter (function calling, MCP)
+    # The tool looks evidence up outside the model (search, crawl, a retriever): an answer the
+    # model writes before such a tool showed it was known from elsewhere (a distillation leak).
+    retrieves: bool = False
 
 
 @runtime_checkable

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from coa_envs.configkit import ConfigError, build_section, check_fields, load_mapping
-from coa_envs.protocol import TOOL_TAGS
+from coa_envs.vocabulary import tool_names
 
 __all__ = [
     "DEFAULT_TOOL_AGENTS",
@@ -176,8 +176,8 @@ class TeacherSystemConfig:
             if not agent.name.isidentifier():
                 raise SystemConfigError(f"tool agent name {agent.name!r} must be a Python identifier")
             for tool in agent.tools:
-                if tool not in TOOL_TAGS:
-                    raise SystemConfigError(f"{agent.name}: unknown tool {tool!r}; tools are {list(TOOL_TAGS)}")
+                if tool not in tool_names():
+                    raise SystemConfigError(f"{agent.name}: unknown tool {tool!r}; tools are {list(tool_names())}")
                 if tool in claimed:
                     raise SystemConfigError(f"tool {tool!r} is given to both {claimed[tool]} and {agent.name}")
                 claimed[tool] = agent.name

@@ -12,14 +12,19 @@ the page shows its verdict beside the spans.
 from __future__ import annotations
 
 import re
+from functools import cache
 from typing import TypedDict
 
-from coa_envs.protocol import ANSWER_TAG, OBSERVATION_TAG, ROLE_TAGS, TOOL_TAGS
+from coa_envs.vocabulary import ANSWER_TAG, OBSERVATION_TAG, ROLE_TAGS, coa_tags, tool_names
 
 __all__ = ["Span", "join_spans", "span_kind", "split_spans"]
 
-_TAG_RE = re.compile(r"<(/?)(" + "|".join(sorted((*ROLE_TAGS, *TOOL_TAGS, ANSWER_TAG, OBSERVATION_TAG),
-                                                  key=len, reverse=True)) + r")>")
+
+
+@cache
+def _tag_re(tags: tuple[str, ...]) -> re.Pattern[str]:
+    """Any opening or closing tag of the vocabulary (rebuilt when a tool is registered)."""
+    return re.compile(r"<(/?)(" + "|".join(sorted(tags, key=len, reverse=True)) + r")>")
 
 
 class Span(TypedDict):
@@ -34,7 +39,7 @@ class Span(TypedDict):
 def span_kind(tag: str) -> str:
     if tag in ROLE_TAGS:
         return "role"
-    if tag in TOOL_TAGS:
+    if tag in tool_names():
         return "tool"
     return {ANSWER_TAG: "answer", OBSERVATION_TAG: "observation"}.get(tag, "text")
 
@@ -43,13 +48,14 @@ def split_spans(text: str) -> list[Span]:
     """The spans of ``text`` in order; :func:`join_spans` gives ``text`` back exactly."""
     spans: list[Span] = []
     plain_start = position = 0
+    tag_re = _tag_re(coa_tags())
 
     def flush(end: int) -> None:
         if end > plain_start:
             spans.append(Span(kind="text", tag="", text=text[plain_start:end], closed=True))
 
     while True:
-        match = _TAG_RE.search(text, position)
+        match = tag_re.search(text, position)
         if match is None:
             break
         if match.group(1):  # a closing tag with no opener: part of the surrounding text

@@ -25,14 +25,20 @@ from typing import Any
 
 from coa_envs.protocols.tools import ToolArgumentError, arguments_to_query, function_definition
 from coa_envs.types import ErrorKind, Task, Tool, ToolContext, ToolResult
+from coa_envs.vocabulary import tool_names
 
-__all__ = ["DEFAULT_TOOLS", "META_KEY", "ToolHost", "create_server", "http_app", "run_stdio"]
+__all__ = ["META_KEY", "ToolHost", "create_server", "default_tools", "http_app", "run_stdio"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TOOLS: tuple[str, ...] = ("code", "wiki_search", "web_search", "crawl_page", "visual_inspector")
 META_KEY = "coa-envs/result"  # _meta entry: {"error_kind": ..., "details": {...}}
 _MAX_FILES = 10_000
+
+
+def default_tools() -> tuple[str, ...]:
+    """What ``coa mcp serve`` serves when not told: every registered tool (a tool registered
+    with :func:`coa_envs.vocabulary.register_tool` included)."""
+    return tool_names()
 
 
 class ToolHost:

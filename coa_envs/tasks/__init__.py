@@ -1,4 +1,6 @@
-"""Task loading: one module per family (``coa_envs.tasks.<family>.load_tasks``).
+"""Task loading: one module per family (``coa_envs.tasks.<family>.load_tasks``), listed in
+:data:`FAMILIES`; the other modules here (``split``, ``web_common``, ``web_gaia``...) are the
+loaders' helpers, never a family an env may name.
 
 This package holds what every loader shares: the data error that names file, row and
 field; resolution of ``pkg:`` paths (files shipped with the package) and of names relative
@@ -18,6 +20,7 @@ from typing import Any
 from coa_envs.types import Task
 
 __all__ = [
+    "FAMILIES",
     "DataNotFoundError",
     "TaskDataError",
     "clear_cache",
@@ -29,6 +32,10 @@ __all__ = [
 ]
 
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+#: The task families, each the module ``coa_envs.tasks.<family>`` with ``load_tasks``: the one
+#: list an env's ``family:`` is checked against. A new family is its module plus a name here.
+FAMILIES: tuple[str, ...] = ("code", "math", "mhqa", "miniweb", "synthhop", "web")
 
 
 class TaskDataError(ValueError):
@@ -96,6 +103,8 @@ def load_family_tasks(family: str, options: Mapping[str, Any]) -> list[Task]:
     ``task_list: PATH`` (every family) keeps only the tasks whose ids a JSONL file lists, one
     ``{"task_id": ...}`` per line, as ``coa filter-tasks`` writes them, in the loader's order.
     """
+    if family not in FAMILIES:
+        raise ValueError(f"family={family!r} is not valid; allowed: {list(FAMILIES)}")
     if options.get("task_list") is not None:
         rest = {k: v for k, v in options.items() if k != "task_list"}
         return select_tasks(load_family_tasks(family, rest), options["task_list"])

@@ -7,9 +7,11 @@ A tool module (``coa_envs.tools.web_search``...) defines
 * ``BACKENDS``: the backends it offers, the default first;
 * ``build(backend, **config) -> Tool``.
 
-Adding a tool is that module plus one line in ``_BUILTIN_TOOLS`` (or, from outside the
-package, one :func:`register_tool` call): the protocol then accepts its tag, env configs
-accept it under ``tools:``, the system prompt describes it and ``coa list`` shows it.
+Adding a tool is that module plus one line in the vocabulary's built-in tools
+(:mod:`coa_envs.vocabulary`) or, from outside the package, one :func:`register_tool` call:
+the protocol then accepts its tag, env configs accept it under ``tools:``, the system prompt
+describes it, ``coa list`` shows it, ``coa mcp serve`` serves it, the tiny tokenizer learns
+its tag and the distillation filters judge it by its ``SPEC``.
 :func:`build_tool` is the one place that turns a registry ``tools:`` entry into a Tool,
 validating the backend and wrapping the tool in the record/replay cache when asked.
 
@@ -19,18 +21,20 @@ built, so ``import coa_envs`` stays light.
 
 from __future__ import annotations
 
+import functools
 import importlib
-import re
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
 from coa_envs.types import Tool, ToolSpec
+from coa_envs.vocabulary import BUILTIN_TOOLS, register_tool, tool_module, tool_names, unregister_tool
 
 __all__ = [
     "BUILTIN_TOOLS",
     "build_tool",
     "register_tool",
+    "retrieval_tools",
     "tool_backends",
     "tool_names",
     "tool_spec",
@@ -38,61 +42,14 @@ __all__ = [
     "validate_tool_config",
 ]
 
-_BUILTIN_TOOLS: dict[str, str] = {
-    "web_search": "coa_envs.tools.web_search",
-    "crawl_page": "coa_envs.tools.crawl_page",
-    "wiki_search": "coa_envs.tools.wiki_search",
-    "code": "coa_envs.tools.code",
-    "visual_inspector": "coa_envs.tools.visual_inspector",
-}
-BUILTIN_TOOLS: tuple[str, ...] = tuple(_BUILTIN_TOOLS)
-
-_registry: dict[str, str] = dict(_BUILTIN_TOOLS)
-# Replaced (never mutated) on every change, so the protocol can cache its grammar on identity.
-_names: tuple[str, ...] = BUILTIN_TOOLS
-_TAG_NAME = re.compile(r"[a-z_][a-z0-9_]*")
-
-
-def tool_names() -> tuple[str, ...]:
-    """Every registered tool tag, built-in ones first."""
-    return _names
-
-
-def register_tool(name: str, module: str) -> None:
-    """Register tool tag ``name``, implemented by the module named ``module`` (imported lazily).
-
-    The tag must be a lower-case identifier that is not already a protocol tag; registering
-    the same module again is a no-op.
-    """
-    global _names
-    from coa_envs.protocol import RESERVED_TAGS
-
-    if not isinstance(name, str) or not _TAG_NAME.fullmatch(name):
-        raise ValueError(f"tool name {name!r} is not valid; allowed: a lower-case identifier (a-z, 0-9, _)")
-    if name in RESERVED_TAGS:
-        raise ValueError(f"tool name {name!r} is a protocol tag; reserved: {sorted(RESERVED_TAGS)}")
-    if _registry.get(name, module) != module:
-        raise ValueError(f"tool {name!r} is already registered to {_registry[name]}")
-    _registry[name] = module
-    _names = tuple(_registry)
-
-
-def unregister_tool(name: str) -> None:
-    """Remove a tool added with :func:`register_tool` (built-in tools stay)."""
-    global _names
-    if name in _BUILTIN_TOOLS:
-        raise ValueError(f"{name!r} is a built-in tool and cannot be unregistered")
-    _registry.pop(name, None)
-    _names = tuple(_registry)
 
 
 def _module(name: str) -> ModuleType:
-    if name not in _registry:
-        raise ValueError(f"tools.{name} is not a CoA tool; allowed: {list(_names)}")
+    module = tool_module(name)
     try:
-        return importlib.import_module(_registry[name])
+        return importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        if exc.name == _registry[name]:
+        if exc.name == module:
             raise ValueError(f"tools.{name}: its module {exc.name} is not importable") from None
         raise
 
@@ -101,8 +58,18 @@ def tool_spec(name: str) -> ToolSpec:
     """What the model is told about tool ``name`` (its module's ``SPEC``)."""
     spec = _module(name).SPEC
     if spec.name != name:
-        raise ValueError(f"{_registry[name]}.SPEC is named {spec.name!r}, but is registered as {name!r}")
+        raise ValueError(f"{tool_module(name)}.SPEC is named {spec.name!r}, but is registered as {name!r}")
     return spec
+
+
+def retrieval_tools() -> frozenset[str]:
+    """The registered tools that look evidence up (``SPEC.retrieves``: search, crawl, retrievers)."""
+    return _retrieval_tools(tool_names())
+
+
+@functools.cache
+def _retrieval_tools(names: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(name for name in names if tool_spec(name).retrieves)
 
 
 def tool_backends(name: str) -> tuple[str, ...]:

@@ -32,7 +32,8 @@ from coa_envs.web.ssrf import UrlGuard, literal_only_resolver
 __all__ = ["BACKENDS", "SPEC", "CrawlConfig", "CrawlPageTool", "build", "parse_crawl_query"]
 
 SPEC = ToolSpec(name="crawl_page", usage="URL | what to look for", summary="read a web page (text extracted).",
-                argument="a page URL, optionally followed by ' | ' and what to look for on it")
+                argument="a page URL, optionally followed by ' | ' and what to look for on it",
+                retrieves=True)
 
 BACKENDS: tuple[str, ...] = ("httpx", "playwright", "selenium")
 _URL_RE = re.compile(r"^[a-z][a-z0-9+.\-]*://\S+$", re.I)

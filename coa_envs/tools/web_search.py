@@ -28,7 +28,7 @@ from coa_envs.types import ErrorKind, ToolContext, ToolResult, ToolSpec
 __all__ = ["BACKENDS", "SPEC", "SearchHit", "WebSearchTool", "build", "render_hits"]
 
 SPEC = ToolSpec(name="web_search", usage="query", summary="search the web; returns numbered titles, URLs and snippets.",
-                argument="the web search query")
+                argument="the web search query", retrieves=True)
 
 BACKENDS: tuple[str, ...] = ("serper", "searxng", "local")
 

@@ -25,7 +25,7 @@ from coa_envs.types import ErrorKind, ToolContext, ToolResult, ToolSpec
 __all__ = ["BACKENDS", "SPEC", "WikiSearchTool", "build", "render_hits"]
 
 SPEC = ToolSpec(name="wiki_search", usage="query", summary="retrieve the most relevant encyclopedia passages.",
-                argument="the encyclopedia search query")
+                argument="the encyclopedia search query", retrieves=True)
 
 BACKENDS: tuple[str, ...] = retrieval.BACKENDS
 INDEX_ENV_VAR = "COA_WIKI_INDEX"

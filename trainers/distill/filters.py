@@ -11,8 +11,9 @@ Pure functions of one trajectory (plus, for leakage, its task), applied in stage
 * :func:`leak_reason` — the answer was not given away: not in the question, not in the
   metadata a teacher could read (the system prompt, the env's options), and not written by the
   teacher before any observation showed it (it knew the answer from outside the episode, e.g.
-  the task's metadata). Only for envs whose answers are *looked up* with a retrieval tool; a
-  math or code answer is derived, and its appearing early is no leak.
+  the task's metadata). Only for envs whose answers are *looked up* with a retrieval tool (a
+  registered tool whose ``SPEC.retrieves``); a math or code answer is derived, and its
+  appearing early is no leak.
 * :func:`limits_reason` — at most ``max_turns`` actions and ``max_chars`` characters.
 * :func:`diversity_reason` — at least ``min_tools`` distinct tools and ``min_roles`` distinct
   role spans, so the data teaches a model to play several agents.
@@ -25,9 +26,9 @@ import re
 from typing import Any
 
 from coa_envs.protocol import parse_turn
+from coa_envs.tools import retrieval_tools
 
 __all__ = [
-    "RETRIEVAL_TOOLS",
     "correctness_reason",
     "dedup_key",
     "diversity_reason",
@@ -36,8 +37,6 @@ __all__ = [
     "limits_reason",
     "turn_spans",
 ]
-
-RETRIEVAL_TOOLS = frozenset({"web_search", "crawl_page", "wiki_search"})
 
 
 def correctness_reason(trajectory: Any, min_reward: float) -> str | None:
@@ -88,7 +87,7 @@ def leak_reason(trajectory: Any, golds: tuple[str, ...] | list[str],
     """``leak:question``, ``leak:metadata`` or ``leak:before_evidence`` (see the module docstring)."""
     from coa_envs.rewards.em_f1 import normalize_answer
 
-    if not RETRIEVAL_TOOLS.intersection(env_tools):
+    if not retrieval_tools().intersection(env_tools):
         return None
     normalised = [g for g in (normalize_answer(str(gold)) for gold in golds) if g]
     if not normalised:
