@@ -11,7 +11,9 @@ tokens per episode, wall time; see :mod:`agents.metrics`) plus the two plots of
 Agents: ``oracle`` (gold answers; validates data and rewards), ``replay:FILE`` (plays a
 recorded run's actions again, e.g. to re-score it), ``llm`` (an :class:`LLMPolicy` over
 ``--engine``; the default when ``--model`` is given), or ``MODULE:NAME`` (your own Agent
-class, instantiated per episode, or a ``(observation, info) -> action`` callable).
+class, instantiated per episode -- with the episode's env, and its seed, when the constructor
+takes ``env`` (and ``seed``), as the scripted teacher ``agents.teachers.scripted:ScriptedTeam``
+does -- or a ``(observation, info) -> action`` callable).
 
 Tasks come from the held-out side of the env's train/test partition (``--split test``, see
 :mod:`coa_envs.tasks.split`): a benchmark test set whole, a pool's fixed 20%. ``--split all``
@@ -98,6 +100,11 @@ def agent_factory(spec: str, *, seed: int = 0, task_indices: list[int] | None = 
 
         obj = _import_object(spec, "agent", "--agent")
         if isinstance(obj, type):
+            import inspect
+
+            wants = inspect.signature(obj).parameters
+            if "env" in wants:  # an env-aware agent (a scripted teacher) gets the episode's env
+                return lambda env, episode: obj(env, **({"seed": episode} if "seed" in wants else {}))
             return lambda env, episode: obj()
         agent = as_agent(obj)  # a stateless callable or a thread-safe agent instance
         return lambda env, episode: agent

@@ -108,6 +108,8 @@ def filter_tasks_command(
     top_p: float = TOP_P,
     max_new_tokens: int = MAX_NEW_TOKENS,
     n: int | None = typer.Option(None, help="Only the first N tasks (default: all of the split)."),
+    skip: int = typer.Option(0, help="Skip the first SKIP tasks of the split (e.g. those a teacher played "
+                                     "for SFT), then take --n."),
     split: str = typer.Option("train", help="train (default) | test | all"),
     data: str | None = typer.Option(None, help="Task file/dir (sets data_path)."),
     env_option: list[str] = ENV_OPTION,
@@ -126,14 +128,17 @@ def filter_tasks_command(
     from coa_cli.eval import env_options, env_tasks, episode_agents, play_tasks
 
     band = parse_keep(keep)
-    if samples < 1 or concurrency < 1 or (n is not None and n < 1):
-        raise typer.BadParameter("-k, --n and --concurrency must be >= 1")
+    if samples < 1 or concurrency < 1 or (n is not None and n < 1) or skip < 0:
+        raise typer.BadParameter("-k, --n and --concurrency must be >= 1 and --skip >= 0")
     agent = agent or ("llm" if model else None)
     if agent is None:
         raise typer.BadParameter("give --model (or --agent oracle | MODULE:NAME)", param_hint="--model")
     make_kwargs, tasks = env_tasks(env_id, split=split, data=data, max_turns=max_turns,
                                    options=env_options(env_option))
-    indices = list(range(len(tasks) if n is None else min(n, len(tasks))))
+    indices = list(range(skip, len(tasks) if n is None else min(skip + n, len(tasks))))
+    if not indices:
+        raise typer.BadParameter(f"--skip {skip} leaves none of the split's {len(tasks)} tasks",
+                                 param_hint="--skip")
     sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
     factory, close = episode_agents(
         agent, model=model, seed=seed, task_indices=indices, samples=samples, engine=engine, base_url=base_url,

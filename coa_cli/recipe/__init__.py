@@ -1,9 +1,11 @@
 """``coa recipe run CONFIG``: the CoA pipeline on a real model, end to end, with a report.
 
-baseline eval -> teacher on training tasks -> ``coa distill`` -> masked SFT -> RL from the SFT
-model -> held-out eval after each stage -> ``report.md``/``report.json``/``report.png``. Every
-stage is a ``coa`` command (:mod:`coa_cli.recipe.stages`); rerunning reuses finished stages.
-``examples/recipe_smollm2_cpu.yaml`` is the CPU recipe for SmolLM2-135M-Instruct.
+baseline eval -> teacher on training tasks -> ``coa distill`` -> masked SFT -> RL's task pool
+(``coa filter-tasks`` on the SFT model) -> RL from the SFT model -> held-out eval after each
+stage -> ``report.md``/``report.json``/``report.png``. Every stage is a ``coa`` command
+(:mod:`coa_cli.recipe.stages`); rerunning reuses finished stages.
+``examples/recipe_smollm2_cpu.yaml`` is the CPU recipe for SmolLM2-135M-Instruct on multi-hop
+SynthHop and MiniWebLarge.
 """
 
 from __future__ import annotations

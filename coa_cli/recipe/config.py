@@ -1,14 +1,16 @@
 """The recipe's configuration: one dataclass, loaded from YAML, overridable by ``key=value``.
 
-A recipe is the CoA pipeline on one real model and one task: baseline eval -> teacher runs on
-training tasks -> distillation -> masked SFT -> RL from the SFT model -> held-out eval after
-each stage -> report. The task's settings (``env_id``, ``env_options``, ``max_turns``,
-``max_new_tokens``) are written once and used by every stage, so the teacher, the SFT data,
-RL and every eval see the same prompt, tools and budgets; only ``split`` differs (``train``
-for the teacher and RL, ``test`` for the evals). ``sft`` and ``rl`` hold trainer settings
-(``SFTConfig`` / ``RLConfig`` sections); the recipe fills in what it owns (model, data, env,
-output directories). Loaded by the trainers' one config loader (``trainers.common.config``).
-Stdlib + PyYAML only.
+A recipe is the CoA pipeline on one real model: baseline eval -> teacher runs on training
+tasks -> distillation -> masked SFT -> RL's task pool from the SFT model's pass rate -> RL
+from the SFT model -> held-out eval after each stage -> report. The primary task's settings
+(``env_id``, ``env_options``, ``max_turns``, ``max_new_tokens``) are written once and used by
+every stage, so the teacher, the SFT data, the pool, RL and every eval see the same prompt,
+tools and budgets; only ``split`` differs (``train`` for the teacher, the pool and RL,
+``test`` for the evals). ``envs`` adds further envs: each is evaluated after every stage, and
+those with ``train: true`` are trained on too (SFT and RL on the mixture, by ``weight``).
+``sft`` and ``rl`` hold trainer settings (``SFTConfig`` / ``RLConfig`` sections); the recipe
+fills in what it owns (model, data, env, output directories). Loaded by the trainers' one
+config loader (``trainers.common.config``). Stdlib + PyYAML only.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any, Literal
 
 from trainers.common.config import ConfigError, check_fields, load_config
 
-__all__ = ["EvalSet", "RecipeConfig", "load_recipe"]
+__all__ = ["EvalSet", "PoolSettings", "RecipeConfig", "load_recipe"]
 
 # Trainer keys the recipe sets itself (from model, env_id, env_options, max_turns, ...).
 _OWNED_SFT = ("model.path", "data.train_path", "bookkeeping.output_dir")
@@ -39,25 +41,74 @@ def _has(mapping: dict[str, Any], dotted: str) -> bool:
 
 @dataclass
 class EvalSet:
-    """A further held-out eval run after each stage (e.g. a transfer check on another env)."""
+    """A further env beside the primary one: evaluated on its held-out tasks after every stage;
+    with ``train: true`` its training tasks also go to the teacher, SFT, the pool and RL."""
 
     name: str
     env_id: str
     n: int
-    """Tasks (the first ``n`` of ``split``)."""
+    """Held-out tasks (the first ``n`` of ``split``)."""
     split: Literal["test", "all"] = "test"
     """``all`` only for an env no stage trains on (every task is then held out)."""
     env_options: dict[str, Any] = field(default_factory=dict)
     max_turns: int = 4
     max_new_tokens: int = 48
+    """Tokens per turn in its evals (RL samples every env with the primary's
+    ``max_new_tokens``)."""
+    train: bool = False
+    """Train on it too: its teacher episodes join the SFT data, its pool joins RL's."""
+    teacher_tasks: int = 0
+    """Training tasks the teacher plays (the first N of ``split: train``); with ``train``."""
+    weight: float = 0.0
+    """Its share of SFT's packed rows and of RL's groups (the primary gets the rest)."""
+    target_sft_gain: float | None = None
+    """SFT − baseline this env must reach (reported as met or not); None: no target."""
 
     def __post_init__(self) -> None:
-        check_fields(self, f"transfer.{self.name}.")
+        check_fields(self, f"envs.{self.name}.")
         if self.split not in ("test", "all"):
             raise ValueError(f"eval set {self.name!r}: split={self.split!r}; use test (or all for "
                              "an env no stage trains on)")
         if self.n < 1 or self.max_turns < 1 or self.max_new_tokens < 1:
             raise ValueError(f"eval set {self.name!r}: n, max_turns and max_new_tokens must be >= 1")
+        if self.train and (self.split != "test" or self.teacher_tasks < 1 or not 0 < self.weight < 1):
+            raise ValueError(f"env {self.name!r} has train: true: it needs split: test (its held-out "
+                             "side), teacher_tasks >= 1 and a weight in (0, 1)")
+        if "split" in dict(self.env_options.get("task_options") or {}):
+            raise ValueError(f"envs.{self.name}.env_options.task_options.split is set per stage by "
+                             "the recipe: remove it")
+
+
+@dataclass
+class PoolSettings:
+    """RL's task pool: ``coa filter-tasks`` samples the SFT model on training tasks it was not
+    taught and keeps those whose pass rate is in ``keep`` (the seed's practice): a task the
+    model always or never solves gives a group with one reward and no gradient."""
+
+    tasks: int = 0
+    """Candidate training tasks per trained env, taken after the teacher's; 0 = no pool (RL
+    trains on every training task)."""
+    samples: int = 4
+    """Samples per candidate (K); the pass rate is solved / K."""
+    keep: str = "0.25-0.75"
+    """The pass-rate band kept, LOW-HIGH inclusive (``coa filter-tasks --keep``)."""
+
+    def __post_init__(self) -> None:
+        check_fields(self, "pool.")
+        low, sep, high = self.keep.partition("-")
+        try:
+            band = (float(low), float(high)) if sep else None
+        except ValueError:
+            band = None
+        if band is None or not 0.0 <= band[0] <= band[1] <= 1.0:
+            raise ValueError(f"pool.keep={self.keep!r}: write LOW-HIGH with 0 <= LOW <= HIGH <= 1")
+        if self.tasks < 0 or self.samples < 2:
+            raise ValueError("pool.tasks must be >= 0 and pool.samples >= 2 (a pass rate needs samples)")
+
+    @property
+    def band(self) -> tuple[float, float]:
+        low, _, high = self.keep.partition("-")
+        return float(low), float(high)
 
 
 @dataclass
@@ -86,15 +137,22 @@ class RecipeConfig:
     """Eval sampling temperature (RL samples at its own ``rl.temperature``)."""
     concurrency: int = 16
     """Episodes in flight in an eval (batched into shared forward passes)."""
-    transfer: list[EvalSet | dict[str, Any]] = field(default_factory=list)
-    """Further eval sets run after every stage (each with ``seeds``)."""
+    envs: list[EvalSet | dict[str, Any]] = field(default_factory=list)
+    """Further envs, each evaluated after every stage (with ``seeds``); ``train: true`` ones
+    are trained on too (a mixture with the primary env, by ``weight``)."""
 
     # -- teacher and distillation -----------------------------------------------------
     teacher_agent: str = "oracle"
-    """``coa eval --agent`` of the teacher (oracle, MODULE:NAME, ...) on the training tasks."""
+    """``coa eval --agent`` of the teacher (oracle, MODULE:NAME, ...) on the training tasks,
+    e.g. ``agents.teachers.scripted:ScriptedTeam`` (plan, reflection and double-check spans)."""
     teacher_tasks: int = 160
+    """Primary training tasks the teacher plays (the first N of ``split: train``)."""
     teacher_samples: int = 1
     distill_max_per_task: int = 1
+
+    # -- RL's task pool ---------------------------------------------------------------
+    pool: PoolSettings | dict[str, Any] = field(default_factory=PoolSettings)
+    """Which training tasks RL plays, chosen by the SFT model's pass rate."""
 
     # -- training ---------------------------------------------------------------------
     sft: dict[str, Any] = field(default_factory=dict)
@@ -109,13 +167,17 @@ class RecipeConfig:
 
     # -- targets (reported as met or not; they never change what is measured) --------
     target_sft_gain: float = 0.30
-    target_rl_gain: float = 0.05
+    """SFT − baseline on the primary task's held-out tasks (mean of the paired gain)."""
+    target_rl_gain: float = 0.10
+    """RL − SFT on the primary task, with its 95% interval above 0; on every other env RL
+    must not fall below SFT (mean paired gain >= 0)."""
     target_minutes: float = 60.0
 
     output_dir: str = "runs/recipe"
 
     def __post_init__(self) -> None:
-        self.transfer = [t if isinstance(t, EvalSet) else EvalSet(**t) for t in self.transfer]
+        self.envs = [t if isinstance(t, EvalSet) else EvalSet(**t) for t in self.envs]
+        self.pool = self.pool if isinstance(self.pool, PoolSettings) else PoolSettings(**self.pool)
         check_fields(self)
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError("seeds must be a non-empty list of distinct integers")
@@ -134,9 +196,17 @@ class RecipeConfig:
         if owned:
             raise ValueError(f"{owned} are set by the recipe from model, env_id, env_options, "
                              "max_turns, max_new_tokens, rl_reward and output_dir: remove them")
-        names = [t.name for t in self.transfer]
+        names = [t.name for t in self.envs]
         if "primary" in names or len(set(names)) != len(names):
-            raise ValueError("transfer eval sets need distinct names other than 'primary'")
+            raise ValueError("envs need distinct names other than 'primary'")
+        if sum(t.weight for t in self.trained) >= 1.0:
+            raise ValueError("the weights of the trained envs must sum below 1 (the primary env "
+                             "gets the rest)")
+
+    @property
+    def trained(self) -> list[EvalSet]:
+        """The further envs trained on (``train: true``), in order."""
+        return [t for t in self.envs if isinstance(t, EvalSet) and t.train]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -146,5 +216,5 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | None = No
     """YAML file (optional) then ``key=value`` overrides (dotted keys reach into mappings)."""
     try:
         return load_config(RecipeConfig, path, overrides)
-    except TypeError as error:  # e.g. a transfer entry with a missing or unknown key
+    except TypeError as error:  # e.g. an envs entry with a missing or unknown key
         raise ConfigError(str(error)) from error

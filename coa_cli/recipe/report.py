@@ -21,8 +21,9 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from coa_cli.recipe.config import RecipeConfig
-from coa_cli.recipe.stages import EVAL_STAGES, Stage, eval_runs
+from coa_cli.recipe.config import EvalSet, RecipeConfig
+from coa_cli.recipe.plot import plot_report
+from coa_cli.recipe.stages import EVAL_STAGES, Stage, eval_runs, pool_path, trained_sets
 
 __all__ = ["collect", "write_report"]
 
@@ -94,38 +95,115 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _training(out: Path) -> dict[str, Any]:
+# Per RL step: what the report keeps of metrics.jsonl (key in the report -> metric name).
+_DYNAMICS = {
+    "batch_reward": "rollout/reward_mean", "batch_accuracy": "rollout/accuracy",
+    "kept_pass_rate": "sampling/kept_pass_rate", "drawn_pass_rate": "sampling/drawn_pass_rate",
+    "groups_kept": "sampling/groups_kept", "groups_drawn": "sampling/groups_drawn",
+    "entropy": "policy/entropy", "kl_to_sft": "kl/ref", "response_tokens": "rollout/response_tokens",
+    "truncated": "rollout/truncated", "clip_frac": "policy/clip_frac",
+    "rollout_s": "time/rollout_s", "learner_s": "time/learner_s",
+}
+
+
+def _dynamics(row: dict[str, Any]) -> dict[str, Any]:
+    point: dict[str, Any] = {"step": row["step"]}
+    for key, metric in _DYNAMICS.items():
+        if metric in row:
+            point[key] = round(float(row[metric]), 4)
+    calls, errors = row.get("rollout/tool_calls", 0.0), row.get("rollout/tool_errors", 0.0)
+    point["tool_failure_share"] = round(errors / calls, 4) if calls else 0.0
+    return point
+
+
+def _pool(config: RecipeConfig, out: Path) -> dict[str, Any] | None:
+    """Per trained env: the pass-rate bands ``coa filter-tasks`` found and what RL got."""
+    if config.pool.tasks <= 0:
+        return None
+    result = {}
+    for spec in trained_sets(config):
+        report_path = pool_path(out, spec.name).with_suffix(".report.json")
+        if not report_path.is_file():
+            continue
+        report = json.loads(report_path.read_text(encoding="utf-8"))
+        kept = _read_jsonl(pool_path(out, spec.name))
+        rates = [float(r["pass_rate"]) for r in kept]
+        every = [solved / played for solved, played in report.get("per_task", {}).values() if played]
+        result[spec.name] = {
+            "candidates": report.get("tasks"), "samples": report.get("samples"), "keep": report.get("keep"),
+            "bands": report.get("bands"), "solved_histogram": report.get("solved_histogram"),
+            "kept": len(kept), "kept_pass_rate_mean": round(sum(rates) / len(rates), 4) if rates else None,
+            "candidates_pass_rate_mean": round(sum(every) / len(every), 4) if every else None,
+            "wall_s": report.get("wall_s"),
+        }
+    return result or None
+
+
+def _training(config: RecipeConfig, out: Path) -> dict[str, Any]:
     sft_rows = [r for r in _read_jsonl(out / "sft" / "metrics.jsonl") if "loss" in r]
     rl_rows = _read_jsonl(out / "rl" / "metrics.jsonl")
     steps = [r for r in rl_rows if "rollout/reward_mean" in r]
     evals = [r for r in rl_rows if "eval/heldout_reward_mean" in r]
-    data_report = out / "distill" / "sft.jsonl.report.json"
-    result: dict[str, Any] = {"distill": json.loads(data_report.read_text()) if data_report.is_file() else None}
+    reports = sorted((out / "distill").glob("*.jsonl.report.json"))
+    result: dict[str, Any] = {"distill": {p.name.split(".")[0]: json.loads(p.read_text()) for p in reports}
+                              or None, "pool": _pool(config, out)}
     if sft_rows:
         last = sft_rows[-1]
         result["sft"] = {"steps": last.get("step"), "final_loss": last.get("loss"),
-                         "trained_tokens_per_s": last.get("tokens_per_s"), "elapsed_s": last.get("elapsed_s")}
+                         "trained_tokens_per_s": last.get("tokens_per_s"), "elapsed_s": last.get("elapsed_s"),
+                         "tokens": last.get("tokens")}
     if steps:
         def mean(key: str) -> float:
             return round(sum(r.get(key, 0.0) for r in steps) / len(steps), 3)
 
+        names = [s.name for s in trained_sets(config)]
         result["rl"] = {
             "steps": len(steps), "episodes": int(sum(r.get("rollout/episodes", 0) for r in steps)),
-            "groups_kept_mean": mean("sampling/groups_kept"),
+            "trained_episodes": int(sum(r.get("train/episodes", 0) for r in steps)),
+            "groups_kept_mean": mean("sampling/groups_kept"), "groups_drawn_mean": mean("sampling/groups_drawn"),
             "groups_filtered_all_equal_mean": mean("sampling/groups_filtered_all_equal"),
+            "skipped_steps": int(sum(r.get("train/skipped", 0) for r in steps)),
             "rollout_s_mean": mean("time/rollout_s"), "learner_s_mean": mean("time/learner_s"),
             "rollout_tokens_per_s_mean": mean("perf/rollout_tokens_per_s"),
-            "curve": [{"step": r["step"], "batch_reward": round(r["rollout/reward_mean"], 4),
-                       "batch_accuracy": round(r.get("rollout/accuracy", 0.0), 4)} for r in steps],
+            "curve": [_dynamics(r) for r in steps],
             "heldout_curve": [{"step": r["step"], "reward": round(r["eval/heldout_reward_mean"], 4),
-                               "tasks": r.get("eval/heldout_tasks")} for r in evals],
+                               "tasks": r.get("eval/heldout_tasks"),
+                               **{name: round(r[f"eval/{name}/heldout_reward_mean"], 4)
+                                  for name in names if f"eval/{name}/heldout_reward_mean" in r}}
+                              for r in evals],
         }
     return result
 
 
+def _targets(config: RecipeConfig, gains: dict[str, dict[str, Any]], total_s: float,
+             complete: bool) -> dict[str, Any]:
+    sft_gain, rl_gain = gains["primary"]["sft_minus_baseline"], gains["primary"]["rl_minus_sft"]
+    targets = {
+        "sft_gain": {"target": f">= {config.target_sft_gain}", "value": sft_gain and sft_gain["mean"],
+                     "met": None if sft_gain is None else sft_gain["mean"] >= config.target_sft_gain},
+        "rl_gain": {"target": f">= {config.target_rl_gain}, 95% interval above 0",
+                    "value": rl_gain and rl_gain["mean"], "ci95": rl_gain and rl_gain["ci95"],
+                    "met": None if rl_gain is None else
+                    (rl_gain["mean"] >= config.target_rl_gain and rl_gain["ci95"][0] > 0)},
+    }
+    for spec in config.envs:
+        assert isinstance(spec, EvalSet)
+        sft, rl = gains[spec.name]["sft_minus_baseline"], gains[spec.name]["rl_minus_sft"]
+        if spec.target_sft_gain is not None:
+            targets[f"{spec.name}_sft_gain"] = {
+                "target": f">= {spec.target_sft_gain}", "value": sft and sft["mean"],
+                "met": None if sft is None else sft["mean"] >= spec.target_sft_gain}
+        targets[f"{spec.name}_rl_not_below_sft"] = {
+            "target": ">= 0 (RL not below SFT)", "value": rl and rl["mean"], "ci95": rl and rl["ci95"],
+            "met": None if rl is None else rl["mean"] >= 0}
+    targets["wall_time"] = {"target": f"<= {config.target_minutes} min", "value_min": round(total_s / 60, 1),
+                            "met": (total_s / 60 <= config.target_minutes) if complete else None}
+    return targets
+
+
 def collect(config: RecipeConfig, out: Path, stages: list[Stage]) -> dict[str, Any]:
     """Everything the report shows, from the files the stages wrote (partial runs included)."""
-    sets = ["primary", *[t.name for t in config.transfer]]
+    sets = ["primary", *[t.name for t in config.envs]]
     evals: dict[str, dict[str, Any]] = {}
     gains: dict[str, dict[str, Any]] = {}
     for name in sets:
@@ -139,18 +217,8 @@ def collect(config: RecipeConfig, out: Path, stages: list[Stage]) -> dict[str, A
         path = out / stage.name / "stage.json"
         states[stage.name] = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
     total_s = sum(float(s.get("wall_s", 0.0)) for s in states.values() if s)
-    sft_gain, rl_gain = gains["primary"]["sft_minus_baseline"], gains["primary"]["rl_minus_sft"]
     complete = all(s and s.get("status") == "done" for s in states.values())
-    targets = {
-        "sft_gain": {"target": f">= {config.target_sft_gain}", "value": sft_gain and sft_gain["mean"],
-                     "met": None if sft_gain is None else sft_gain["mean"] >= config.target_sft_gain},
-        "rl_gain": {"target": f">= {config.target_rl_gain}, 95% interval above 0",
-                    "value": rl_gain and rl_gain["mean"], "ci95": rl_gain and rl_gain["ci95"],
-                    "met": None if rl_gain is None else
-                    (rl_gain["mean"] >= config.target_rl_gain and rl_gain["ci95"][0] > 0)},
-        "wall_time": {"target": f"<= {config.target_minutes} min", "value_min": round(total_s / 60, 1),
-                      "met": (total_s / 60 <= config.target_minutes) if complete else None},
-    }
+    targets = _targets(config, gains, total_s, complete)
     return {
         "model": config.model, "env_id": config.env_id, "complete": complete,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
@@ -164,7 +232,7 @@ def collect(config: RecipeConfig, out: Path, stages: list[Stage]) -> dict[str, A
         "stages": {name: ({k: v for k, v in s.items() if k != "fingerprint"} if s else None)
                    for name, s in states.items()},
         "total_wall_s": round(total_s, 1),
-        **_training(out),
+        **_training(config, out),
         "config": config.to_dict(),
     }
 
@@ -208,14 +276,14 @@ def _markdown(data: dict[str, Any], stages: list[Stage]) -> str:
         load_text = f"{load['start']:.1f} → {load['end']:.1f}" if load else "—"
         lines.append(f"| {stage.name} | {state['wall_s'] / 60:.1f} min | {load_text} | {state['status']} |")
     lines.append(f"| total | {data['total_wall_s'] / 60:.1f} min | | |")
-    if data.get("distill"):
-        d = data["distill"]
-        lines += ["", f"**distill**: kept {d.get('kept')} of {d.get('read')} teacher episodes "
+    for name, d in (data.get("distill") or {}).items():
+        lines += ["", f"**distill ({name})**: kept {d.get('kept')} of {d.get('read')} teacher episodes "
                       f"({d.get('tasks_kept')} of {d.get('tasks_seen')} training tasks)."]
     for key in ("sft", "rl"):
         if data.get(key):
             shown = {k: v for k, v in data[key].items() if not k.endswith("curve")}
             lines += ["", f"**{key}**: `{json.dumps(shown)}`"]
+    lines += _pool_lines(data.get("pool")) + _dynamics_lines(data.get("rl"))
     lines += ["", "## Commands", ""]
     for stage in stages:
         lines += [f"- {stage.name}:"] + [f"  - `{command}`" for command in stage.shell()]
@@ -223,52 +291,38 @@ def _markdown(data: dict[str, Any], stages: list[Stage]) -> str:
     return "\n".join(lines)
 
 
-def _plot(data: dict[str, Any], path: Path) -> Path:
-    from agents.report import pyplot, save_figure
+def _pool_lines(pool: dict[str, Any] | None) -> list[str]:
+    if not pool:
+        return []
+    lines = ["", "## RL's task pool (the SFT model's pass rate on training tasks it was not taught)", "",
+             "| env | candidates × samples | kept (band) | never / below / above / always solved | "
+             "pass rate: candidates → kept |", "|---|---|---|---|---|"]
+    for name, p in pool.items():
+        bands = p.get("bands") or {}
+        lines.append(f"| {name} | {p['candidates']} × {p['samples']} | {p['kept']} ({p['keep'][0]:g}-{p['keep'][1]:g}) "
+                     f"| {bands.get('never solved', 0)} / {bands.get('below band', 0)} / "
+                     f"{bands.get('above band', 0)} / {bands.get('always solved', 0)} | "
+                     f"{p['candidates_pass_rate_mean']} → {p['kept_pass_rate_mean']} |")
+    return lines
 
-    plt = pyplot()
-    figure, (bars, curve) = plt.subplots(1, 2, figsize=(11, 4.2))
-    labels = ("baseline", "SFT", "RL")
-    sets = list(data["evals"])
-    width = 0.8 / max(len(sets), 1)
-    for index, name in enumerate(sets):
-        results = [data["evals"][name][label] for label in labels]
-        xs = [i + (index - (len(sets) - 1) / 2) * width for i in range(len(labels))]
-        heights = [r["accuracy"] if r else 0.0 for r in results]
-        errors = [[r["accuracy"] - r["ci95"][0] if r else 0.0 for r in results],
-                  [r["ci95"][1] - r["accuracy"] if r else 0.0 for r in results]]
-        tasks = next((r["tasks"] for r in results if r), 0)
-        drawn = bars.bar(xs, heights, width, yerr=errors, capsize=4,
-                         label=f"{name} ({tasks} held-out tasks)")
-        for x, height, result in zip(xs, heights, results, strict=True):
-            if result:
-                bars.text(x, height + 0.02, f"{height:.2f}", ha="center", fontsize=8,
-                          color=drawn.patches[0].get_facecolor())
-    bars.set_xticks(range(len(labels)), labels)
-    bars.set_ylim(0, 1.05)
-    bars.set_ylabel("held-out accuracy (95% CI)")
-    bars.set_title(f"{data['model']}: held-out accuracy by stage")
-    bars.legend(loc="upper left", fontsize=8)
-    rl = data.get("rl")
-    if rl:
-        steps = [p["step"] for p in rl["curve"]]
-        curve.plot(steps, [p["batch_reward"] for p in rl["curve"]], color="tab:blue", alpha=0.8,
-                   marker=".", label="training batch reward (RL reward)")
-        curve.plot(steps, [p["batch_accuracy"] for p in rl["curve"]], color="tab:green",
-                   linestyle="--", marker=".", alpha=0.7, label="training batch accuracy")
-        if rl["heldout_curve"]:
-            tasks = rl["heldout_curve"][-1].get("tasks")
-            curve.plot([p["step"] for p in rl["heldout_curve"]], [p["reward"] for p in rl["heldout_curve"]],
-                       marker="o", color="tab:red", label=f"held-out reward ({tasks:.0f} tasks)")
-        curve.legend(loc="best", fontsize=8)
-    else:
-        curve.text(0.5, 0.5, "RL has not run yet", ha="center", va="center")
-    curve.set_xlabel("RL step")
-    curve.set_ylabel("reward")
-    curve.set_ylim(0, 1.05)
-    curve.set_title("RL from the SFT model")
-    curve.grid(alpha=0.3)
-    return save_figure(figure, path)
+
+_COLUMNS = ("batch_reward", "kept_pass_rate", "drawn_pass_rate", "groups_kept", "groups_drawn",
+            "entropy", "kl_to_sft", "response_tokens", "tool_failure_share", "truncated")
+
+
+def _dynamics_lines(rl: dict[str, Any] | None) -> list[str]:
+    if not rl or not rl.get("curve"):
+        return []
+    lines = ["", "## RL dynamics per step", "",
+             "`batch_reward`: mean reward of every episode sampled in the step (refill rounds "
+             "included); `kept_pass_rate`: share solved in the groups trained on; "
+             "`drawn_pass_rate`: in every complete group drawn; `kl_to_sft`: KL(policy ‖ SFT "
+             "policy) on the trained tokens; `tool_failure_share`: tool calls that failed.", "",
+             "| step | " + " | ".join(_COLUMNS) + " |", "|---" * (len(_COLUMNS) + 1) + "|"]
+    for point in rl["curve"]:
+        cells = [f"{point[c]:.3g}" if isinstance(point.get(c), float | int) else "—" for c in _COLUMNS]
+        lines.append(f"| {point['step']} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def write_report(config: RecipeConfig, out: Path, stages: list[Stage]) -> dict[str, Any]:
@@ -276,5 +330,5 @@ def write_report(config: RecipeConfig, out: Path, stages: list[Stage]) -> dict[s
     data = collect(config, out, stages)
     (out / "report.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
     (out / "report.md").write_text(_markdown(data, stages), encoding="utf-8")
-    _plot(data, out / "report.png")
+    plot_report(data, out / "report.png")
     return data

@@ -1,8 +1,10 @@
 """The recipe's stages as ``coa`` command lines, and the runner that skips finished ones.
 
 Each stage is what a user would type: ``coa eval`` (baseline and the evals after SFT and RL),
-``coa eval --agent oracle --split train`` (the teacher), ``coa distill``, ``coa train sft``,
-``coa train rl``. They run as child processes, one at a time, each logging to
+``coa eval --agent TEACHER --split train`` (the teacher, per trained env), ``coa distill``,
+``coa train sft``, ``coa filter-tasks`` (RL's pool: training tasks the SFT model solves
+sometimes, never all or none of the time), ``coa train rl`` (on the pools' tasks, a mixture
+of the trained envs). They run as child processes, one at a time, each logging to
 ``<out>/<stage>/log.txt``; a crash ends the recipe with the log's tail, never a half report.
 
 Resuming: a stage writes ``<out>/<stage>/stage.json`` when it starts (status ``running``) and
@@ -33,7 +35,8 @@ import yaml
 from coa_cli.recipe.config import EvalSet, RecipeConfig
 from trainers.common.config import deep_merge
 
-__all__ = ["EVAL_STAGES", "RecipeError", "Stage", "eval_runs", "plan", "run_stages"]
+__all__ = ["EVAL_STAGES", "RecipeError", "Stage", "eval_runs", "plan", "pool_path", "run_stages",
+           "trained_sets"]
 
 # stage name -> the model it evaluates (a recipe key or a stage's output)
 EVAL_STAGES = ("baseline", "sft_eval", "rl_eval")
@@ -88,16 +91,31 @@ class EvalRun:
     out: Path
 
 
+def _primary(config: RecipeConfig) -> EvalSet:
+    """The primary task as an env of the recipe (trained on, weight = what the others leave)."""
+    return EvalSet(name="primary", env_id=config.env_id, n=config.heldout_tasks, split="test",
+                   env_options=config.env_options, max_turns=config.max_turns,
+                   max_new_tokens=config.max_new_tokens, teacher_tasks=config.teacher_tasks,
+                   weight=1.0 - sum(t.weight for t in config.trained))
+
+
 def _eval_sets(config: RecipeConfig) -> list[EvalSet]:
-    primary = EvalSet(name="primary", env_id=config.env_id, n=config.heldout_tasks, split="test",
-                      env_options=config.env_options, max_turns=config.max_turns,
-                      max_new_tokens=config.max_new_tokens)
-    return [primary, *config.transfer]
+    return [_primary(config), *config.envs]
+
+
+def trained_sets(config: RecipeConfig) -> list[EvalSet]:
+    """Every env the recipe trains on: the primary first, then the ``train: true`` ones."""
+    return [_primary(config), *config.trained]
 
 
 def eval_runs(config: RecipeConfig, out: Path, stage: str) -> list[tuple[EvalRun, EvalSet]]:
     return [(EvalRun(stage, s.name, seed, out / stage / s.name / f"seed{seed}"), s)
             for s in _eval_sets(config) for seed in config.seeds]
+
+
+def pool_path(out: Path, name: str) -> Path:
+    """Where ``coa filter-tasks`` writes an env's pool (its report: ``.report.json`` beside)."""
+    return out / "pool" / f"{name}.jsonl"
 
 
 def _eval_stage(config: RecipeConfig, out: Path, name: str, model: str, depends: tuple[str, ...]) -> Stage:
@@ -133,41 +151,103 @@ def _own_reward(config: RecipeConfig) -> dict[str, Any]:
     return own
 
 
+def _train_options(spec: EvalSet) -> dict[str, Any]:
+    return {**spec.env_options, "task_options": {**dict(spec.env_options.get("task_options") or {}),
+                                                 "split": "train"}}
+
+
+def _teacher_stages(config: RecipeConfig, out: Path) -> list[Stage]:
+    teach, distill = [], []
+    for spec in trained_sets(config):
+        teacher_dir = out / "teacher" / spec.name
+        teach.append(["eval", spec.env_id, "--agent", config.teacher_agent, "--split", "train",
+                      "--n", str(spec.teacher_tasks), "--samples", str(config.teacher_samples),
+                      "--max-turns", str(spec.max_turns), "--concurrency", str(config.concurrency),
+                      "--out", str(teacher_dir), "--resume", "--no-plots", "--no-progress",
+                      *_env_args(spec.env_options)])
+        # --env-kwargs: the teacher's env, so each episode is replayed against the same tasks
+        distill.append(["distill", str(teacher_dir), "--out", str(out / "distill" / f"{spec.name}.jsonl"),
+                        "--max-per-task", str(config.distill_max_per_task), "--env-kwargs",
+                        json.dumps({**_train_options(spec), "max_turns": spec.max_turns})])
+    return [Stage("teacher", teach), Stage("distill", distill, ("teacher",))]
+
+
+def _pool_stage(config: RecipeConfig, out: Path, model: str) -> Stage:
+    pool = config.pool
+    commands = []
+    for spec in trained_sets(config):
+        commands.append([
+            "filter-tasks", spec.env_id, "--model", model, "--samples", str(pool.samples),
+            "--keep", pool.keep, "--n", str(pool.tasks), "--skip", str(spec.teacher_tasks),
+            "--split", "train", "--temperature", str(_rl_temperature(config)),
+            "--max-new-tokens", str(config.max_new_tokens), "--max-turns", str(spec.max_turns),
+            "--concurrency", str(config.concurrency), "--seed", "0", "--resume", "--no-progress",
+            "--out", str(pool_path(out, spec.name)), *_env_args(spec.env_options)])
+    return Stage("pool", commands, ("sft",))
+
+
+def _rl_temperature(config: RecipeConfig) -> float:
+    return float(dict(config.rl.get("rollout") or {}).get("temperature", 1.0))
+
+
+def _rl_env(config: RecipeConfig, out: Path) -> dict[str, Any]:
+    """RL's env section: the primary env alone, or the mixture of every trained env; each
+    plays only its pool's tasks when the recipe selects a pool."""
+    sets = trained_sets(config)
+    pooled = config.pool.tasks > 0
+    if len(sets) == 1:
+        rl_env: dict[str, Any] = {"id": config.env_id, "max_turns": config.max_turns,
+                                  "kwargs": _train_options(sets[0])}
+        if pooled:
+            rl_env["task_list"] = str(pool_path(out, "primary"))
+        if config.rl_reward:  # RL trains on this reward; its held-out eval keeps the env's own
+            rl_env["kwargs"] = deep_merge(rl_env["kwargs"], {"reward": config.rl_reward})
+            rl_env["eval_kwargs"] = {"reward": _own_reward(config)}
+        return rl_env
+    if config.rl_reward:
+        raise ValueError("rl_reward changes the primary env's reward for one env only; with trained "
+                         "envs (envs[].train) set each env's reward in its env_options")
+    entries = []
+    for spec in sets:
+        kwargs = {**_train_options(spec), "max_turns": spec.max_turns}
+        if pooled:
+            kwargs["task_options"]["task_list"] = str(pool_path(out, spec.name))
+        entries.append({"id": spec.env_id, "name": spec.name, "weight": round(spec.weight, 6),
+                        "env_kwargs": kwargs})
+    # the periodic held-out eval plays each env's test tasks: no training task list there
+    return {"max_turns": config.max_turns, "envs": entries,
+            "eval_kwargs": {"task_options": {"task_list": None}} if pooled else {}}
+
+
+def _sft_data(config: RecipeConfig, out: Path) -> dict[str, Any]:
+    sets = trained_sets(config)
+    if len(sets) == 1:
+        return {"train_path": str(out / "distill" / "primary.jsonl")}
+    return {"envs": [{"id": s.env_id, "name": s.name, "weight": round(s.weight, 6),
+                      "path": str(out / "distill" / f"{s.name}.jsonl")} for s in sets]}
+
+
 def plan(config: RecipeConfig, out: Path) -> list[Stage]:
     """Every stage of the recipe, in order, with its commands and config files."""
-    train_options = {**config.env_options,
-                     "task_options": {**dict(config.env_options.get("task_options") or {}),
-                                      "split": "train"}}
-    teacher_dir, data = out / "teacher", out / "distill" / "sft.jsonl"
     sft_dir, rl_dir = out / "sft", out / "rl"
     threads = {"resources": {"torch_threads": config.torch_threads}}
     sft_config = deep_merge(deep_merge({**threads, "bookkeeping": {"progress": False}}, config.sft), {
-        "model": {"path": config.model}, "data": {"train_path": str(data)},
+        "model": {"path": config.model}, "data": _sft_data(config, out),
         "bookkeeping": {"output_dir": str(sft_dir)}})
-    rl_env: dict[str, Any] = {"id": config.env_id, "max_turns": config.max_turns, "kwargs": train_options}
-    if config.rl_reward:  # RL trains on this reward; its held-out eval keeps the env's own
-        rl_env["kwargs"] = deep_merge(train_options, {"reward": config.rl_reward})
-        rl_env["eval_kwargs"] = {"reward": _own_reward(config)}
     rl_config = deep_merge(deep_merge({**threads, "rollout": {"temperature": 1.0}}, config.rl), {
-        "model": {"path": str(sft_dir / "final")}, "env": rl_env,
+        "model": {"path": str(sft_dir / "final")}, "env": _rl_env(config, out),
         "rollout": {"max_new_tokens": config.max_new_tokens}, "resources": {"use_ray": False},
         "bookkeeping": {"output_dir": str(rl_dir)}})
-    teacher = ["eval", config.env_id, "--agent", config.teacher_agent, "--split", "train",
-               "--n", str(config.teacher_tasks), "--samples", str(config.teacher_samples),
-               "--max-turns", str(config.max_turns), "--concurrency", str(config.concurrency),
-               "--out", str(teacher_dir), "--resume", "--no-plots", "--no-progress",
-               *_env_args(config.env_options)]
+    pooled = config.pool.tasks > 0
     return [
         _eval_stage(config, out, "baseline", config.model, ()),
-        Stage("teacher", [teacher]),
-        # --env-kwargs: the teacher's env, so each episode is replayed against the same tasks
-        Stage("distill", [["distill", str(teacher_dir), "--out", str(data),
-                           "--max-per-task", str(config.distill_max_per_task), "--env-kwargs",
-                           json.dumps({**train_options, "max_turns": config.max_turns})]], ("teacher",)),
+        *_teacher_stages(config, out),
         Stage("sft", [["train", "sft", "--config", str(sft_dir / "sft.yaml")]], ("distill",),
               files={"sft.yaml": yaml.safe_dump(sft_config, sort_keys=False)}, resumable=False),
         _eval_stage(config, out, "sft_eval", str(sft_dir / "final"), ("sft",)),
-        Stage("rl", [["train", "rl", "--config", str(rl_dir / "rl.yaml"), "--resume"]], ("sft",),
+        *([_pool_stage(config, out, str(sft_dir / "final"))] if pooled else []),
+        Stage("rl", [["train", "rl", "--config", str(rl_dir / "rl.yaml"), "--resume"]],
+              ("sft", "pool") if pooled else ("sft",),
               files={"rl.yaml": yaml.safe_dump(rl_config, sort_keys=False)}),
         _eval_stage(config, out, "rl_eval", str(rl_dir / "final"), ("rl",)),
     ]

@@ -22,14 +22,16 @@ def _config(tmp_path: Path, **values) -> RecipeConfig:
 def test_every_stage_uses_the_same_task_settings_and_only_the_split_differs(tmp_path):
     cfg = _config(tmp_path)
     by_name = {s.name: s for s in plan(cfg, tmp_path)}
-    assert list(by_name) == ["baseline", "teacher", "distill", "sft", "sft_eval", "rl", "rl_eval"]
-    teacher = by_name["teacher"].commands[0]
-    assert teacher[:2] == ["eval", "coa/SynthHop-v0"] and teacher[teacher.index("--split") + 1] == "train"
+    assert list(by_name) == ["baseline", "teacher", "distill", "sft", "sft_eval", "pool", "rl", "rl_eval"]
+    teacher = by_name["teacher"].commands
+    assert [c[1] for c in teacher] == ["coa/SynthHop-v0", "coa/MiniWebLarge-v0"]  # both trained envs
+    assert all(c[c.index("--split") + 1] == "train" for c in teacher)
+    assert all(c[c.index("--agent") + 1] == "agents.teachers.scripted:ScriptedTeam" for c in teacher)
     primary = [c for c in by_name["baseline"].commands if c[1] == "coa/SynthHop-v0"]
     assert len(primary) == 2 and all(c[c.index("--split") + 1] == "test" for c in primary)
     assert {c[c.index("--seed") + 1] for c in primary} == {"0", "1"}
     prompt = f"system_prompt={json.dumps(cfg.env_options['system_prompt'])}"
-    assert prompt in teacher and all(prompt in c for c in primary)
+    assert prompt in teacher[0] and all(prompt in c for c in primary)
     assert by_name["sft_eval"].commands[0][by_name["sft_eval"].commands[0].index("--model") + 1] == \
         str(tmp_path / "sft" / "final")
     from trainers.rl.config import load_config as load_rl
@@ -39,15 +41,44 @@ def test_every_stage_uses_the_same_task_settings_and_only_the_split_differs(tmp_
         (tmp_path / file).write_text(by_name[name].files[file])
     rl, sft = load_rl(tmp_path / "rl.yaml"), load_sft(tmp_path / "sft.yaml")  # valid trainer configs
     assert rl.model.path == str(tmp_path / "sft" / "final") and rl.env.train_split == "train"
-    assert rl.env.kwargs["system_prompt"] == cfg.env_options["system_prompt"] and rl.env.max_turns == 3
-    # F1 is RL's training reward only; its held-out eval, like every eval, scores exact match
-    assert rl.env.kwargs["reward"] == {"metric": "f1"}
-    assert rl.env.eval_kwargs["reward"] == {"name": "em_f1", "metric": "em"}
-    assert "reward" not in cfg.env_options
-    assert sft.model.path == "smollm2-135m" and sft.data.train_path == str(tmp_path / "distill" / "sft.jsonl")
+    entries = {e.name: e for e in rl.env.mixture}
+    assert set(entries) == {"primary", "miniweb"} and sum(e.weight for e in entries.values()) == \
+        pytest.approx(1.0)
+    primary_kwargs = entries["primary"].env_kwargs
+    assert primary_kwargs["system_prompt"] == cfg.env_options["system_prompt"] and primary_kwargs["max_turns"] == 4
+    # RL plays only its pool's tasks; the held-out eval plays the test split without that list
+    assert primary_kwargs["task_options"]["task_list"] == str(tmp_path / "pool" / "primary.jsonl")
+    assert entries["miniweb"].env_kwargs["task_options"] == {"split": "train",
+                                                             "task_list": str(tmp_path / "pool" / "miniweb.jsonl")}
+    assert rl.env.eval_kwargs == {"task_options": {"task_list": None}}
+    # exact match, the env's own reward: nothing pays for a hedged answer
+    assert "reward" not in primary_kwargs and "reward" not in cfg.env_options
+    assert sft.model.path == "smollm2-135m"
+    assert {e.name: e.path for e in sft.data.envs} == {n: str(tmp_path / "distill" / f"{n}.jsonl")
+                                                       for n in ("primary", "miniweb")}
     distill = by_name["distill"].commands[0]
     replay_env = json.loads(distill[distill.index("--env-kwargs") + 1])  # replayed on the teacher's tasks
-    assert replay_env["task_options"]["split"] == "train" and replay_env["max_turns"] == 3
+    assert replay_env["task_options"]["split"] == "train" and replay_env["max_turns"] == 4
+    pool = by_name["pool"].commands
+    assert [c[:2] for c in pool] == [["filter-tasks", "coa/SynthHop-v0"], ["filter-tasks", "coa/MiniWebLarge-v0"]]
+    for command, skipped in zip(pool, (cfg.teacher_tasks, cfg.envs[0].teacher_tasks), strict=True):
+        # candidates come after the tasks the teacher played for SFT, sampled like RL samples
+        assert command[command.index("--skip") + 1] == str(skipped)
+        assert command[command.index("--keep") + 1] == cfg.pool.keep
+        assert command[command.index("--model") + 1] == str(tmp_path / "sft" / "final")
+    assert by_name["rl"].depends == ("sft", "pool")
+
+
+def test_without_a_pool_or_further_envs_rl_trains_on_every_training_task_of_one_env(tmp_path):
+    cfg = _config(tmp_path, envs="[]", **{"pool.tasks": 0, "rl_reward": "{metric: f1}"})
+    by_name = {s.name: s for s in plan(cfg, tmp_path)}
+    assert "pool" not in by_name and by_name["rl"].depends == ("sft",)
+    from trainers.rl.config import load_config as load_rl
+
+    (tmp_path / "rl.yaml").write_text(by_name["rl"].files["rl.yaml"])
+    rl = load_rl(tmp_path / "rl.yaml")
+    assert rl.env.task_list is None and rl.env.kwargs["reward"] == {"metric": "f1"}
+    assert rl.env.eval_kwargs["reward"] == {"name": "em_f1", "metric": "em"}
 
 
 def test_bad_settings_say_what_to_change(tmp_path):
@@ -60,6 +91,15 @@ def test_bad_settings_say_what_to_change(tmp_path):
         RecipeConfig(temperature=0.0)
     with pytest.raises(ValueError, match="unknown key 'modle'"):
         load_recipe(EXAMPLE, ["modle=x"])
+    with pytest.raises(ValueError, match="train: true"):
+        RecipeConfig(envs=[{"name": "w", "env_id": "coa/MiniWebLarge-v0", "n": 4, "train": True}])
+    with pytest.raises(ValueError, match="sum below 1"):
+        RecipeConfig(envs=[{"name": n, "env_id": "coa/MiniWebLarge-v0", "n": 4, "train": True,
+                            "teacher_tasks": 4, "weight": 0.6} for n in ("a", "b")])
+    with pytest.raises(ValueError, match=r"pool\.keep"):
+        RecipeConfig(pool={"keep": "0.9-0.1"})
+    with pytest.raises(ValueError, match="rl_reward"):
+        plan(_config(tmp_path, rl_reward="{metric: f1}"), tmp_path)
 
 
 def test_finished_stages_are_reused_and_a_change_reruns_only_what_depends_on_it(tmp_path, monkeypatch):
@@ -74,11 +114,15 @@ def test_finished_stages_are_reused_and_a_change_reruns_only_what_depends_on_it(
     changed = _config(tmp_path, **{"sft.optim.learning_rate": 1e-4})
     (tmp_path / "baseline" / "kept.txt").write_text("x")
     run_stages(changed, tmp_path, plan(changed, tmp_path), echo=lambda _: None)
-    assert sorted(set(calls)) == ["rl", "rl_eval", "sft", "sft_eval"]  # not the baseline or teacher
+    assert sorted(set(calls)) == ["pool", "rl", "rl_eval", "sft", "sft_eval"]  # not the baseline or teacher
     assert (tmp_path / "baseline" / "kept.txt").exists()
     calls.clear()
     run_stages(changed, tmp_path, plan(changed, tmp_path), force=("distill",), echo=lambda _: None)
-    assert sorted(set(calls)) == ["distill", "rl", "rl_eval", "sft", "sft_eval"]
+    assert sorted(set(calls)) == ["distill", "pool", "rl", "rl_eval", "sft", "sft_eval"]
+    calls.clear()
+    wider = _config(tmp_path, **{"sft.optim.learning_rate": 1e-4, "pool.keep": "0.1-0.9"})
+    run_stages(wider, tmp_path, plan(wider, tmp_path), echo=lambda _: None)
+    assert sorted(set(calls)) == ["pool", "rl", "rl_eval"]  # a new band reselects the pool only
 
 
 def test_an_interrupted_stage_resumes_in_place_and_a_failure_says_where_to_look(tmp_path, monkeypatch):
@@ -99,7 +143,7 @@ def test_an_interrupted_stage_resumes_in_place_and_a_failure_says_where_to_look(
     run_stages(cfg, tmp_path, stages, echo=lambda _: None)
     assert calls == ["rl", "rl_eval", "rl_eval", "rl_eval", "rl_eval"]
     assert (tmp_path / "rl" / "checkpoints").is_dir()  # RL resumes from its checkpoints
-    assert "--resume" in stages[5].commands[0]
+    assert "--resume" in stages[6].commands[0]
 
 
 def _write_run(directory: Path, correct: dict[str, bool]) -> None:
@@ -114,7 +158,7 @@ def _write_run(directory: Path, correct: dict[str, bool]) -> None:
 
 
 def test_the_report_pairs_stages_per_task_and_judges_the_targets(tmp_path):
-    cfg = _config(tmp_path, transfer="[]", seeds="[0,1]")
+    cfg = _config(tmp_path, envs="[]", seeds="[0,1]")
     stages = plan(cfg, tmp_path)
     tasks = [f"t{i}" for i in range(20)]
     solved = {"baseline": 0, "sft_eval": 12, "rl_eval": 16}  # tasks solved by both seeds
@@ -134,3 +178,36 @@ def test_the_report_pairs_stages_per_task_and_judges_the_targets(tmp_path):
     text = (tmp_path / "report.md").read_text()
     assert "0.600 [" in text and "+0.200 [" in text and "Partial" in text
     assert (tmp_path / "report.png").stat().st_size > 5000
+
+
+def test_the_report_shows_the_pool_the_rl_dynamics_and_every_envs_targets(tmp_path):
+    cfg = _config(tmp_path)
+    stages = plan(cfg, tmp_path)
+    for stage, count in {"baseline": 0, "sft_eval": 10, "rl_eval": 10}.items():
+        for run, spec in eval_runs(cfg, tmp_path, stage):
+            _write_run(run.out, {f"{spec.name}{i}": i < count for i in range(20)})
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    for name in ("primary", "miniweb"):  # what coa filter-tasks writes
+        (pool / f"{name}.jsonl").write_text("".join(json.dumps({"task_id": f"k{i}", "pass_rate": 0.5}) + "\n"
+                                                    for i in range(3)))
+        (pool / f"{name}.report.json").write_text(json.dumps({
+            "tasks": 8, "samples": 4, "keep": [0.25, 0.75], "bands": {"never solved": 2, "always solved": 3,
+                                                                       "kept": 3},
+            "per_task": {f"k{i}": [2 if i < 3 else 4 * (i % 2), 4] for i in range(8)}, "wall_s": 1.0}))
+    (tmp_path / "rl").mkdir()
+    rows = [{"step": 1, "rollout/reward_mean": 0.5, "rollout/accuracy": 0.5, "sampling/kept_pass_rate": 0.5,
+             "sampling/drawn_pass_rate": 0.7, "sampling/groups_kept": 4, "sampling/groups_drawn": 6,
+             "policy/entropy": 0.4, "kl/ref": 0.01, "rollout/response_tokens": 300.0,
+             "rollout/tool_calls": 2.0, "rollout/tool_errors": 0.5}]
+    (tmp_path / "rl" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = write_report(cfg, tmp_path, stages)
+    assert data["pool"]["primary"]["kept"] == 3 and data["pool"]["primary"]["kept_pass_rate_mean"] == 0.5
+    point = data["rl"]["curve"][0]
+    assert point["kl_to_sft"] == 0.01 and point["tool_failure_share"] == 0.25 and point["groups_drawn"] == 6
+    assert set(data["targets"]) == {"sft_gain", "rl_gain", "miniweb_sft_gain", "miniweb_rl_not_below_sft",
+                                    "wall_time"}
+    assert data["targets"]["miniweb_rl_not_below_sft"]["met"] and not data["targets"]["rl_gain"]["met"]
+    text = (tmp_path / "report.md").read_text()
+    assert "RL's task pool" in text and "| primary | 8 × 4 | 3 (0.25-0.75)" in text
+    assert "## RL dynamics per step" in text and "| 1 | 0.5 | 0.5 | 0.7 | 4 | 6 | 0.4 | 0.01 |" in text

@@ -44,6 +44,19 @@ def test_bands_kept_tasks_and_report(tmp_path):
         gym.make("coa/SynthHop-v0", task_options={"split": "test", "task_list": str(out)})
 
 
+def test_skip_starts_after_the_tasks_a_teacher_played(tmp_path):
+    out, _ = _filter(tmp_path, "-k", "4", "--skip", "3", "--n", "4", "--keep", "0.3-0.8")
+    report = json.loads(out.with_suffix(".report.json").read_text())
+    env = gym.make("coa/SynthHop-v0", task_options={"split": "train"})
+    ids = [t.task_id for t in env.unwrapped.tasks]
+    env.close()
+    assert list(report["per_task"]) == ids[3:7]  # tasks 3..6: rates 3/4, 1, 0, 1/4
+    assert [json.loads(line)["task_id"] for line in out.read_text().splitlines()] == [ids[3]]
+    result = runner.invoke(app, ["filter-tasks", "coa/SynthHop-v0", "--agent", "oracle", "--skip", "100000",
+                                 "--out", str(tmp_path / "x.jsonl"), "--no-progress"])
+    assert result.exit_code != 0 and "--skip" in result.output
+
+
 def test_a_band_including_the_ends_keeps_always_and_never_solved_tasks(tmp_path):
     out, _ = _filter(tmp_path, "-k", "4", "--n", "5", "--keep", "0-1")
     assert len(out.read_text().splitlines()) == 5

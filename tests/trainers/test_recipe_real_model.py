@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 REDUCED = [
-    "heldout_tasks=10", "seeds=[0,1]", "transfer=[]", "teacher_tasks=48",
+    "heldout_tasks=10", "seeds=[0,1]", "envs=[]", "pool.tasks=0", "teacher_tasks=48",
     "sft.optim.num_epochs=2", "sft.optim.learning_rate=1.0e-4",
     "rl.algorithm.total_steps=1", "rl.algorithm.prompts_per_step=2", "rl.algorithm.group_size=2",
     "rl.algorithm.minibatch_size=4", "rl.resources.micro_batch_size=2", "rl.bookkeeping.eval_every=0",
@@ -50,7 +50,7 @@ def test_reduced_recipe_sft_beats_the_baseline_on_held_out_tasks(smollm2_dir, tm
     assert all(s["wall_s"] > 0 for s in report["stages"].values())
     assert (out / "report.png").stat().st_size > 10_000 and "SFT − baseline" in (out / "report.md").read_text()
     # the teacher played training tasks only: none of them is among the held-out ones
-    teacher = {json.loads(line)["task_id"] for line in (out / "teacher" / "trajectories.jsonl").open()}
+    teacher = {json.loads(line)["task_id"] for line in (out / "teacher" / "primary" / "trajectories.jsonl").open()}
     held_out = {json.loads(line)["task_id"] for line in
                 (out / "baseline" / "primary" / "seed0" / "trajectories.jsonl").open()}
     assert teacher and held_out and not teacher & held_out
