@@ -1,0 +1,68 @@
+"""The device's measured bf16 matrix-multiply ceiling, the denominator MFU is read against.
+
+A nominal peak (H100 SXM: 989 dense bf16 TFLOP/s) is a datasheet figure that no kernel
+reaches; an MFU quoted only against it hides how much of the gap is the hardware. So the
+GPU check measures, in the same session, what a large square bf16 product achieves:
+
+    python benchmarks/gpu_ceiling.py                 # 8192^3, ten timed products
+    python benchmarks/gpu_ceiling.py --device cpu --size 1024 --repeats 3   # dry run
+
+Random normal inputs (zeros run faster on some parts: fewer toggling bits). Prints one
+JSON object with the mean, min and max TFLOP/s over the timed products.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+
+def measure(size: int, repeats: int, warmup: int, device: str, dtype_name: str) -> dict:
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    generator = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
+    b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
+    cuda = device.startswith("cuda")
+    for _ in range(warmup):
+        torch.matmul(a, b)
+    rates = []
+    for _ in range(repeats):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.matmul(a, b)
+            end.record()
+            end.synchronize()
+            seconds = start.elapsed_time(end) / 1e3
+        else:
+            began = time.perf_counter()
+            torch.matmul(a, b)
+            seconds = time.perf_counter() - began
+        rates.append(2 * size**3 / seconds / 1e12)
+    return {"size": size, "dtype": dtype_name, "repeats": repeats,
+            "tflops_mean": round(sum(rates) / len(rates), 1),
+            "tflops_min": round(min(rates), 1), "tflops_max": round(max(rates), 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--size", type=int, default=8192)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--dtype", default="bfloat16")
+    args = parser.parse_args()
+    import torch
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: pass --device cpu for a dry run")
+    result = measure(args.size, args.repeats, args.warmup, args.device, args.dtype)
+    result["device"] = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
