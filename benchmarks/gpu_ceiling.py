@@ -47,6 +47,33 @@ def measure(size: int, repeats: int, warmup: int, device: str, dtype_name: str) 
             "tflops_min": round(min(rates), 1), "tflops_max": round(max(rates), 1)}
 
 
+def launch_overhead(device: str, launches: int = 2000) -> dict:
+    """Microseconds per small kernel launch, and per host<->device round trip (``.item()``).
+
+    Decoding a small model is a few hundred small kernels per token, so these two figures,
+    not the matmul rate, bound its tokens/s; they explain engine figures far below the
+    FLOP ceiling and what CUDA graphs (one launch per step) would buy.
+    """
+    import torch
+
+    x = torch.zeros(1, device=device)
+    for _ in range(50):
+        x.add_(1)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    began = time.perf_counter()
+    for _ in range(launches):
+        x.add_(1)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    launch_us = (time.perf_counter() - began) / launches * 1e6
+    began = time.perf_counter()
+    for _ in range(200):
+        x.add_(1).item()
+    roundtrip_us = (time.perf_counter() - began) / 200 * 1e6
+    return {"launch_us": round(launch_us, 2), "roundtrip_us": round(roundtrip_us, 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
@@ -60,6 +87,7 @@ def main() -> None:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: pass --device cpu for a dry run")
     result = measure(args.size, args.repeats, args.warmup, args.device, args.dtype)
+    result.update(launch_overhead(args.device))
     result["device"] = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
     print(json.dumps(result))
 

@@ -20,6 +20,26 @@ import json
 import time
 
 
+def _decode_step_ms(model, input_ids, args) -> float:
+    """Milliseconds of one bare batched decode forward (KV cache, no sampling, no engine):
+    the floor under both arms' per-token time, to tell model time from loop overhead."""
+    import torch
+
+    with torch.inference_mode():
+        out = model(input_ids=input_ids, use_cache=True)
+        cache, step = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        for _ in range(3):
+            out = model(input_ids=step, past_key_values=cache, use_cache=True)
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        began, steps = time.perf_counter(), 20
+        for _ in range(steps):
+            out = model(input_ids=step, past_key_values=cache, use_cache=True)
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+    return (time.perf_counter() - began) / steps * 1e3
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=32)
@@ -107,6 +127,7 @@ def main() -> None:
         result["generate_tokens_per_s"] = round(baseline_tokens / baseline_s, 1)
         result["engine_vs_generate"] = round(result["engine_tokens_per_s"]
                                              / result["generate_tokens_per_s"], 3)
+        result["forward_ms_per_decode_step"] = round(_decode_step_ms(model, input_ids, args), 2)
     print(json.dumps(result))
 
 

@@ -73,6 +73,9 @@ def derive(figures: dict[str, Any], peak_tflops: float) -> dict[str, Any]:
     ceiling = (figures.get("ceiling") or {}).get("tflops_mean")
     if ceiling:
         derived["measured_ceiling_tflops"] = ceiling
+    for key in ("launch_us", "roundtrip_us"):
+        if key in (figures.get("ceiling") or {}):
+            derived[key] = figures["ceiling"][key]
     for key in ("sft", "sft_4k"):
         sft = figures.get(key) or {}
         if "ours" not in sft or "gflops_per_token" not in sft:
@@ -93,7 +96,8 @@ def derive(figures: dict[str, Any], peak_tflops: float) -> dict[str, Any]:
     if "engine_vs_generate" in engine:
         derived["engine"] = {k: engine[k] for k in ("batch", "engine_tokens_per_s",
                                                     "generate_tokens_per_s",
-                                                    "engine_vs_generate") if k in engine}
+                                                    "engine_vs_generate",
+                                                    "forward_ms_per_decode_step") if k in engine}
     rl = figures.get("rl") or {}
     if "rollout_tokens_per_s" in rl:
         derived["rl"] = {"rollout_tokens_per_s": rl["rollout_tokens_per_s"]["median"],

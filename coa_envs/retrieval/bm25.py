@@ -68,7 +68,9 @@ def _numba_available() -> bool:
 
 
 def _tokenize(texts: list[str], token_pattern: str, stopwords: str | None, stemmer: Any, show_progress: bool) -> Any:
-    import bm25s
+    from coa_envs.retrieval.bm25s_import import import_bm25s
+
+    bm25s = import_bm25s()
 
     return bm25s.tokenize(texts, token_pattern=token_pattern, stopwords=stopwords, stemmer=stemmer,
                           return_ids=True, show_progress=show_progress)
@@ -98,7 +100,9 @@ def build_bm25_index(
 
     ``k1=0.9, b=0.4`` are Pyserini's defaults, which Search-R1/FlashRAG's BM25 runs use.
     """
-    import bm25s
+    from coa_envs.retrieval.bm25s_import import import_bm25s
+
+    bm25s = import_bm25s()
 
     corpus_path = Path(corpus_path).resolve()
     index_dir = Path(index_dir)
@@ -144,7 +148,9 @@ class BM25Retriever:
         mmap: bool = True,
         scorer: str = "auto",
     ) -> None:
-        import bm25s
+        from coa_envs.retrieval.bm25s_import import import_bm25s
+
+        bm25s = import_bm25s()
 
         self.index_dir = Path(index_dir)
         meta = read_index_meta(self.index_dir, "bm25")

@@ -43,6 +43,9 @@ class QueryTokenizer:
 
     def __init__(self, vocab: dict[str, int], stopwords: str | None, stemmer: Any,
                  token_pattern: str = TOKEN_PATTERN) -> None:
+        from coa_envs.retrieval.bm25s_import import import_bm25s
+
+        import_bm25s()
         from bm25s.tokenization import _infer_stopwords
 
         self._vocab = vocab
@@ -57,8 +60,9 @@ class QueryTokenizer:
         self.exact = self._bm25s_ids(probe) == self(probe)
 
     def _bm25s_ids(self, text: str) -> list[int]:
-        import bm25s
+        from coa_envs.retrieval.bm25s_import import import_bm25s
 
+        bm25s = import_bm25s()
         with self._stem_lock:
             [tokens] = bm25s.tokenize(
                 [text], token_pattern=self._pattern, stopwords=self._stopwords, stemmer=self._stemmer,

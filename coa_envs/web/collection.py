@@ -97,7 +97,9 @@ class LocalIndex:
     """BM25 (bm25s) over titles and texts of a page collection."""
 
     def __init__(self, pages: list[Page]) -> None:
-        import bm25s
+        from coa_envs.retrieval.bm25s_import import import_bm25s
+
+        bm25s = import_bm25s()
 
         if not pages:
             raise ValueError("the page collection is empty")
@@ -110,7 +112,9 @@ class LocalIndex:
         self._lock = threading.Lock()
 
     def search(self, query: str, top_k: int) -> list[tuple[Page, float]]:
-        import bm25s
+        from coa_envs.retrieval.bm25s_import import import_bm25s
+
+        bm25s = import_bm25s()
 
         tokens = bm25s.tokenize([query], stopwords="en", stemmer=self._stemmer, return_ids=False,
                                 show_progress=False)
