@@ -111,12 +111,13 @@ def _steady(points: list[tuple[float, float]], warmup: int) -> float:
 
 def run_ours(model_dir: Path, data_path: Path, out: Path, *, steps: int, pack_len: int,
              device: str, precision: str, warmup: int, packing: bool = True,
-             attention: str = "varlen", threads: int = 0, grad_ckpt: bool = False) -> dict[str, Any]:
+             attention: str = "varlen", threads: int = 0, grad_ckpt: bool = False,
+             compile_layers: bool = False) -> dict[str, Any]:
     from trainers.sft import load_config, train
 
     config = load_config(values={
         "model": {"path": str(model_dir), "attention": attention,
-                  "gradient_checkpointing": grad_ckpt},
+                  "gradient_checkpointing": grad_ckpt, "compile": compile_layers},
         "data": {"train_path": str(data_path), "max_seq_len": pack_len,
                  "pack_len": pack_len if packing else None, "packing": packing},
         "optim": {"max_steps": steps, "grad_accum": 1, "learning_rate": 1e-5,
@@ -188,6 +189,8 @@ def main() -> None:
     parser.add_argument("--peak-tflops", type=float, default=989.0)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--skip-trl", action="store_true")
+    parser.add_argument("--compile", action="store_true",
+                        help="also run ours with model.compile (torch.compile per decoder layer)")
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
 
@@ -221,6 +224,13 @@ def main() -> None:
     result["ours_mfu"] = round(ours["tokens_per_s"] * per_token / peak, 4)
     # the hardware's share doing our trainer's real work (head only on trained positions)
     result["ours_hfu_executed"] = round(ours["tokens_per_s"] * executed_per_token / peak, 4)
+    if args.compile:
+        compiled = run_ours(model_dir, data_path, work / "ours_compiled", steps=args.steps,
+                            pack_len=args.pack_len, device=args.device, precision=args.precision,
+                            warmup=args.warmup_steps, threads=args.threads,
+                            grad_ckpt=args.grad_ckpt, compile_layers=True)
+        result["ours_compiled"] = compiled
+        result["ours_compiled_mfu"] = round(compiled["tokens_per_s"] * per_token / peak, 4)
     if not args.skip_trl:
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()

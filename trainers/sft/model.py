@@ -87,8 +87,28 @@ def load_model(config: SFTConfig, tokenizer: Any, source: str | None = None) -> 
                 target_modules=lora.get("target_modules", "all-linear"),
                 task_type="CAUSAL_LM",
             ))
+    if spec.compile:
+        compile_layers(model)
     torch.manual_seed(seed)  # the first step's RNG does not depend on how we loaded
     return model.train()
+
+
+def compile_layers(model: Any) -> int:
+    """``torch.compile`` every decoder layer in place; returns how many were compiled.
+
+    Layers, not the whole model: the layers share one code path, so torch compiles one graph
+    and reuses it for all of them (parameters are graph inputs), the chunked LM-head loss
+    stays eager, and a packed row's varying length is a dynamic dimension, not a recompile.
+    State-dict keys are unchanged (``Module.compile`` wraps ``forward`` only), so checkpoints
+    load into an uncompiled model.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    layers = getattr(base.get_decoder(), "layers", None)
+    if layers is None:
+        raise ValueError(f"model.compile: {type(base).__name__} has no decoder.layers to compile")
+    for layer in layers:
+        layer.compile(dynamic=True)
+    return len(layers)
 
 
 def unwrap(model: Any) -> Any:
