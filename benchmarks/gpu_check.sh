@@ -81,7 +81,7 @@ else
   # before the device lease ends rather than taking the later figures with it.
   step gpu_tests 240 "$PY" -m pytest -q -p no:cacheprovider -o addopts="" -m gpu tests/gpu \
     tests/trainers/sft/test_sft_gpu.py --junitxml="$OUT_DIR/gpu_tests.xml"
-  step sft 240 "$PY" benchmarks/gpu_sft.py --preset qwen0.5b --steps 20 --warmup-steps 5 \
+  step sft 300 "$PY" benchmarks/gpu_sft.py --preset qwen0.5b --steps 20 --warmup-steps 5 --compile \
     --pack-len 8192 --samples 300 --workdir /tmp/coa_sft_bench
   if [ "$FULL" = 1 ]; then
     step sft_4k 240 "$PY" benchmarks/gpu_sft.py --preset qwen0.5b --steps 20 --warmup-steps 5 \

@@ -89,6 +89,12 @@ def derive(figures: dict[str, Any], peak_tflops: float) -> dict[str, Any]:
                 row[f"{arm}_mfu_nominal"] = round(rate * per_token / (peak_tflops * 1e12), 4)
                 if ceiling:
                     row[f"{arm}_mfu_ceiling"] = round(rate * per_token / (ceiling * 1e12), 4)
+        if "ours_compiled" in sft:
+            rate = sft["ours_compiled"]["tokens_per_s"]
+            row["ours_compiled_tokens_per_s"] = round(rate, 1)
+            row["ours_compiled_mfu_nominal"] = round(rate * per_token / (peak_tflops * 1e12), 4)
+            if ceiling:
+                row["ours_compiled_mfu_ceiling"] = round(rate * per_token / (ceiling * 1e12), 4)
         if "trl" in sft:
             row["ours_vs_trl"] = round(sft["ours"]["tokens_per_s"] / sft["trl"]["tokens_per_s"], 3)
         derived[key] = row
