@@ -47,7 +47,7 @@ except ImportError:  # pragma: no cover - only before the protocol module exists
         "</answer>",
     )
 
-FinishReason = Literal["stop", "eos", "length", "error"]
+FinishReason = Literal["stop", "eos", "length", "error", "abort"]
 
 
 class EngineErrorKind(StrEnum):
@@ -93,6 +93,10 @@ class GenerationRequest:
     ``on_token(token_id, logprob)``, when set, is called for every sampled token as it is
     sampled (streaming servers); engines that cannot stream call it after the fact.
     ``tools`` (OpenAI ``tools`` list) asks a chat endpoint for native function calling.
+    ``resume_ids`` continues a turn that an interruption cut short (``finish_reason ==
+    "abort"``, e.g. an RL weight update): they are the ids that turn already sampled, the tail
+    of ``token_ids``, and stop strings are searched across them and the new ids, so a stop
+    split by the interruption is still caught.
     """
 
     token_ids: tuple[int, ...] = ()
@@ -102,11 +106,14 @@ class GenerationRequest:
     params: SamplingParams | None = None
     on_token: Callable[[int, float], None] | None = field(default=None, compare=False)
     tools: tuple[dict[str, Any], ...] = ()
+    resume_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Completion:
-    """What an engine sampled for one request."""
+    """What an engine sampled for one request. ``finish_reason == "abort"``: the engine was
+    interrupted (:meth:`agents.engines.hf.HFEngine.interrupt`) and returns what it had
+    sampled so far; the caller may continue the turn with ``GenerationRequest.resume_ids``."""
 
     text: str
     token_ids: tuple[int, ...] = ()

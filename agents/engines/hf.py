@@ -115,6 +115,7 @@ class HFEngine:
         self._weights_seen: int | None = None
         self._cache_checked = False
         self._lock = threading.Lock()
+        self._interrupted = threading.Event()
 
     # -- public -------------------------------------------------------------------------
     def generate(
@@ -129,6 +130,9 @@ class HFEngine:
             for i, request in enumerate(requests))
 
         def take(limit: int, block: bool) -> list[Any] | None:
+            if self._interrupted.is_set():  # not started: nothing sampled, nothing kept
+                while pending:
+                    pending.popleft()[1](_aborted(self.eos_text))
             if not pending:
                 return None
             return [pending.popleft() for _ in range(min(limit, len(pending)))]
@@ -159,6 +163,10 @@ class HFEngine:
         batch = RunningBatch(self)
         closed = False
         while True:
+            if batch.rows and self._interrupted.is_set():
+                for row in batch.rows:  # each row's sampled tokens go back, marked "abort"
+                    self._abort(row)
+                batch = RunningBatch(self)
             if not batch.rows:
                 if closed or (items := take(self.max_batch_size, True)) is None:
                     return
@@ -178,6 +186,22 @@ class HFEngine:
                         if row.finish is None:
                             row.deliver(Completion.failure(EngineErrorKind.INTERNAL, message))
                     batch = RunningBatch(self)
+
+    def interrupt(self) -> None:
+        """Stop every generation in flight at the next decode step: each request gets what
+        it sampled so far (``finish_reason="abort"``; requests not yet started get nothing)
+        and :meth:`generate` returns. Requests keep being aborted until
+        :meth:`clear_interrupt`. Safe from any thread: an RL weight update calls it so the
+        new weights load between decode steps, and the turns resume under them."""
+        self._interrupted.set()
+
+    def clear_interrupt(self) -> None:
+        """Generate normally again after :meth:`interrupt`."""
+        self._interrupted.clear()
+
+    def _abort(self, row: Any) -> None:
+        row.finish = "abort"
+        self._finish(row)
 
     def release(self, token_ids: Sequence[int]) -> int:
         """An episode whose context was ``token_ids`` is over: drop the keys/values stored
@@ -227,7 +251,8 @@ class HFEngine:
                     f"prompt has {len(ids)} tokens; the context limit is {self.max_context}"))
             else:
                 budget = min(params.max_new_tokens, self.max_context - len(ids))
-                rows.append(RowState(ids, params, budget, deliver, request.on_token))
+                rows.append(RowState(ids, params, budget, deliver, request.on_token,
+                                     request.resume_ids))
         return rows
 
     def _guard(self, rows: list, run: Callable[[list], None]) -> None:
@@ -292,6 +317,10 @@ class HFEngine:
                                 past_key_values=cache, use_cache=True, logits_to_keep=1)
             while True:
                 active = [i for i, row in enumerate(rows) if row.finish is None]
+                if self._interrupted.is_set():
+                    for i in active:
+                        self._abort(rows[i])
+                    return
                 logits = output.logits[:, -1, :]
                 index = torch.tensor(active, device=logits.device)
                 tokens, logprobs = pick_tokens(logits.index_select(0, index),
@@ -311,6 +340,10 @@ class HFEngine:
                                     use_cache=True)
                 self.stats["decode_steps"] += 1
                 self.stats["decode_rows"] += n
+
+
+def _aborted(eos_text: str) -> Completion:
+    return Completion(text="", finish_reason="abort", eos_text=eos_text)
 
 
 def _setter(results: list, index: int) -> Callable[[Completion], None]:

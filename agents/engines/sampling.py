@@ -31,11 +31,13 @@ class RowState:
     """One request being decoded; ``deliver`` receives its :class:`Completion`."""
 
     __slots__ = ("budget", "cached_tokens", "deliver", "finish", "generated", "generator",
-                 "logprobs", "on_token", "params", "prompt_ids", "stop_hit", "stop_window")
+                 "logprobs", "on_token", "params", "prompt_ids", "stop_hit", "stop_prefix",
+                 "stop_window")
 
     def __init__(self, prompt_ids: list[int], params: SamplingParams, budget: int,
                  deliver: Callable[[Completion], None],
-                 on_token: Callable[[int, float], None] | None) -> None:
+                 on_token: Callable[[int, float], None] | None,
+                 resume_ids: tuple[int, ...] | list[int] = ()) -> None:
         import torch
 
         self.prompt_ids = prompt_ids
@@ -48,6 +50,8 @@ class RowState:
         seed = params.seed if params.seed is not None else int(torch.randint(0, 2**62, (1,)).item())
         self.generator = torch.Generator().manual_seed(seed)
         self.stop_window = max((len(s) for s in params.stop), default=0) + 1
+        # a resumed turn's earlier ids: a stop string may straddle the interruption
+        self.stop_prefix = list(resume_ids)[-self.stop_window:]
         self.generated: list[int] = []
         self.logprobs: list[float] = []
         self.finish: str | None = None
@@ -76,12 +80,18 @@ class RowState:
         if token in eos_ids:
             self.finish = "eos"
         elif self.params.stop and (hit := find_stop(
-                tokenizer.decode(self.generated[-self.stop_window:], skip_special_tokens=False),
+                tokenizer.decode(self._stop_tail(), skip_special_tokens=False),
                 self.params.stop)) is not None:
             self.finish, self.stop_hit = "stop", hit[1]
         elif len(self.generated) >= self.budget:
             self.finish = "length"
         return self.finish is not None
+
+    def _stop_tail(self) -> list[int]:
+        tail = self.generated[-self.stop_window:]
+        if self.stop_prefix and len(tail) < self.stop_window:
+            tail = (self.stop_prefix + tail)[-self.stop_window:]
+        return tail
 
     def completion(self, tokenizer: Any, eos_text: str) -> Completion:
         return Completion(

@@ -6,7 +6,9 @@ What the project writes, and so what a run is here:
   names the policy, whose tokenizer decodes the token ids);
 * ``coa train rl`` (``output_dir``): ``config.json``, ``metrics.jsonl``, ``final/`` (policy and
   tokenizer), ``warm_start/oracle.jsonl`` when it warm-started, and any rollout dumps
-  (trajectory JSONL anywhere below the directory);
+  (``rollouts/step-<N>.jsonl``: every ``save_rollouts_every`` steps and at each alarm); its
+  rollout-health view (``alarms.jsonl``, the last step's ``health/*`` and ``alarm/*``
+  metrics) goes into the run's ``health`` entry, which the page shows beside the run;
 * ``coa distill … --out FILE``: one trajectory JSONL file (with ``FILE.report.json``).
 
 A directory is a run when a ``*.jsonl`` file up to :data:`_MAX_DEPTH` levels below it reads
@@ -26,7 +28,7 @@ import numpy as np
 
 from agents.viewer.index import UNREADABLE, FileIndex, Vocabs
 
-__all__ = ["NotARunError", "Run", "find_trajectory_files", "open_runs"]
+__all__ = ["NotARunError", "Run", "find_trajectory_files", "open_runs", "rl_health"]
 
 _MAX_DEPTH = 3
 _MAX_CANDIDATES = 500
@@ -52,6 +54,7 @@ class Run:
     files: list[FileIndex]
     meta: dict[str, Any] = field(default_factory=dict)
     tokenizer: str | None = None
+    health: bool = False  # an RL run: alarms.jsonl and the health metrics are read for info()
 
     def refresh(self) -> None:
         for index in self.files:
@@ -69,8 +72,48 @@ class Run:
             "run": number, "label": self.label, "path": str(self.path), "kind": self.kind, "meta": self.meta,
             "tokenizer": self.tokenizer, "files": [{**f, "path": _relative(f["path"], self.path)} for f in files],
             "episodes": sum(f["episodes"] for f in files), "unreadable": sum(f["unreadable"] for f in files),
-            "envs": self.envs(),
+            "envs": self.envs(), **({"health": rl_health(self.path)} if self.health else {}),
         }
+
+
+_HEALTH_PREFIXES = ("health/", "alarm/", "async/staleness", "mismatch/ratio", "mismatch/kl",
+                    "policy/entropy", "kl/ref")
+
+
+def _last_line(path: Path, limit: int = 1 << 20) -> dict[str, Any]:
+    """The last complete JSON line of ``path`` (read from its end; metrics files grow long)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - limit))
+            lines = handle.read().splitlines()
+    except OSError:
+        return {}
+    for line in reversed(lines):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        return row if isinstance(row, dict) else {}
+    return {}
+
+
+def rl_health(path: Path, max_alarms: int = 50) -> dict[str, Any]:
+    """An RL run's rollout health: the alarms it raised (newest last) and the last logged
+    step's health, alarm, staleness and mismatch metrics."""
+    alarms = []
+    try:
+        for line in (path / "alarms.jsonl").read_text(encoding="utf-8").splitlines():
+            try:
+                alarms.append(json.loads(line))
+            except ValueError:
+                continue
+    except OSError:
+        pass
+    last = _last_line(path / "metrics.jsonl")
+    latest = {k: v for k, v in last.items() if k.startswith(_HEALTH_PREFIXES) and isinstance(v, int | float)}
+    return {"alarms": alarms[-max_alarms:], "step": last.get("step"), "latest": latest}
 
 
 def _relative(path: str, root: Path) -> str:
@@ -172,7 +215,8 @@ def _open_one(path: Path, vocabs: Vocabs) -> Run:
             "(looked for trajectories.jsonl from coa eval, rollout dumps and warm_start/oracle.jsonl from "
             "coa train rl; a coa distill output is a .jsonl file: pass the file itself)")
     kind, meta, tokenizer = _describe(path)
-    return Run(path.resolve().name or str(path), path, kind, [FileIndex(f, vocabs) for f in files], meta, tokenizer)
+    return Run(path.resolve().name or str(path), path, kind, [FileIndex(f, vocabs) for f in files], meta, tokenizer,
+               health=kind == "rl")
 
 
 def open_runs(paths: list[str | Path], vocabs: Vocabs, tokenizer: str | None = None) -> list[Run]:

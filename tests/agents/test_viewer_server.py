@@ -191,6 +191,31 @@ def test_rl_and_distill_outputs_are_runs(tmp_path, oracle_run, tiny_dir):
     assert [f["path"] for f in rl_info["files"]] == ["warm_start/oracle.jsonl"]  # metrics.jsonl is not one
     assert distill_info["kind"] == "distill" and distill_info["episodes"] == 3
     assert distill_info["meta"]["kept"] == 3
+    assert rl_info["health"] == {"alarms": [], "step": 1, "latest": {}}
+
+
+def test_an_rl_runs_alarms_and_health_are_shown(tmp_path, oracle_run, tiny_dir):
+    """What ``coa train rl`` leaves after an alarm: rollouts/step-N.jsonl (so the run opens),
+    alarms.jsonl and health metrics; the run's entry carries them for the page."""
+    rl = tmp_path / "rl_run"
+    (rl / "rollouts").mkdir(parents=True)
+    (rl / "config.json").write_text(json.dumps({"algorithm": {"name": "dapo"}}))
+    rows = [{"step": 1, "policy/entropy": 2.0, "health/format_violation_rate": 0.1},
+            {"step": 2, "policy/entropy": 0.2, "health/format_violation_rate": 0.4,
+             "alarm/entropy_collapse": 1.0, "rollout/reward_mean": 0.5}]
+    (rl / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    alarm = {"step": 2, "alarm": "entropy_collapse", "metric": "policy/entropy", "kind": "drop",
+             "message": "policy/entropy fell from 2 to 0.2", "stop": False}
+    (rl / "alarms.jsonl").write_text(json.dumps(alarm) + "\n")
+    (rl / "rollouts" / "step-2.jsonl").write_bytes((oracle_run / "trajectories.jsonl").read_bytes())
+    (info,) = ViewerData([rl]).runs_info()
+    assert info["kind"] == "rl" and info["files"][0]["path"] == "rollouts/step-2.jsonl"
+    health = info["health"]
+    assert health["alarms"] == [alarm] and health["step"] == 2
+    assert health["latest"] == {"policy/entropy": 0.2, "health/format_violation_rate": 0.4,
+                                "alarm/entropy_collapse": 1.0}
+    page = (Path(__file__).parents[2] / "agents" / "viewer" / "static" / "app.js").read_text()
+    assert "ALARM ${a.alarm} at step ${a.step}" in page  # the page prints each alarm
 
 
 # -- queries and the API ---------------------------------------------------------------------------

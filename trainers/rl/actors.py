@@ -22,20 +22,24 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from trainers.rl.learners import LocalLearner, RayLearner, resolve
 from trainers.rl.rollout import EpisodeJob, RolloutResult, RolloutWorker
 
 if TYPE_CHECKING:
     from agents.trajectory import Trajectory
     from trainers.rl.config import RLConfig
 
-__all__ = ["LocalLearner", "LocalRollouts", "RayLearner", "RayRollouts", "build_groups"]
+# LocalLearner and RayLearner live in learners.py; imported here for build_groups and callers
+__all__ = ["LocalLearner", "LocalRollouts", "RayLearner", "RayRollouts", "build_groups",
+           "merged_stats"]
 
 
 # A probe of a restarting actor fails fast; this bounds one of a hung actor.
 _PROBE_S = 5.0
 
 
-def _merge(results: list[RolloutResult]) -> dict[str, float]:
+def merged_stats(results: list[RolloutResult]) -> dict[str, float]:
+    """Where one call's time went, over every worker that answered (``time/*``, ``errors/*``)."""
     stats: dict[str, float] = {
         "time/generation_s": max((r.generation_s for r in results), default=0.0),
         "time/env_s": sum(r.env_s for r in results),
@@ -50,16 +54,20 @@ def _merge(results: list[RolloutResult]) -> dict[str, float]:
     return stats
 
 
-def _resolve(value: Any) -> Any:
-    import ray
-
-    return ray.get(value) if isinstance(value, ray.ObjectRef) else value
-
-
 def _shards(jobs: list[EpisodeJob], parts: int) -> list[list[EpisodeJob]]:
     """Contiguous shards so a group's samples mostly share a worker (one prompt prefix)."""
     size = -(-len(jobs) // max(parts, 1))
     return [jobs[i:i + size] for i in range(0, len(jobs), size)] if jobs else []
+
+
+def _copied(state: Any) -> Any:
+    from dataclasses import replace
+
+    from agents.engines.lora import LoraWeights
+
+    if isinstance(state, LoraWeights):
+        return replace(state, tensors={k: v.clone() for k, v in state.tensors.items()})
+    return {k: v.clone() for k, v in state.items()}
 
 
 class LocalRollouts:
@@ -77,13 +85,31 @@ class LocalRollouts:
 
     def run(self, jobs: list[EpisodeJob]) -> tuple[list[Trajectory], dict[str, float]]:
         results = [self.workers[0].run(jobs)]
-        stats = _merge(results)
+        stats = merged_stats(results)
         stats.update({"rollout/lost_episodes": 0.0, "rollout/retried_episodes": 0.0,
                       "rollout/dropped_episodes": 0.0})
         return [t for r in results for t in r.trajectories], stats
 
     def cluster_stats(self) -> dict[str, float]:
         return {"cluster/nodes": 1.0}
+
+    # -- streaming (asynchronous RL): see RolloutWorker --------------------------------------
+    def start_stream(self) -> None:
+        self.workers[0].start_stream()
+
+    def stop_stream(self) -> None:
+        self.workers[0].stop_stream()
+
+    def submit(self, items: list[tuple[Any, EpisodeJob]]) -> None:
+        self.workers[0].submit(items)
+
+    def collect(self, timeout: float = 0.0) -> tuple[list[Any], RolloutResult]:
+        return self.workers[0].collect(timeout)
+
+    def offer_weights(self, state: Any, version: int) -> None:
+        # A copy: the learner's next update changes its tensors in place while the worker
+        # may not have loaded these yet (Ray copies through its object store anyway).
+        self.workers[0].offer_weights(_copied(state), version)
 
     def close(self) -> None:
         for worker in self.workers:
@@ -136,7 +162,7 @@ class RayRollouts:
         if self._weights_ref is None or not actor_ids:
             return
         ref, version = self._weights_ref, self._version
-        self.manager.foreach_actor(lambda w: w.set_weights(_resolve(ref), version),
+        self.manager.foreach_actor(lambda w: w.set_weights(resolve(ref), version),
                                    remote_actor_ids=actor_ids,
                                    timeout_seconds=self.config.rollout.timeout_s)
 
@@ -226,7 +252,7 @@ class RayRollouts:
                 break
             self._revive(wait=False)  # a worker that is back already takes a share
         self._revive(wait=False)  # restarted workers rejoin for the next call
-        stats = _merge(results)
+        stats = merged_stats(results)
         stats.update({
             "rollout/lost_episodes": float(lost),
             "rollout/retried_episodes": float(retried),
@@ -234,6 +260,95 @@ class RayRollouts:
             "rollout/worker_restarts": float(self.restarts - restarts_before),
         })
         return [t for r in results for t in r.trajectories], stats
+
+    # -- streaming (asynchronous RL): see RolloutWorker --------------------------------------
+    def start_stream(self) -> None:
+        self._outstanding: dict[int, dict[Any, EpisodeJob]] = {}  # actor id -> key -> job
+        self._retries: Counter = Counter()
+        self._streaming = set(self.manager.healthy_actor_ids())
+        self.manager.foreach_actor(lambda w: w.start_stream(), remote_actor_ids=list(self._streaming))
+
+    def stop_stream(self) -> None:
+        self.manager.foreach_actor(lambda w: w.stop_stream(), timeout_seconds=60)
+
+    def submit(self, items: list[tuple[Any, EpisodeJob]]) -> None:
+        """Each group's episodes to one worker (they share a prompt prefix), to the worker
+        with the fewest outstanding episodes."""
+        deadline = time.monotonic() + self.config.rollout.worker_restart_timeout_s
+        while not (healthy := [a for a in self.manager.healthy_actor_ids()
+                               if a in self._streaming]):
+            if time.monotonic() > deadline:
+                raise RuntimeError("no rollout worker came back within "
+                                   "rollout.worker_restart_timeout_s")
+            self._rejoin(force=True)
+            time.sleep(0.5)
+        by_group: dict[Any, list[tuple[Any, EpisodeJob]]] = {}
+        for key, job in items:
+            by_group.setdefault((job.step, job.group_id, job.heldout), []).append((key, job))
+        actors = self.manager.actors()
+        for group in by_group.values():
+            actor_id = min(healthy, key=lambda a: len(self._outstanding.get(a, {})))
+            self._outstanding.setdefault(actor_id, {}).update(group)
+            actors[actor_id].submit.remote(group)
+
+    def offer_weights(self, state: Any, version: int) -> None:
+        import ray
+
+        self._weights_ref, self._version = ray.put(state), version
+        for actor_id in self._streaming:
+            self.manager.actors()[actor_id].offer_weights.remote(self._weights_ref, version)
+
+    def collect(self, timeout: float = 0.0) -> tuple[list[Any], RolloutResult]:
+        """Finished episodes of every streaming worker; a worker that died has its
+        outstanding episodes re-submitted (``max_episode_retries``) or reported lost."""
+        import ray
+
+        actors = self.manager.actors()
+        calls = {a: actors[a].collect.remote(timeout) for a in list(self._streaming)}
+        keys: list[Any] = []
+        merged = RolloutResult(trajectories=[])
+        orphans: list[tuple[Any, EpisodeJob]] = []
+        for actor_id, ref in calls.items():
+            try:
+                got, result = ray.get(ref)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+                self.manager.set_actor_state(actor_id, healthy=False)
+                self._streaming.discard(actor_id)
+                orphans.extend(self._outstanding.pop(actor_id, {}).items())
+                continue
+            mine = self._outstanding.get(actor_id, {})
+            for key in got:
+                mine.pop(key, None)
+            keys.extend(got)
+            merged.trajectories.extend(result.trajectories)
+            for name in ("generation_s", "env_s", "env_blocking_s", "generated_tokens",
+                         "interrupted_turns"):
+                setattr(merged, name, getattr(merged, name) + getattr(result, name))
+        retry = [(k, j) for k, j in orphans if self._retries[k] < self.config.rollout.max_episode_retries]
+        merged.lost_keys = [k for k, j in orphans if (k, j) not in retry]  # type: ignore[attr-defined]
+        for key, _ in retry:
+            self._retries[key] += 1
+        self._rejoin()
+        if retry:
+            self.submit(retry)
+        return keys, merged
+
+    def _rejoin(self, force: bool = False) -> None:
+        """Restarted workers come back with the current weights and their stream running
+        (probed at most every 2 s: a probe of a hung actor takes up to ``_PROBE_S``)."""
+        now = time.monotonic()
+        if not force and (len(self._streaming) == len(self.manager.actors())
+                          or now - getattr(self, "_probed_at", 0.0) < 2.0):
+            return
+        self._probed_at = now
+        restored = self.manager.probe_unhealthy_actors(timeout_seconds=_PROBE_S, mark_healthy=True)
+        for actor_id in restored:
+            actor = self.manager.actors()[actor_id]
+            if getattr(self, "_weights_ref", None) is not None:
+                actor.offer_weights.remote(self._weights_ref, self._version)
+            actor.start_stream.remote()
+            self._streaming.add(actor_id)
+            self.restarts += 1
 
     def close(self) -> None:
         import ray
@@ -244,126 +359,6 @@ class RayRollouts:
             from ray.util.placement_group import remove_placement_group
 
             remove_placement_group(self.placement_group)
-
-
-class LocalLearner:
-    """The learner in this process."""
-
-    def __init__(self, config: RLConfig) -> None:
-        from trainers.rl.learner import Learner
-
-        self.learner = Learner(config)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.learner, name)
-
-
-class _LearnerRank:
-    """One DDP rank as a Ray actor: finds a rendezvous address, then builds its Learner."""
-
-    def __init__(self, config: RLConfig, rank: int, world_size: int) -> None:
-        self.config, self.rank, self.world_size = config, rank, world_size
-        self.learner: Any = None
-
-    def rendezvous_address(self) -> str:
-        """``tcp://ip:port`` on this actor's node (asked of rank 0 only)."""
-        import socket
-
-        import ray
-
-        with socket.socket() as sock:
-            sock.bind(("", 0))
-            port = sock.getsockname()[1]
-        return f"tcp://{ray.util.get_node_ip_address()}:{port}"
-
-    def setup(self, init_method: str | None) -> int:
-        from trainers.rl.learner import Learner
-
-        self.learner = Learner(self.config, self.rank, self.world_size, init_method)
-        return self.rank
-
-    def call(self, name: str, *args: Any) -> Any:
-        return getattr(self.learner, name)(*(_resolve(a) for a in args))
-
-    def node(self) -> str:
-        from trainers.rl.placement import node_of
-
-        return node_of()
-
-
-class RayLearner:
-    """``learner_workers`` learner actors (DDP ranks, ``learner_gpus`` GPUs each); rank 0
-    answers for the group.
-
-    ``prepare`` (no-grad passes, advantages) runs on rank 0; ``update`` runs on every rank
-    with the same prepared batch (one ``ray.put``), each rank training on its shard of
-    every minibatch while DDP averages the gradients, so the replicas stay identical.
-    With ``learner_strategy: fsdp`` every forward is a collective (each rank holds only
-    shards), so ``prepare`` and the state calls run on every rank too; rank 0 answers.
-    """
-
-    def __init__(self, config: RLConfig, placement_group: Any = None) -> None:
-        import ray
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        res = config.resources
-        world = res.learner_workers
-        actor_cls = ray.remote(_LearnerRank)
-        self.actors = []
-        for rank in range(world):
-            options: dict[str, Any] = {"num_cpus": 1, "num_gpus": res.learner_gpus,
-                                       "resources": dict(res.learner_resources)}
-            if placement_group is not None:
-                options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                    placement_group=placement_group, placement_group_bundle_index=rank)
-            elif res.learner_node_labels:
-                options["label_selector"] = dict(res.learner_node_labels)
-            self.actors.append(actor_cls.options(**options).remote(config, rank, world))
-        address = ray.get(self.actors[0].rendezvous_address.remote()) if world > 1 else None
-        ray.get([actor.setup.remote(address) for actor in self.actors])  # joins all ranks
-        sharded = world > 1 and res.learner_strategy == "fsdp"
-        self._gathering = self._all if sharded else self._rank0
-
-    def _rank0(self, name: str, *args: Any) -> Any:
-        import ray
-
-        return ray.get(self.actors[0].call.remote(name, *args))
-
-    def _all(self, name: str, *args: Any) -> Any:
-        import ray
-
-        refs = [ray.put(a) for a in args] if len(self.actors) > 1 else list(args)
-        return ray.get([actor.call.remote(name, *refs) for actor in self.actors])[0]
-
-    def prepare(self, batch: Any) -> Any:
-        return self._gathering("prepare", batch)
-
-    def update(self, batch: Any) -> Any:
-        return self._all("update", batch)
-
-    def policy_state(self) -> Any:
-        return self._gathering("policy_state")
-
-    def state_dict(self) -> Any:
-        return self._gathering("state_dict")
-
-    def load_state_dict(self, state: Any) -> Any:
-        return self._all("load_state_dict", state)
-
-    def save_pretrained(self, directory: str) -> Any:
-        return self._gathering("save_pretrained", directory)
-
-    def nodes(self) -> list[str]:
-        """Ray node id of every rank, rank 0 first."""
-        import ray
-
-        return ray.get([actor.node.remote() for actor in self.actors])
-
-    def close(self) -> None:
-        import ray
-
-        for actor in self.actors:
-            ray.kill(actor)
 
 
 def build_groups(config: RLConfig) -> tuple[Any, Any]:

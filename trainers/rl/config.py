@@ -1,14 +1,14 @@
 """RL trainer configuration: sections, algorithm presets resolved at load time, validation.
 
 PPO, GRPO and DAPO are one loop (``trainers/rl/loop.py``) with different settings, so this
-file is where they differ. ``RLConfig`` has six sections: ``algorithm`` (what is optimised
+file is where they differ. ``RLConfig`` has seven sections: ``algorithm`` (what is optimised
 and how), ``model``, ``env``, ``rollout`` (how episodes are sampled), ``resources`` (where
-things run) and ``bookkeeping``. :func:`load_config` reads YAML + ``key=value`` overrides
-(``algorithm.lr=1e-5``) through the shared loader (``trainers/common/config.py``) and fills
-the chosen algorithm's preset into every ``algorithm`` key the user did not set, so a loaded
-config holds concrete values only (``config.json`` in the run directory shows them all).
-Every section validates itself in ``__post_init__``; ``RLConfig`` checks what spans sections.
-Stdlib + PyYAML only.
+things run), ``bookkeeping`` and ``health`` (rollout-health alarms). :func:`load_config`
+reads YAML + ``key=value`` overrides (``algorithm.lr=1e-5``) through the shared loader
+(``trainers/common/config.py``) and fills the chosen algorithm's preset into every
+``algorithm`` key the user did not set, so a loaded config holds concrete values only
+(``config.json`` in the run directory shows them all). Every section validates itself in
+``__post_init__``; ``RLConfig`` checks what spans sections. Stdlib + PyYAML only.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 from trainers.common.config import ConfigError, check_fields
 from trainers.common.config import load_config as _load
 from trainers.common.sections import Bookkeeping
+from trainers.rl.health import AlarmSpec, HealthSection
 from trainers.rl.sections import (
     AlgorithmSection,
     EnvSection,
@@ -31,8 +32,8 @@ from trainers.rl.sections import (
     WarmStartSection,
 )
 
-__all__ = ["PRESETS", "AlgorithmSection", "ConfigError", "EnvSection", "ModelSection",
-           "RLBookkeeping", "RLConfig", "ResourcesSection", "RolloutSection", "WarmStartSection",
+__all__ = ["PRESETS", "AlarmSpec", "AlgorithmSection", "ConfigError", "EnvSection", "HealthSection",
+           "ModelSection", "RLBookkeeping", "RLConfig", "ResourcesSection", "RolloutSection", "WarmStartSection",
            "load_config"]
 
 # The keys each algorithm sets; the rest of ``algorithm`` shares one default. DAPO's overlong
@@ -66,9 +67,15 @@ class RLBookkeeping(Bookkeeping):
     """Episodes per eval, cycling over the held-out tasks."""
     plot: bool = True
     """Write reward_curve.png (batch and eval reward per step) at the end of the run."""
+    save_rollouts_every: int = 0
+    """Every N steps write the step's episodes to ``rollouts/step-<N>.jsonl`` (``coa view``
+    opens the run); a step that raises an alarm is written whatever N is. 0 = alarms only."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.save_rollouts_every < 0:
+            raise ConfigError("bookkeeping.save_rollouts_every must be >= 0 (0 = only the steps "
+                              "that raise an alarm)")
         if self.eval_every < 0 or self.eval_episodes < 1:
             raise ConfigError("bookkeeping.eval_every must be >= 0 (0 = off) and "
                               "bookkeeping.eval_episodes >= 1")
@@ -90,6 +97,9 @@ class RLConfig:
     """Ray, GPUs, workers, learner ranks, memory knobs."""
     bookkeeping: RLBookkeeping = field(default_factory=RLBookkeeping)
     """Run directory, checkpoints, resume, eval, plots."""
+    health: HealthSection = field(default_factory=HealthSection)
+    """Rollout-health metrics and alarms (entropy collapse, reward rising while held-out
+    falls, format violations rising, ...)."""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -110,9 +120,6 @@ class RLConfig:
                               "periodic eval scores the held-out tasks (split=test), which must "
                               "not be trained on; train on split=train or set "
                               "bookkeeping.eval_every=0")
-        if book.eval_every and rollout.pipeline:
-            raise ConfigError("eval needs idle rollout workers between steps: set "
-                              "rollout.pipeline=false or bookkeeping.eval_every=0")
         if self.model.warm_start.episodes and self.model.init_checkpoint:
             raise ConfigError("model.warm_start trains the starting weights itself: drop "
                               "model.init_checkpoint (or set model.warm_start.episodes=0)")
@@ -138,7 +145,7 @@ class RLConfig:
 
     @property
     def uses_reference(self) -> bool:
-        return self.algorithm.kl_coef > 0
+        return self.algorithm.kl_coef > 0 or self.health.kl_to_reference
 
     @property
     def episodes_per_step(self) -> int:
@@ -161,6 +168,11 @@ def _resolve_presets(data: dict[str, Any]) -> dict[str, Any]:
     if isinstance(env, dict) and env.get("envs") and ({"id", "kwargs"} & set(env)):
         raise ConfigError("env.envs names each env with its env_kwargs: drop env.id and "
                           "env.kwargs (or drop env.envs to train on one env)")
+    rollout_section = data.get("rollout")
+    if isinstance(rollout_section, dict) and "pipeline" in rollout_section:
+        raise ConfigError("rollout.pipeline is now algorithm.max_staleness: pipeline: true was "
+                          "one step off-policy, i.e. algorithm.max_staleness: 1 (drop "
+                          "rollout.pipeline)")
     algo = data.get("algorithm", {})
     if isinstance(algo, str):
         raise ConfigError(f"algorithm is a section: write `algorithm: {{name: {algo}}}` "
@@ -191,7 +203,7 @@ _MOVED_TO = {
     "model": ("init_checkpoint", "warm_start", "dtype", "gradient_checkpointing"),
     "env": ("max_turns",),
     "rollout": ("max_new_tokens", "max_response_tokens", "temperature", "top_p",
-                "episodes_in_flight", "tool_threads", "pipeline", "max_episode_retries",
+                "episodes_in_flight", "tool_threads", "max_episode_retries",
                 "worker_restart_timeout_s"),
     "resources": ("use_ray", "ray_address", "num_rollout_workers", "num_gpus",
                   "learner_workers", "learner_gpus", "rollout_gpus_per_worker",

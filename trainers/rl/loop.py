@@ -1,24 +1,22 @@
 """The RL loop, top to bottom: sample groups -> (filter) -> advantages -> update -> sync -> log.
 
 One loop for PPO, GRPO and DAPO; ``RLConfig`` decides the differences (critic or groups,
-clip range, dynamic sampling, loss aggregation, KL). Each step:
+clip range, dynamic sampling, loss aggregation, KL, off-policy correction). Each step:
 
-1. draw ``prompts_per_step`` tasks from the seeded sampler, ``group_size`` episodes each,
-   and run them on the rollout workers (token ids + the engine's logprobs); with a mixture
-   (``env.envs``) each group's env is drawn by weight first, then a task of that env from
-   the env's own sampler, so a group is always one task of one env;
-2. DAPO dynamic sampling: drop groups whose task rewards are all equal and refill the step
-   with more groups until it holds ``prompts_per_step`` informative ones, at most
-   ``max_sampling_rounds`` extra rounds or ``sampling_time_budget_s`` seconds (logged: groups
-   drawn and kept, and the pass rate of each); groups that lost an episode to a crashed
-   worker are dropped whole (and counted), never trained on half;
-3. shape rewards: the reward's group terms over each complete group, DAPO's overlong term
-   among them (``trainers/rl/shaping.py``); collate, ``learner.prepare`` (mismatch, values, KL,
-   advantages), ``learner.update`` (every episode of the batch enters the loss:
-   ``train/loss_episodes``);
-4. push the new weights to the workers, log metrics, checkpoint every ``save_every``.
-With ``pipeline: true`` step k+1's rollouts run while step k updates (one step stale;
-the importance ratio uses the rollout logprobs, so the update stays correct).
+1. take the step's batch from the batch source: tasks drawn from seeded samplers into
+   ``prompts_per_step`` groups of ``group_size`` episodes, played on the rollout workers
+   (token ids + the engine's logprobs), shaped and filtered by DAPO's dynamic sampling
+   (``trainers/rl/groups.py``); the source is synchronous (``algorithm.max_staleness: 0``:
+   the workers play the step, then wait for the update) or streaming (``max_staleness: k``:
+   the workers generate continuously, up to k policy versions ahead of the learner,
+   ``trainers/rl/streaming.py``);
+2. collate, ``learner.prepare`` (recompute the proximal logprobs, off-policy weights,
+   mismatch, values, KL, advantages: ``trainers/rl/prepare.py``), ``learner.update``
+   (every episode of the batch enters the loss: ``train/loss_episodes``);
+3. publish the new weights (synchronous: loaded now; streaming: offered, the workers load
+   them between rounds, interrupting turns in flight), log metrics with the rollout-health
+   view (``trainers/rl/health.py``; its alarms may stop the run), checkpoint every
+   ``save_every``.
 """
 
 from __future__ import annotations
@@ -26,19 +24,25 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agents.metrics import solved
-from trainers.common import Checkpointer, MetricsLogger
-from trainers.common.mixture import choose
-from trainers.rl.algorithms import keep_informative_groups
+from trainers.common import Checkpointer, MetricsLogger, read_metrics
 from trainers.rl.batch import collate
+from trainers.rl.groups import (
+    CollectedBatch,
+    TaskSampler,
+    collect_groups,
+    episode_key,
+    load_sampler_states,
+    make_samplers,
+    training_rewards,
+)
+from trainers.rl.health import AlarmMonitor, health_stats
 from trainers.rl.metrics import episode_stats, plot_reward_curve, weights_nbytes
 from trainers.rl.rollout import EpisodeJob
-from trainers.rl.shaping import rl_reward, shape_groups
+from trainers.rl.streaming import StreamingCollector
 from trainers.rl.warmstart import warm_start
 
 if TYPE_CHECKING:
@@ -46,183 +50,13 @@ if TYPE_CHECKING:
     from trainers.rl.config import RLConfig
 
 __all__ = ["CollectedBatch", "TaskSampler", "collect_groups", "evaluate", "load_sampler_states",
-           "make_samplers", "per_env_stats", "train"]
+           "make_samplers", "per_env_stats", "staleness_stats", "train", "training_rewards"]
 
 
-@dataclass
-class TaskSampler:
-    """Walks the task list in a fresh seeded permutation each epoch; its state is the cursor."""
-
-    num_tasks: int
-    seed: int
-    epoch: int = 0
-    position: int = 0
-    _order: list[int] = field(default_factory=list, repr=False)
-
-    def _permutation(self) -> list[int]:
-        order = list(range(self.num_tasks))
-        random.Random(f"{self.seed}:{self.epoch}").shuffle(order)
-        return order
-
-    def next(self) -> int:
-        if not self._order:
-            self._order = self._permutation()
-        if self.position >= self.num_tasks:
-            self.epoch += 1
-            self.position = 0
-            self._order = self._permutation()
-        index = self._order[self.position]
-        self.position += 1
-        return index
-
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "position": self.position}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
-        self._order = self._permutation()
-
-
-@dataclass
-class CollectedBatch:
-    """The groups to train on, every episode sampled for them, and sampler state after
-    (per env name)."""
-
-    groups: list[list[Trajectory]]
-    sampled: list[Trajectory]
-    stats: dict[str, float]
-    sampler_state: dict[str, dict[str, int]]
-
-
-def make_samplers(config: RLConfig, rollouts: Any) -> list[TaskSampler]:
-    """One task sampler per env of the mixture (its training tasks, its own seed)."""
-    seed = config.bookkeeping.seed
-    return [TaskSampler(rollouts.num_tasks(False, k), seed + k)
-            for k in range(len(config.env.mixture))]
-
-
-def load_sampler_states(config: RLConfig, samplers: list[TaskSampler],
-                        state: dict[str, Any]) -> None:
-    """Put each env's sampler back (``samplers`` by env name; a checkpoint written before
-    mixtures holds one ``sampler``, the single env's)."""
-    saved = state.get("samplers") or {config.env.mixture[0].name: state["sampler"]}
-    for entry, sampler in zip(config.env.mixture, samplers, strict=True):
-        sampler.load_state_dict(saved[entry.name])
-
-
-def _episode_seed(seed: int, step: int, group: int, sample: int) -> int:
-    return random.Random(f"{seed}:{step}:{group}:{sample}").randrange(2**31)
-
-
-def training_rewards(config: RLConfig) -> list[Any]:
-    """Each mixture env's reward plus the algorithm's overlong term (``trainers/rl/shaping.py``),
-    in ``config.env.mixture`` order."""
-    algo = config.algorithm
-    return [rl_reward(entry.id, entry.env_kwargs, config.rollout.max_response_tokens,
-                      algo.overlong_buffer, algo.overlong_penalty) for entry in config.env.mixture]
-
-
-def collect_groups(config: RLConfig, samplers: list[Any], rollouts: Any, step: int,
-                   rewards: list[Any] | None = None) -> CollectedBatch:
-    """Sample groups until ``prompts_per_step`` usable groups are in hand (or rounds run out);
-    each complete group's trajectories carry their shaped reward (the group terms of its env's
-    reward in ``rewards``). ``samplers`` holds one task sampler per env of ``config.env.mixture``."""
-    rewards = training_rewards(config) if rewards is None else rewards
-    algo, seed = config.algorithm, config.bookkeeping.seed
-    entries = config.env.mixture
-    group_size = algo.group_size
-    drawn = [0] * len(entries)
-    kept: list[list[Trajectory]] = []
-    sampled: list[Trajectory] = []
-    totals: dict[str, float] = {}
-    drawn_solved: list[float] = []  # per complete group drawn: its share of solved episodes
-    kept_solved: list[float] = []
-    next_group = 0
-    rounds = filtered = incomplete = 0
-    started = time.perf_counter()
-    out_of_time = False
-    while len(kept) < algo.prompts_per_step:
-        need = algo.prompts_per_step - len(kept)
-        jobs = []
-        for _ in range(need):
-            env_index = choose(entries, seed, step, next_group)
-            task_index = samplers[env_index].next()
-            drawn[env_index] += 1
-            jobs.extend(EpisodeJob(task_index, next_group, k,
-                                   _episode_seed(seed, step, next_group, k), env_index=env_index)
-                        for k in range(group_size))
-            next_group += 1
-        trajectories, stats = rollouts.run(jobs)
-        for key, value in stats.items():
-            totals[key] = totals.get(key, 0.0) + value
-        by_group: dict[int, list[Trajectory]] = {}
-        for trajectory in trajectories:
-            if trajectory.status.is_error or not trajectory.prompt_ids:
-                continue  # never trained on; counted in errors/* and below
-            by_group.setdefault(int(trajectory.info["group_id"]), []).append(trajectory)
-        sampled.extend(t for t in trajectories if t.prompt_ids)
-        # A group is complete when every sample of it came back; one sample may be several
-        # token-exact segments (a gateway session whose template is not append-only).
-        complete = [g for g in by_group.values() if len({_episode_key(t) for t in g}) == group_size]
-        incomplete += need - len(complete)
-        # The env's reward, before the group terms are added: DAPO filters on accuracy, and a
-        # group whose answers all scored the same carries no answer signal, whatever the
-        # shaping terms (overlong, group length) would add.
-        task_rewards = [[float(t.reward) for t in g] for g in complete]
-        shares = [_solved_share(g) for g in complete]  # before shaping rewrites the rewards
-        drawn_solved.extend(shares)
-        for env_index in range(len(entries)):  # each group's terms come from its own env's reward
-            mine = [g for g in complete if int(g[0].info.get("env_index", 0)) == env_index]
-            if mine:
-                shape_groups(mine, rewards[env_index])
-        if algo.dynamic_sampling:
-            informative = keep_informative_groups(task_rewards)
-            filtered += len(complete) - len(informative)
-            complete, shares = [complete[i] for i in informative], [shares[i] for i in informative]
-        kept.extend(complete)
-        kept_solved.extend(shares)
-        rounds += 1
-        if rounds > algo.max_sampling_rounds:
-            break
-        budget = algo.sampling_time_budget_s
-        if budget and time.perf_counter() - started >= budget and len(kept) < algo.prompts_per_step:
-            out_of_time = True  # train on what the step holds rather than stall the run
-            break
-    kept = kept[:algo.prompts_per_step]
-    totals.update({
-        "sampling/rounds": float(rounds),
-        "sampling/groups_drawn": float(sum(drawn)),
-        "sampling/groups_filtered_all_equal": float(filtered),
-        "sampling/groups_dropped_incomplete": float(incomplete),
-        "sampling/groups_kept": float(len(kept)),
-        "sampling/kept_share": len(kept) / max(sum(drawn), 1),
-        "sampling/time_budget_hit": float(out_of_time),
-        "sampling/time_s": time.perf_counter() - started,
-        # The pass rate of the groups the step trains on, beside that of every group drawn:
-        # the training batch's reward measures the first, the policy's skill the second.
-        "sampling/drawn_pass_rate": _mean_or_zero(drawn_solved),
-        "sampling/kept_pass_rate": _mean_or_zero(kept_solved[:algo.prompts_per_step]),
-    })
-    if len(entries) > 1:  # drawn by weight; kept after dynamic sampling and crashes
-        for index, entry in enumerate(entries):
-            totals[f"sampling/{entry.name}/groups"] = float(drawn[index])
-            totals[f"sampling/{entry.name}/groups_kept"] = float(sum(
-                1 for g in kept if int(g[0].info.get("env_index", 0)) == index))
-    states = {e.name: sampler.state_dict() for e, sampler in zip(entries, samplers, strict=True)}
-    return CollectedBatch(kept, sampled, totals, states)
-
-
-def _solved_share(group: list[Trajectory]) -> float:
-    return sum(1.0 for t in group if solved(t)) / max(len(group), 1)
-
-
-def _mean_or_zero(values: list[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
-
-
-def per_env_stats(config: RLConfig, trajectories: list[Trajectory], prefix: str
-                  ) -> dict[str, float]:
-    """``<prefix>/<name>/...`` episode statistics of each env of a mixture (none for one env)."""
+def per_env_stats(config: RLConfig, trajectories: list[Trajectory], prefix: str,
+                  stats_of: Callable[..., dict[str, float]] = episode_stats) -> dict[str, float]:
+    """``<prefix>/<name>/...`` statistics (``stats_of``: episode or health statistics) of
+    each env of a mixture (none for one env)."""
     entries = config.env.mixture
     if len(entries) < 2:
         return {}
@@ -230,11 +64,11 @@ def per_env_stats(config: RLConfig, trajectories: list[Trajectory], prefix: str
     for index, entry in enumerate(entries):
         mine = [t for t in trajectories if int(t.info.get("env_index", 0)) == index]
         if mine:
-            stats.update(episode_stats(mine, prefix=f"{prefix}/{entry.name}"))
+            stats.update(stats_of(mine, prefix=f"{prefix}/{entry.name}"))
     return stats
 
 
-_EVAL_SEED = 2**31  # training seeds come from _episode_seed (< 2**31); eval seeds sit above
+_EVAL_SEED = 2**31  # training seeds come from groups.episode_seed (< 2**31); eval seeds sit above
 
 
 def _heldout_metrics(played: list[Trajectory], prefix: str) -> dict[str, float]:
@@ -264,20 +98,14 @@ def evaluate(config: RLConfig, rollouts: Any, num_tasks: list[int]) -> dict[str,
     return metrics
 
 
-def _episode_key(trajectory: Trajectory) -> Any:
-    """What one episode's rows share: a gateway session's id (its token-exact segments are
-    several trajectories), else the trajectory itself."""
-    return (trajectory.info.get("gateway") or {}).get("session_id") or id(trajectory)
-
-
 def _train_on(config: RLConfig, learner: Any, groups: list[list[Trajectory]], pad_id: int
               ) -> dict[str, float]:
     algo = config.algorithm
     trajectories = [t for g in groups for t in g]
     rewards = [float(t.reward) for t in trajectories]  # shaped in collect_groups
     group_ids = [gi for gi, g in enumerate(groups) for _ in g]
-    episodes = {key: n for n, key in enumerate(dict.fromkeys(_episode_key(t) for t in trajectories))}
-    episode_ids = [episodes[_episode_key(t)] for t in trajectories]
+    episodes = {key: n for n, key in enumerate(dict.fromkeys(episode_key(t) for t in trajectories))}
+    episode_ids = [episodes[episode_key(t)] for t in trajectories]
     batch = collate(trajectories, rewards, group_ids, pad_token_id=pad_id, episode_ids=episode_ids)
     t0 = time.perf_counter()
     prepared, stats = learner.prepare(batch)
@@ -293,11 +121,34 @@ def _train_on(config: RLConfig, learner: Any, groups: list[list[Trajectory]], pa
     return stats
 
 
-def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
+class _Synchronous:
+    """``max_staleness: 0``: play a step's rounds, then update while the workers wait."""
+
+    def __init__(self, config: RLConfig, samplers: list[Any], rollouts: Any,
+                 rewards: list[Any]) -> None:
+        self.config, self.samplers, self.rollouts, self.rewards = config, samplers, rollouts, rewards
+
+    def batch(self, step: int) -> CollectedBatch:
+        return collect_groups(self.config, self.samplers, self.rollouts, step, self.rewards)
+
+    def publish(self, state: Any, version: int) -> None:
+        self.rollouts.set_weights(state, version)
+
+    def run(self, jobs: list[EpisodeJob]) -> tuple[list[Trajectory], dict[str, float]]:
+        return self.rollouts.run(jobs)
+
+    def close(self) -> None:
+        pass
+
+
+def train(config: RLConfig, stop_after: int | None = None, *,
+          streaming: bool | None = None) -> dict[str, float]:
     """Run (or resume) training; returns the last step's metrics.
 
     ``stop_after`` ends the process-local run after that many steps (tests use it to
-    simulate an interrupted run without killing the interpreter).
+    simulate an interrupted run without killing the interpreter). ``streaming`` forces the
+    asynchronous batch source on or off (default: on when ``algorithm.max_staleness > 0``;
+    tests run it with ``max_staleness: 0`` against the synchronous loop).
     """
     import torch
 
@@ -332,63 +183,72 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
         print(f"[rl] resumed from {resume_from} at step {start}", flush=True)
     logger = MetricsLogger(out, tensorboard=book.tensorboard,
                            resume_step=start if resume_from is not None else None)
+    alarms = AlarmMonitor(config.health.alarms, out, history=read_metrics(out / "metrics.jsonl")
+                          if resume_from is not None else None)
     rollouts.set_weights(learner.policy_state(), start)
-    if book.eval_every and start == 0:
-        logger.log(0, evaluate(config, rollouts, heldout_tasks))
-    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rl-collect")
-    last: dict[str, float] = {}
-    future: Future | None = None
-    pending_weights: tuple[dict[str, Any], int] | None = None
     total = config.algorithm.total_steps
     end = total if stop_after is None else min(total, start + stop_after)
+    use_stream = config.algorithm.max_staleness > 0 if streaming is None else streaming
+    source: Any = _Synchronous(config, samplers, rollouts, rewards) if not use_stream else \
+        StreamingCollector(config, samplers, rollouts, rewards, start, start + 1, end)
+    last: dict[str, float] = {}
     try:
+        if book.eval_every and start == 0:
+            logger.log(0, evaluate(config, source, heldout_tasks))
         for step in range(start + 1, end + 1):
             t_step = time.perf_counter()
-            if future is None:
-                future = executor.submit(collect_groups, config, samplers, rollouts, step, rewards)
-            collected: CollectedBatch = future.result()
-            future = None
-            rollout_s = time.perf_counter() - t_step
-            if pending_weights is not None:
-                rollouts.set_weights(*pending_weights)
-                pending_weights = None
-            if config.rollout.pipeline and step < end:
-                future = executor.submit(collect_groups, config, samplers, rollouts, step + 1, rewards)
+            collected: CollectedBatch = source.batch(step)
+            waited_s = time.perf_counter() - t_step  # the learner had nothing to do
             metrics = {**episode_stats(collected.sampled), **collected.stats,
                        **per_env_stats(config, collected.sampled, "rollout"),
+                       **health_stats(collected.sampled),
+                       **per_env_stats(config, collected.sampled, "health", health_stats),
                        **rollouts.cluster_stats()}
             if collected.groups:
                 # Padding ids are never attended to nor trained on; any id works.
                 metrics.update(_train_on(config, learner, collected.groups, pad_id=0))
-                pending_weights = (learner.policy_state(), step)
-                metrics["sync/bytes"] = weights_nbytes(pending_weights[0])
-                if future is None:  # synchronous: the next rollouts use these weights
-                    rollouts.set_weights(*pending_weights)
-                    pending_weights = None
+                metrics.update(staleness_stats(collected.groups, step))
             else:
                 metrics["train/skipped"] = 1.0  # every group was all-equal: nothing to learn
+            if collected.groups or use_stream:  # streaming: the version label must advance
+                weights = learner.policy_state()
+                t_sync = time.perf_counter()
+                source.publish(weights, step)
+                metrics.update({"sync/bytes": weights_nbytes(weights),
+                                "time/sync_s": time.perf_counter() - t_sync})
+            step_s = time.perf_counter() - t_step
             gen_s = metrics.get("time/generation_s", 0.0)
             metrics.update({
-                "time/rollout_s": rollout_s,
-                "time/step_s": time.perf_counter() - t_step,
+                "time/rollout_s": waited_s,
+                "time/step_s": step_s,
+                "perf/learner_idle_share": waited_s / max(step_s, 1e-9),
+                "perf/episodes_per_s": len(collected.sampled) / max(step_s, 1e-9),
                 "perf/rollout_tokens_per_s":
                     metrics.get("rollout/generated_tokens_total", 0.0) / max(gen_s, 1e-9),
             })
             if book.eval_every and (step % book.eval_every == 0 or step == total):
-                metrics.update(evaluate(config, rollouts, heldout_tasks))
+                metrics.update(evaluate(config, source, heldout_tasks))
+            flags, stop = alarms.observe(step, metrics)
+            metrics.update(flags)
             logger.log(step, metrics)
+            every = book.save_rollouts_every
+            if any(flags.values()) or (every and step % every == 0):
+                _save_rollouts(out / "rollouts" / f"step-{step}.jsonl", collected.sampled)
             last = metrics
             print(_summary(step, metrics), flush=True)
-            if book.save_every and (step % book.save_every == 0 or step == total):
+            if stop or (book.save_every and (step % book.save_every == 0 or step == total)):
                 learner_state = learner.state_dict()
                 checkpoints.save(step, lambda d, s=learner_state: torch.save(s, d / "learner.pt"),
                                  {"samplers": collected.sampler_state})
-        if end == total:
-            learner.save_pretrained(str(out / "final"))
+            if stop:
+                print(f"[rl] stopped by an alarm at step {step}; checkpoint-{step} holds the "
+                      f"state (see {out / 'alarms.jsonl'})", flush=True)
+                break
+        else:
+            if end == total:
+                learner.save_pretrained(str(out / "final"))
     finally:
-        if future is not None:
-            future.result()
-        executor.shutdown(wait=True)
+        source.close()
         logger.close()
         for reward in rewards:
             reward.close()
@@ -402,10 +262,31 @@ def train(config: RLConfig, stop_after: int | None = None) -> dict[str, float]:
     return last
 
 
+def _save_rollouts(path: Path, trajectories: list[Trajectory]) -> None:
+    from agents.trajectory import write_trajectory
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        for trajectory in trajectories:
+            write_trajectory(handle, trajectory)
+
+
+def staleness_stats(groups: list[list[Trajectory]], step: int) -> dict[str, float]:
+    """Policy versions between each trained episode's start and the update training on it
+    (step ``step`` updates version ``step - 1``): 0 in the synchronous loop, at most
+    ``max_staleness`` in the asynchronous one."""
+    lags = [step - 1 - int(t.info["weights_version"]) for g in groups for t in g
+            if t.info.get("weights_version") is not None]
+    if not lags:
+        return {}
+    return {"async/staleness_mean": sum(lags) / len(lags), "async/staleness_max": float(max(lags))}
+
+
 def _summary(step: int, m: dict[str, float]) -> str:
     return (f"[rl] step {step}: reward {m.get('rollout/reward_mean', 0):.3f} "
             f"acc {m.get('rollout/accuracy', 0):.2f} len {m.get('rollout/response_tokens', 0):.0f} "
             f"clip {m.get('policy/clip_frac', 0):.3f} "
             f"mismatch {m.get('mismatch/logprob_abs_diff', 0):.1e} "
             f"kept {m.get('sampling/groups_kept', 0):.0f}/{m.get('sampling/groups_drawn', 0):.0f} "
-            f"rollout {m.get('time/rollout_s', 0):.1f}s learner {m.get('time/learner_s', 0):.1f}s")
+            f"rollout {m.get('time/rollout_s', 0):.1f}s learner {m.get('time/learner_s', 0):.1f}s "
+            f"stale {m.get('async/staleness_max', 0):.0f}")

@@ -2,30 +2,42 @@
 
 Token-exact multi-turn episodes: the context is ``prompt_ids`` (chat template, generation
 prompt) followed by every generated segment's *sampled* ids and every observation's ids;
-nothing is re-tokenised. Up to ``episodes_in_flight`` episodes run at once: all episodes
-waiting for the model are generated as one batch, while env steps (tool calls) of the
-others run on a thread pool, so a slow tool hides behind generation instead of stalling
-it (``overlap_tools=False`` runs steps inline, the serialised baseline of the benchmark).
-Episodes are recorded by :class:`agents.episode.EpisodeRecorder`, step by step, so RL
-trajectories carry the same statuses, tool counts and reward details as eval's.
+nothing is re-tokenised. The scheduling of concurrent episodes (batched generation, tool
+calls on a thread pool, partial turns) is :class:`trainers.rl.episode_loop.EpisodeLoop`.
+
+Two ways to drive a worker:
+
+* :meth:`RolloutWorker.run`: a batch of jobs to the end, then return (the synchronous loop,
+  ``algorithm.max_staleness: 0``); weights change only between calls (:meth:`set_weights`).
+* streaming (asynchronous RL): :meth:`start_stream` runs the episode loop on a thread of
+  its own; :meth:`submit` adds jobs, :meth:`collect` takes finished episodes, and
+  :meth:`offer_weights` hands new weights over without stopping anything: the loop loads
+  them before its next generation round, and an engine that can be interrupted
+  (``HFEngine.interrupt``) stops the round in flight, so turns resume under the new
+  weights (partial rollouts). A job waits until the worker serves at least its
+  ``min_version``, which bounds every episode's staleness.
+
 Plain Python; ``actors.py`` wraps it as a Ray actor and the local mode calls it directly.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter, deque
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agents.episode import EpisodeRecorder
 from agents.trajectory import EpisodeStatus, Trajectory
+from trainers.rl.envs import make_env
+from trainers.rl.episode_loop import EpisodeLoop
 
 if TYPE_CHECKING:
     from trainers.rl.config import RLConfig
 
-__all__ = ["EpisodeJob", "RolloutResult", "RolloutWorker", "make_env"]
+__all__ = ["EpisodeJob", "RolloutResult", "RolloutWorker", "make_env", "stop_strings"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +55,11 @@ class EpisodeJob:
     seed: int
     heldout: bool = False
     env_index: int = 0
+    step: int = 0
+    """The RL step the episode is drawn for (its group's step; 0 for evals)."""
+    min_version: int = -1
+    """Streaming: the worker starts the episode only once it serves this policy version or a
+    newer one (asynchronous RL's staleness bound)."""
 
 
 @dataclass
@@ -56,47 +73,7 @@ class RolloutResult:
     wall_s: float = 0.0
     generated_tokens: int = 0
     errors: dict[str, int] = field(default_factory=dict)
-
-
-def make_env(config: RLConfig, heldout: bool = False, env_index: int = 0) -> Any:
-    """``gymnasium.make`` of the configured env (entry ``env_index`` of a mixture) on its
-    training tasks (``task_options.split``, default ``train``; only those of ``env.task_list``
-    when set), or with ``heldout`` on its held-out tasks (``split: test``, ``env.eval_kwargs``
-    merged over its kwargs); a remote client when ``env.url`` is set. Registers the coa ids
-    on import."""
-    import gymnasium as gym
-
-    import coa_envs  # noqa: F401 - registers the ids
-    from trainers.common import deep_merge
-
-    entry = config.env.mixture[env_index]
-    kwargs = {"max_turns": config.env.max_turns, **entry.env_kwargs}
-    if heldout:
-        kwargs = deep_merge(kwargs, config.env.eval_kwargs)
-    options = dict(kwargs.get("task_options") or {})
-    kwargs["task_options"] = {**options, "split": "test" if heldout
-                              else options.get("split", "train")}
-    if config.env.task_list and not heldout:  # a filtered list of training tasks (coa filter-tasks)
-        kwargs["task_options"]["task_list"] = config.env.task_list
-    if config.env.url:  # the env runs in a `coa serve-env` server; this is its client
-        from coa_envs.registry import REMOTE_ID
-
-        return gym.make(REMOTE_ID, base_url=config.env.url, env_id=entry.id, overrides=kwargs)
-    return gym.make(entry.id, **kwargs)
-
-
-@dataclass
-class _Episode:
-    job: EpisodeJob
-    env: Any
-    recorder: EpisodeRecorder
-    context: list[int]
-    turn: int = 0
-    pending: Future | None = None
-
-    @property
-    def trajectory(self) -> Trajectory:
-        return self.recorder.trajectory
+    interrupted_turns: int = 0
 
 
 class RolloutWorker:
@@ -119,6 +96,15 @@ class RolloutWorker:
         self._envs: dict[tuple[int, bool], list[Any]] = {}  # (env_index, heldout) -> envs
         self._pool = ThreadPoolExecutor(max_workers=config.rollout.tool_threads,
                                         thread_name_prefix=f"rollout{worker_index}-env")
+        # streaming state (asynchronous RL), guarded by _cv
+        self._cv = threading.Condition()
+        self._inbox: list[tuple[Any, EpisodeJob]] = []
+        self._outbox: list[tuple[Any, Trajectory]] = []
+        self._offered: tuple[Any, int] | None = None
+        self._stream_stats = RolloutResult(trajectories=[])
+        self._stream: threading.Thread | None = None
+        self._stream_error: BaseException | None = None
+        self._closing = False
 
     # -- weights -------------------------------------------------------------------------
     def set_weights(self, state: Any, version: int) -> int:
@@ -126,6 +112,27 @@ class RolloutWorker:
         _load_engine_weights(self.engine, state)
         self.weights_version = version
         return version
+
+    def offer_weights(self, state: Any, version: int) -> int:
+        """Streaming: new weights for the loop to load before its next generation round;
+        an interruptible engine stops the round in flight (its turns resume under them).
+        Returns at once."""
+        with self._cv:
+            self._offered = (state, version)
+            self._cv.notify_all()
+        interrupt = getattr(self.engine, "interrupt", None)
+        if interrupt is not None and self.config.rollout.interrupt_generation:
+            interrupt()
+        return version
+
+    def _load_offered(self) -> None:
+        clear = getattr(self.engine, "clear_interrupt", None)
+        if clear is not None:
+            clear()
+        with self._cv:
+            offered, self._offered = self._offered, None
+        if offered is not None:
+            self.set_weights(*offered)
 
     def ping(self) -> str:
         return "pong"
@@ -135,6 +142,7 @@ class RolloutWorker:
         return func(self, *args, **kwargs)
 
     def close(self) -> None:
+        self.stop_stream()
         self._pool.shutdown(wait=False, cancel_futures=True)
         for envs in self._envs.values():
             for env in envs:
@@ -155,120 +163,122 @@ class RolloutWorker:
         """Run every job to the end of its episode; the result keeps the jobs' order.
 
         The jobs of one call are all training jobs or all held-out jobs."""
-        from agents.engines import GenerationRequest, SamplingParams
-
-        cfg = self.config.rollout
+        if self._stream is not None:
+            raise RuntimeError("this worker is streaming: submit() jobs and collect() them")
         started = time.perf_counter()
         heldout = bool(jobs) and jobs[0].heldout
         if any(job.heldout != heldout for job in jobs):
             raise ValueError("one run() call takes training jobs or held-out jobs, not both")
-        slots = min(cfg.episodes_in_flight, max(len(jobs), 1))
+        slots = min(self.config.rollout.episodes_in_flight, max(len(jobs), 1))
         # Up to ``slots`` envs of each env a job names (a mixture's batch spans several).
         free_envs = {k: deque(self._env_pool(slots, heldout, k)[:slots])
                      for k in sorted({job.env_index for job in jobs})}
-        queue = deque(enumerate(jobs))
-        active: dict[int, _Episode] = {}
         done: dict[int, Trajectory] = {}
         result = RolloutResult(trajectories=[])
-        stops = tuple(_stop_strings())
-
-        def start_next() -> None:
-            while queue and len(active) < slots:
-                index, job = queue.popleft()
-                env = free_envs[job.env_index].popleft()
-                try:
-                    active[index] = self._start(job, env)
-                except Exception as exc:  # a broken task/env ends this episode only
-                    done[index] = EpisodeRecorder.failed_start(
-                        self._env_id(job), f"index:{job.task_index}", EpisodeStatus.ERROR_ENV,
-                        exc, seed=job.seed, sample_index=job.sample_index,
-                        extra_info={"group_id": job.group_id, "task_index": job.task_index,
-                                    "env_index": job.env_index})
-                    free_envs[job.env_index].append(env)
-
-        release = getattr(self.engine, "release", None)  # the hf engine's cached keys/values
-
-        def finish(index: int) -> None:
-            episode = active.pop(index)
-            if release is not None:
-                release(episode.context)
-            done[index] = episode.recorder.finish()
-            free_envs[episode.job.env_index].append(episode.env)
-
-        def harvest(block: bool) -> None:
-            pending = {e.pending: i for i, e in active.items() if e.pending is not None}
-            if not pending:
-                return
-            t0 = time.perf_counter()
-            ready, _ = wait(list(pending), timeout=None if block else 0,
-                            return_when=FIRST_COMPLETED)
-            if block:
-                result.env_blocking_s += time.perf_counter() - t0
-            for future in ready:
-                index = pending[future]
-                episode = active[index]
-                episode.pending = None
-                if self._apply_step(episode, future):
-                    finish(index)
-
-        start_next()
+        loop = EpisodeLoop(self, slots, result, done.__setitem__, free_envs)
+        loop.add(list(enumerate(jobs)))
+        loop.start_next()
         # ``queue`` too: every active episode may end inside one generation round (serialised
         # steps, engine errors) while jobs still wait for an env.
-        while active or queue:
-            harvest(block=False)
-            start_next()
-            waiting = [i for i, e in active.items() if e.pending is None]
-            if not waiting:
-                harvest(block=True)
-                start_next()
-                continue
-            requests = []
-            for i in waiting:
-                episode = active[i]
-                params = SamplingParams(
-                    max_new_tokens=max(1, min(cfg.max_new_tokens, self._budget(episode))),
-                    temperature=cfg.temperature, top_p=cfg.top_p, stop=stops,
-                    seed=_turn_seed(episode.job.seed, episode.turn))
-                requests.append(GenerationRequest(token_ids=tuple(episode.context), params=params))
-            t0 = time.perf_counter()
-            completions = self.engine.generate(requests, requests[0].params)
-            result.generation_s += time.perf_counter() - t0
-            for i, completion in zip(waiting, completions, strict=True):
-                episode = active[i]
-                if not completion.ok:
-                    episode.recorder.end(EpisodeStatus.engine_error(completion.error_kind),
-                                         error=completion.error)
-                    finish(i)
-                    continue
-                ids, logprobs = list(completion.token_ids), list(completion.logprobs)
-                result.generated_tokens += len(ids)
-                episode.recorder.generated(completion.text, ids, logprobs)
-                episode.context.extend(ids)
-                episode.turn += 1
-                action = completion.action_text
-                if self.overlap_tools:
-                    episode.pending = self._pool.submit(_timed_step, episode.env, action)
-                else:
-                    future: Future = Future()
-                    t1 = time.perf_counter()
-                    try:
-                        future.set_result(_timed_step(episode.env, action))
-                    except Exception as exc:
-                        future.set_exception(exc)
-                    result.env_blocking_s += time.perf_counter() - t1
-                    if self._apply_step(episode, future):
-                        finish(i)
+        while loop.busy:
+            loop.turn()
         result.trajectories = [done[i] for i in range(len(jobs))]
         result.env_s = sum(float(t.info.get("env_s", 0.0)) for t in result.trajectories)
         result.errors = dict(Counter(t.status.reason for t in result.trajectories if t.status.is_error))
         result.wall_s = time.perf_counter() - started
         return result
 
+    # -- streaming (asynchronous RL) -------------------------------------------------------
+    def start_stream(self) -> None:
+        """Run the episode loop on a thread of its own until :meth:`stop_stream`."""
+        if self._stream is None:
+            self._closing = False
+            self._stream = threading.Thread(target=self._stream_main, daemon=True,
+                                            name=f"rollout{self.worker_index}-stream")
+            self._stream.start()
+
+    def stop_stream(self) -> None:
+        """End the streaming thread; episodes in flight are abandoned."""
+        if self._stream is None:
+            return
+        with self._cv:
+            self._closing = True
+            self._cv.notify_all()
+        interrupt = getattr(self.engine, "interrupt", None)
+        if interrupt is not None:
+            interrupt()
+        self._stream.join(timeout=60)
+        self._stream = None
+        clear = getattr(self.engine, "clear_interrupt", None)
+        if clear is not None:  # run() may follow
+            clear()
+
+    def submit(self, items: list[tuple[Any, EpisodeJob]]) -> int:
+        """Queue ``(key, job)`` pairs; each comes back from :meth:`collect` under its key."""
+        with self._cv:
+            self._inbox.extend(items)
+            self._cv.notify_all()
+        return len(items)
+
+    def collect(self, timeout: float = 0.0) -> tuple[list[Any], RolloutResult]:
+        """``(keys, result)``: the episodes finished since the last call (waiting up to
+        ``timeout`` seconds for one) and where the time went meanwhile."""
+        with self._cv:
+            if not self._outbox and timeout > 0 and self._stream_error is None:
+                self._cv.wait(timeout)
+            if self._stream_error is not None:
+                raise RuntimeError("the rollout stream failed") from self._stream_error
+            items, self._outbox = self._outbox, []
+            stats, self._stream_stats = self._stream_stats, RolloutResult(trajectories=[])
+        stats.trajectories = [t for _, t in items]
+        stats.env_s = sum(float(t.info.get("env_s", 0.0)) for t in stats.trajectories)
+        stats.errors = dict(Counter(t.status.reason for t in stats.trajectories if t.status.is_error))
+        return [key for key, _ in items], stats
+
+    def _stream_main(self) -> None:
+        result = RolloutResult(trajectories=[])
+
+        def done(key: Any, trajectory: Trajectory) -> None:
+            with self._cv:
+                self._outbox.append((key, trajectory))
+                self._cv.notify_all()
+
+        loop = EpisodeLoop(self, self.config.rollout.episodes_in_flight, result, done)
+        try:
+            while not self._closing:
+                self._load_offered()
+                ready: list[tuple[Any, EpisodeJob]] = []
+                waiting: list[tuple[Any, EpisodeJob]] = []
+                with self._cv:  # jobs whose version the worker now serves join the loop
+                    for item in self._inbox:
+                        fresh_enough = item[1].min_version <= self.weights_version
+                        (ready if fresh_enough else waiting).append(item)
+                    self._inbox = waiting
+                    if not ready and not loop.busy:
+                        self._cv.wait(0.05)
+                loop.add(ready)
+                if loop.busy:
+                    loop.turn(block_timeout=0.02)
+                with self._cv:  # where the time went, for the next collect()
+                    _accumulate(self._stream_stats, result)
+                result.generation_s = result.env_blocking_s = 0.0
+                result.generated_tokens = result.interrupted_turns = 0
+        except BaseException as exc:  # surfaces in collect(), never a silent dead thread
+            with self._cv:
+                self._stream_error = exc
+                self._cv.notify_all()
+
     # -- one episode's pieces ------------------------------------------------------------
     def _env_id(self, job: EpisodeJob) -> str:
         return self.config.env.mixture[job.env_index].id
 
-    def _start(self, job: EpisodeJob, env: Any) -> _Episode:
+    def _job_info(self, job: EpisodeJob) -> dict[str, Any]:
+        return {"group_id": job.group_id, "task_index": job.task_index,
+                "env_index": job.env_index, "step": job.step}
+
+    def _start(self, job: EpisodeJob, env: Any, key: Any = None) -> Any:
+        from trainers.rl.episode_loop import _Episode
+
         prompt, info = env.reset(seed=job.seed, options={"task_index": job.task_index})
         messages = info.get("messages") or [{"role": "user", "content": prompt}]
         prompt_ids = list(self.tokenizer.apply_chat_template(
@@ -276,17 +286,17 @@ class RolloutWorker:
         recorder = EpisodeRecorder.start(
             self._env_id(job), prompt, info, seed=job.seed, sample_index=job.sample_index,
             prompt_ids=prompt_ids, messages=messages,
-            extra_info={"group_id": job.group_id, "task_index": job.task_index, "env_s": 0.0,
-                        "weights_version": self.weights_version, "env_index": job.env_index},
+            extra_info={**self._job_info(job), "env_s": 0.0,
+                        "weights_version": self.weights_version},
         )
-        return _Episode(job=job, env=env, recorder=recorder, context=list(prompt_ids))
+        return _Episode(key=key, job=job, env=env, recorder=recorder, context=list(prompt_ids))
 
-    def _budget(self, episode: _Episode) -> int:
+    def _budget(self, episode: Any) -> int:
         """Response tokens the episode may still use: the cap counts every token after the
         prompt, as the overlong term (coa_envs/rewards/overlong.py) does."""
         return self.config.rollout.max_response_tokens - len(episode.trajectory.response_ids())
 
-    def _apply_step(self, episode: _Episode, future: Future) -> bool:
+    def _apply_step(self, episode: Any, future: Future) -> bool:
         """Record one env step's outcome; True when the episode is over."""
         recorder = episode.recorder
         try:
@@ -309,17 +319,14 @@ class RolloutWorker:
         return False
 
 
-def _timed_step(env: Any, action: str) -> tuple[Any, float]:
-    t0 = time.perf_counter()
-    out = env.step(action)
-    return out, time.perf_counter() - t0
+def _accumulate(into: RolloutResult, part: RolloutResult) -> None:
+    into.generation_s += part.generation_s
+    into.env_blocking_s += part.env_blocking_s
+    into.generated_tokens += part.generated_tokens
+    into.interrupted_turns += part.interrupted_turns
 
 
-def _turn_seed(seed: int, turn: int) -> int:
-    return (seed * 1_000_003 + turn * 7919) % (2**62)
-
-
-def _stop_strings() -> tuple[str, ...]:
+def stop_strings() -> tuple[str, ...]:
     """Every registered tool's closing tag, read now: a tool registered after import (a
     user's ``register_tool``) must stop generation too, or the env never answers its call."""
     from coa_envs.protocol import stop_strings

@@ -320,9 +320,11 @@ class RolloutSection:
     """Episodes a rollout worker runs concurrently (tools run while others generate)."""
     tool_threads: int = 4
     """Threads per worker stepping envs (tool calls) while generation runs."""
-    pipeline: bool = False
-    """Generate the next batch while the learner updates (one step off-policy; the ratio
-    against the rollout logprobs corrects for it)."""
+    interrupt_generation: bool = True
+    """Asynchronous RL (``algorithm.max_staleness >= 1``): new weights stop the generation
+    round in flight, and its turns resume under them (partial rollouts: each token keeps
+    the version and logprob it was sampled with). False: a turn finishes under the weights
+    it started with, and the new ones load before the next round (between turns)."""
     max_episode_retries: int = 1
     """Times an episode lost to a crashed worker is re-run before it is dropped (counted)."""
     timeout_s: float = 600.0

@@ -50,7 +50,8 @@
         el("strong", null, `${run.run}: ${run.label}`), ` ${run.kind} · ${plural(run.episodes, "episode")}`,
         run.files.length > 1 ? ` in ${plural(run.files.length, "file")}` : "",
         detail ? el("div", { class: "muted small" }, detail) : null,
-        warnings.map((w) => el("div", { class: "warn small" }, w)));
+        warnings.map((w) => el("div", { class: "warn small" }, w)),
+        run.health ? renderHealth(run.health, shown) : null);
     });
     $("#runs").replaceChildren(...chips);
     const options = state.runs.map((run) => [String(run.run), `${run.run}: ${run.label}`]);
@@ -61,6 +62,16 @@
     if (state.runs.length > 1 && a.value === b.value) b.value = String(state.runs[1].run);
     const envs = [...new Set(state.runs.flatMap((run) => run.envs || []))].sort();
     fillSelect($("#compare-form [name=env]"), envs.map((name) => [name, name]));
+  }
+
+  // An RL run's rollout health: its alarms (loud) and the last step's health metrics.
+  function renderHealth(health, shown) {
+    const alarms = (health.alarms || []).map((a) =>
+      el("div", { class: "warn small" }, `ALARM ${a.alarm} at step ${a.step}: ${a.message}${a.stop ? " (run stopped)" : ""}`));
+    const latest = Object.entries(health.latest || {}).map(([k, v]) => `${k}=${shown(v)}`).join(" · ");
+    return el("div", { class: "health" },
+      alarms,
+      latest ? el("div", { class: "muted small" }, `health at step ${health.step}: ${latest}`) : null);
   }
 
   // -- episode list -------------------------------------------------------------------------

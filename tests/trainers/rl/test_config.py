@@ -70,7 +70,11 @@ def test_explicit_values_beat_presets():
         ({"algorithm.loss_agg": "mean"}, "'token-mean', 'seq-mean-token-mean'"),
         ({"rollout.max_response_tokens": 64, "algorithm.overlong_buffer": 64}, "overlong_buffer"),
         ({"bookkeeping.resume": True}, "resume: latest"),
-        ({"bookkeeping.eval_every": 2, "rollout.pipeline": True}, "rollout.pipeline=false"),
+        ({"rollout.pipeline": True}, "algorithm.max_staleness: 1"),
+        ({"algorithm": {"importance_correction": "tis", "importance_cap": 1.0}},
+         "algorithm.importance_cap=1.0"),
+        ({"health.alarms": [{"name": "x", "metric": "m", "kind": "diverge"}]}, "needs `against`"),
+        ({"algorithm.max_staleness": -1}, "algorithm.max_staleness=-1 must be >= 0"),
     ],
 )
 def test_impossible_combinations_are_rejected_with_the_fix(values, hint):

@@ -120,15 +120,17 @@ def test_cli_resumes_after_kill_9(tmp_path):
     assert (tmp_path / "run" / "final").is_dir()
 
 
-def test_pipelined_ppo_with_a_separate_critic(tmp_path):
-    """Rollouts of step k+1 overlap the update of step k; PPO's critic is its own model."""
+def test_one_step_stale_ppo_with_a_separate_critic(tmp_path):
+    """Rollouts of step k+1 overlap the update of step k (``max_staleness: 1``, what
+    ``rollout.pipeline`` was); PPO's critic is its own model."""
     from trainers.rl.loop import train
 
     out = tmp_path / "ppo"
     last = train(_config(out, **{
         "algorithm": {"name": "ppo", "critic": "separate", "group_size": 1,
-                      "prompts_per_step": 4, "total_steps": 3, "entropy_coef": 0.0},
-        "rollout.pipeline": True, "bookkeeping.eval_every": 0, "bookkeeping.plot": False}))
+                      "prompts_per_step": 4, "total_steps": 3, "entropy_coef": 0.0,
+                      "max_staleness": 1},
+        "bookkeeping.eval_every": 0, "bookkeeping.plot": False}))
     assert _steps(out) == [1, 2, 3]
     for key in ("critic/value_mean", "critic/return_mean", "loss/value", "critic/vf_clip_frac"):
         assert key in last, key
@@ -295,3 +297,41 @@ def test_rl_trains_on_training_tasks_and_evaluates_on_held_out_ones(tmp_path):
     with pytest.raises(ConfigError, match="must not be trained on"):
         _config(tmp_path, **everything)
     assert _config(tmp_path, **everything, **{"bookkeeping.eval_every": 0}).env.train_split == "all"
+
+
+def test_episodes_whose_reward_failed_leave_the_loss_and_are_counted(tmp_path):
+    """A judge that failed (``info["reward_error"]``) scored nothing: that episode is not
+    trained on (counted); its group trains on the others while two remain."""
+    from agents.trajectory import Trajectory
+    from trainers.rl.loop import collect_groups
+
+    def episode(job, reward, error):
+        t = Trajectory(env_id="t", task_id=str(job.task_index), prompt_ids=[1], reward=reward,
+                       info={"group_id": job.group_id, "task_index": job.task_index})
+        if error:
+            t.info["reward_error"] = "judge: connection refused"
+        t.add_generated("x", [2] * 4, [0.0] * 4)
+        return t
+
+    class Rollouts:  # task 0: one of three judged failed; task 1: two of three failed
+        def run(self, jobs):
+            made = [episode(j, float(j.sample_index == 1),
+                            j.sample_index == 2 or (j.task_index == 1 and j.sample_index == 1))
+                    for j in jobs]
+            return made, {}
+
+    class Tasks:
+        order = [0, 1]
+
+        def next(self):
+            return self.order.pop(0)
+
+        def state_dict(self):
+            return {}
+
+    cfg = _config(tmp_path, **{"algorithm": {"max_sampling_rounds": 0, "group_size": 3,
+                                             "minibatch_size": 6}})
+    batch = collect_groups(cfg, [Tasks()], Rollouts(), step=1)
+    assert [[t.info["task_index"] for t in g] for g in batch.groups] == [[0, 0]]
+    assert not any(t.info.get("reward_error") for g in batch.groups for t in g)
+    assert batch.stats["sampling/episodes_dropped_reward_error"] == 3

@@ -59,6 +59,58 @@ def test_ray_loop_runs_with_actors_and_a_reference_model(local_ray, tmp_path):
     assert (tmp_path / "checkpoint-2" / "COMPLETE").exists()
 
 
+def test_ray_asynchronous_loop_streams_to_two_worker_actors(local_ray, tmp_path):
+    """max_staleness 1 with two rollout actors: the workers stream episodes while the learner
+    trains, weights are offered to both, and no episode is more than one version stale."""
+    import json
+
+    from trainers.rl.loop import train
+
+    last = train(_config(tmp_path, **{"algorithm": {"total_steps": 4, "max_staleness": 1,
+                                                    "importance_correction": "tis"},
+                                      "resources.num_rollout_workers": 2,
+                                      "bookkeeping": {"eval_every": 2, "eval_episodes": 4}}))
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if r["step"] > 0]
+    assert len(steps) == 4 and all(r["rollout/episodes"] == 4 for r in steps)
+    assert all(r["async/staleness_max"] <= 1 and r["async/dropped_stale_episodes"] == 0
+               for r in steps)
+    assert [r["step"] for r in rows if "eval/heldout_reward_mean" in r] == [0, 2, 4]
+    assert last["mismatch/ratio_max"] < 10  # the workers serve recent weights
+    assert (tmp_path / "final").is_dir()
+
+
+@pytest.mark.slow
+def test_ray_streaming_worker_killed_mid_run_has_its_episodes_resubmitted(local_ray, tmp_path):
+    from trainers.rl.actors import RayRollouts
+    from trainers.rl.learner import Learner
+    from trainers.rl.rollout import EpisodeJob
+
+    cfg = _config(tmp_path, **{"rollout": {"max_new_tokens": 32, "max_response_tokens": 200,
+                                           "max_episode_retries": 1},
+                               "env.max_turns": 3, "algorithm.max_staleness": 1})
+    rollouts = RayRollouts(cfg)
+    rollouts.set_weights(Learner(cfg).policy_state(), 0)
+    (actor,) = rollouts.manager.actors().values()
+    pid = ray.get(actor.apply.remote(lambda w: os.getpid()))
+    rollouts.start_stream()
+    episodes = 120
+    rollouts.submit([(i, EpisodeJob(i % 16, i, 0, i, step=1)) for i in range(episodes)])
+    time.sleep(1.0)
+    os.kill(pid, signal.SIGKILL)
+    done: set = set()
+    lost: list = []
+    deadline = time.monotonic() + 600
+    while len(done) + len(lost) < episodes and time.monotonic() < deadline:
+        keys, result = rollouts.collect(timeout=0.5)
+        done.update(keys)
+        lost.extend(getattr(result, "lost_keys", []))
+    rollouts.stop_stream()
+    rollouts.close()
+    assert not lost and done == set(range(episodes))  # resubmitted to the restarted worker
+    assert rollouts.restarts >= 1
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("retries", [1, 0])
 def test_killed_rollout_worker_is_restarted_and_its_episodes_retried_or_counted(

@@ -1,0 +1,222 @@
+"""Asynchronous RL: the streaming loop at k = 0 is the synchronous loop, staleness stays within
+k per episode, and an interrupted turn resumes under new weights with every token keeping the
+version and logprob that produced it, which the loss then uses."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from trainers.common import deep_merge  # noqa: E402
+from trainers.rl.config import RLConfig, load_config  # noqa: E402
+
+ENV_KWARGS = {"task_options": {"difficulty": "easy", "num_tasks": 16},
+              "tools": {"wiki_search": {"backend": "bm25", "top_k": 1}},
+              "system_prompt": "Search the wiki, then answer."}
+
+
+def _config(out: Path, **overrides) -> RLConfig:
+    base = {
+        "algorithm": {"name": "dapo", "total_steps": 4, "prompts_per_step": 2, "group_size": 2,
+                      "minibatch_size": 4, "lr": 1e-3, "dynamic_sampling": False,
+                      "entropy_coef": 0.01},
+        "model": {"path": "tiny", "config_overrides": {"hidden_size": 32, "layers": 1}},
+        "env": {"id": "coa/SynthHop-v0", "kwargs": ENV_KWARGS, "max_turns": 2},
+        "rollout": {"max_new_tokens": 8, "max_response_tokens": 48},
+        "resources": {"use_ray": False, "torch_threads": 1, "micro_batch_size": 2},
+        "bookkeeping": {"save_every": 2, "output_dir": str(out), "tensorboard": False,
+                        "plot": False, "eval_every": 2, "eval_episodes": 4},
+    }
+    return load_config(values=deep_merge(base, overrides))
+
+
+def _weights(directory: Path) -> dict:
+    from safetensors.torch import load_file
+
+    state = {}
+    for path in sorted(directory.glob("*.safetensors")):
+        state.update(load_file(str(path)))
+    return state
+
+
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_streaming_loop_at_staleness_zero_reproduces_the_synchronous_loop(tmp_path):
+    """The asynchronous machinery (collector thread, streaming worker, offered weights) with
+    max_staleness 0 gives the synchronous loop's run bit for bit, eval steps included."""
+    from trainers.rl.loop import train
+
+    sync, stream = tmp_path / "sync", tmp_path / "stream"
+    train(_config(sync))
+    train(_config(stream), streaming=True)
+    a, b = _weights(sync / "final"), _weights(stream / "final")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    for x, y in zip(_rows(sync), _rows(stream), strict=True):
+        for key in ("rollout/reward_mean", "policy/entropy", "loss/policy", "adv/std",
+                    "eval/heldout_reward_mean", "rollout/response_tokens"):
+            assert x.get(key) == y.get(key), (x["step"], key)
+    assert all(r.get("async/staleness_max", 0) == 0 for r in _rows(stream))
+
+
+@pytest.mark.parametrize("staleness", [1, 2])
+def test_no_episode_trains_more_than_k_versions_after_it_started(tmp_path, staleness):
+    from trainers.rl.loop import train
+
+    out = tmp_path / f"k{staleness}"
+    train(_config(out, **{"algorithm.total_steps": 5, "algorithm.max_staleness": staleness,
+                          "algorithm.importance_correction": "decoupled"}))
+    rows = [r for r in _rows(out) if r["step"] > 0]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+    assert all(r["async/staleness_max"] <= staleness for r in rows)
+    assert all(r["async/token_staleness_max"] <= staleness for r in rows)
+    assert all(r["async/dropped_stale_episodes"] == 0 for r in rows)
+    # it is asynchronous: later steps train on episodes started under older weights
+    assert max(r["async/staleness_max"] for r in rows) >= 1
+    assert all("mismatch/ratio_max" in r and "mismatch/truncated_share" in r for r in rows)
+    assert (out / "final").is_dir()
+
+
+class _Interrupting:
+    """The worker's engine, with ``offer_weights`` fired from inside the first generation
+    round after ``after`` tokens: a weight update arriving mid-turn."""
+
+    def __init__(self, engine, worker, state, after=3):
+        self.engine, self.worker, self.state, self.after = engine, worker, state, after
+        self.fired = False
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def generate(self, requests, params):
+        import dataclasses
+
+        if self.fired:
+            return self.engine.generate(requests, params)
+        count = [0]
+
+        def on_token(_token, _logprob):
+            count[0] += 1
+            if count[0] == self.after and not self.fired:
+                self.fired = True
+                # from another thread, as the learner's publish comes
+                offer = threading.Thread(target=self.worker.offer_weights, args=(self.state, 1))
+                offer.start()
+                offer.join()
+
+        requests = [dataclasses.replace(requests[0], on_token=on_token), *requests[1:]]
+        return self.engine.generate(requests, params)
+
+
+def test_an_interrupted_turn_resumes_under_new_weights_and_the_loss_uses_each_tokens_own(tmp_path):
+    from trainers.rl.batch import collate
+    from trainers.rl.learner import Learner
+    from trainers.rl.models import forward_tokens
+    from trainers.rl.rollout import EpisodeJob, RolloutWorker
+
+    torch.set_num_threads(1)
+    cfg = _config(tmp_path, **{"rollout": {"max_new_tokens": 24, "episodes_in_flight": 1},
+                               "algorithm.importance_correction": "decoupled",
+                               "algorithm.importance_cap": 0.0})
+    learner = Learner(cfg)
+    old_state = {k: v.clone() for k, v in learner.policy_state().items()}
+    with torch.no_grad():  # version 1: visibly different weights
+        for p in learner.policy.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    new_state = {k: v.clone() for k, v in learner.policy_state().items()}
+    worker = RolloutWorker(cfg)
+    worker.set_weights(old_state, 0)
+    worker.engine = _Interrupting(worker.engine, worker, new_state)
+    worker.start_stream()
+    try:
+        worker.submit([("a", EpisodeJob(0, 0, 0, 1234, step=1, min_version=0))])
+        keys, result = worker.collect(timeout=60)
+        while not keys:
+            keys, result = worker.collect(timeout=60)
+    finally:
+        worker.close()
+    assert result.interrupted_turns >= 1 and worker.weights_version == 1
+    trajectory = result.trajectories[0]
+    first = next(s for s in trajectory.segments if s.kind == "generated")
+    assert first.versions[:3] == [0, 0, 0] and set(first.versions[3:]) == {1}
+    assert trajectory.info["weights_version"] == 0
+
+    # each token's recorded logprob is that of the version that sampled it
+    ids = torch.tensor([trajectory.input_ids()])
+    start = len(trajectory.prompt_ids) - 1  # target-aligned: position t scores token t + 1
+    span = slice(start, start + len(first.token_ids))
+    scores = {}
+    for version, state in ((0, old_state), (1, new_state)):
+        learner.policy.load_state_dict(state)
+        with torch.no_grad():
+            scores[version] = forward_tokens(learner.policy, ids, torch.ones_like(ids)).logprobs[0, span]
+    recorded = torch.tensor(first.logprobs)
+    assert torch.allclose(recorded[:3], scores[0][:3], atol=1e-4)
+    assert torch.allclose(recorded[3:], scores[1][3:], atol=1e-4)
+
+    # the batch carries them per token, and the decoupled loss weights each by π_now / π_own
+    batch = collate([trajectory], [1.0], [0])
+    generated = batch.mask[0] > 0
+    assert batch.versions[0][generated][:len(first.versions)].tolist() == first.versions
+    learner.updates = 1  # the learner holds version 1
+    prepared, stats = learner.prepare(batch)
+    weights = prepared.is_weights[0][span]
+    assert torch.allclose(weights[3:], torch.ones_like(weights[3:]), atol=1e-3)
+    expected = torch.exp(scores[1][:3] - scores[0][:3])
+    assert torch.allclose(weights[:3], expected, rtol=1e-3)
+    assert stats["async/token_staleness_max"] == 1.0
+
+
+def test_a_resumed_turn_catches_a_stop_string_split_by_the_interruption():
+    from agents.engines import SamplingParams
+    from agents.engines.sampling import RowState
+
+    class Chars:  # one character per token id
+        def decode(self, ids, skip_special_tokens=False):
+            return "".join(chr(i) for i in ids)
+
+    stop = "</answer>"
+    params = SamplingParams(max_new_tokens=10, stop=(stop,))
+    before = [ord(c) for c in "x</ans"]  # sampled before the interruption
+    row = RowState([1], params, 10, lambda c: None, None, resume_ids=before)
+    finished = [row.accept(ord(c), -0.1, Chars(), frozenset()) for c in "wer>"]
+    assert finished == [False, False, False, True] and row.stop_hit == stop
+    fresh = RowState([1], params, 10, lambda c: None, None)  # without the earlier ids: missed
+    assert not any(fresh.accept(ord(c), -0.1, Chars(), frozenset()) for c in "wer>")
+
+
+def test_hf_engine_interrupt_returns_what_was_sampled_and_resume_continues_it():
+    """Greedy decoding interrupted after 4 tokens and resumed with those ids gives the same
+    tokens as one uninterrupted call."""
+    from agents.engines import GenerationRequest, SamplingParams, build_engine
+    from agents.tiny import build_tiny_model, train_tiny_tokenizer
+
+    tokenizer = train_tiny_tokenizer()
+    engine = build_engine("hf", model=build_tiny_model(tokenizer, seed=3, hidden_size=32, layers=1),
+                          tokenizer=tokenizer)
+    params = SamplingParams(max_new_tokens=12, temperature=0.0, stop=())
+    prompt = (5, 6, 7, 8)
+    whole = engine.generate([GenerationRequest(token_ids=prompt, params=params)], params)[0]
+
+    def stop_after_four(_token, _logprob, seen=[]):  # noqa: B006 - a counter for this call
+        seen.append(1)
+        if len(seen) == 4:
+            engine.interrupt()
+
+    cut = engine.generate([GenerationRequest(token_ids=prompt, params=params,
+                                             on_token=stop_after_four)], params)[0]
+    assert cut.finish_reason == "abort" and len(cut.token_ids) == 4
+    assert engine.generate([GenerationRequest(token_ids=prompt, params=params)],
+                           params)[0].finish_reason == "abort"  # until cleared
+    engine.clear_interrupt()
+    rest = engine.generate([GenerationRequest(
+        token_ids=prompt + cut.token_ids, resume_ids=cut.token_ids,
+        params=SamplingParams(max_new_tokens=8, temperature=0.0, stop=()))], params)[0]
+    assert cut.token_ids + rest.token_ids == whole.token_ids
