@@ -113,7 +113,12 @@ def _gguf_path(entry: CatalogueModel) -> Path:
 
 
 def is_installed(name: str) -> bool:
-    """True when catalogue model ``name`` can be resolved here (package and reader present)."""
+    """True when catalogue model ``name`` (or a trained agent's base) can be resolved here
+    (package and reader present)."""
+    from agents.trained import TRAINED
+
+    if name in TRAINED:
+        name = TRAINED[name].base
     try:
         _gguf_path(CATALOGUE[name])
         import gguf  # noqa: F401
@@ -123,7 +128,13 @@ def is_installed(name: str) -> bool:
 
 
 def resolve_model(name_or_path: str, cache_dir: str | Path | None = None) -> str:
-    """A catalogue name -> its converted HF directory (converted on first use); else unchanged."""
+    """A catalogue name -> its converted HF directory (converted on first use); a shipped
+    trained agent (:mod:`agents.trained`, e.g. ``smollm2-135m-coa``) -> its base with the
+    adapter merged in (merged on first use); else unchanged."""
+    from agents.trained import TRAINED, materialise
+
+    if name_or_path in TRAINED:
+        return materialise(name_or_path, cache_dir)
     entry = CATALOGUE.get(name_or_path)
     if entry is None:
         return name_or_path

@@ -328,6 +328,7 @@ def eval_command(
     seed: int = typer.Option(0, help="Base seed (episode seeds derive from it)."),
     plots: bool = typer.Option(True, help="Write the accuracy/tool plots to OUT/plots."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
+    table: bool = typer.Option(True, help="Print the summary table."),
 ) -> None:
     """Run AGENT on ENV_ID; write trajectories.jsonl, summary.json and plots; print the table."""
     from agents.engines import SamplingParams
@@ -377,8 +378,9 @@ def eval_command(
             write_plots([run], out / "plots")
         except ImportError:
             typer.echo("plots skipped: matplotlib is not installed (pip install coa-envs[llm])", err=True)
-    _print_table(f"{env_id} [{split}] · agent={agent}" + (f" · {engine}:{model}" if agent == "llm" else ""),
-                 comparison_rows([run]), [run.label])
+    if table:
+        _print_table(f"{env_id} [{split}] · agent={agent}" + (f" · {engine}:{model}" if agent == "llm" else ""),
+                     comparison_rows([run]), [run.label])
 
 
 def report_command(

@@ -8,8 +8,10 @@ import typer
 
 from coa_cli.bench import bench_command
 from coa_cli.cache import app as cache_app
+from coa_cli.compare import compare_command
 from coa_cli.distill import distill_command
 from coa_cli.eval import eval_command, report_command
+from coa_cli.export_adapter import export_adapter_command
 from coa_cli.filter_tasks import filter_tasks_command
 from coa_cli.mcp import app as mcp_app
 from coa_cli.pairs import pairs_command
@@ -76,6 +78,8 @@ app.command("teach")(teach_command)
 app.command("bench")(bench_command)
 app.command("view")(view_command)
 app.command("pairs")(pairs_command)
+app.command("export-adapter")(export_adapter_command)
+app.command("compare")(compare_command)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ def run_command(
         raise typer.BadParameter(f"unknown stage(s) {unknown}; stages: {[s.name for s in stages]}",
                                  param_hint="--force")
     (root / "recipe.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")
+    _record_run(root)
     try:
         run_stages(cfg, root, stages, force=tuple(force or ()),
                    after_stage=lambda: write_report(cfg, root, stages), echo=typer.echo)
@@ -74,6 +75,29 @@ def run_command(
         typer.echo(f"[recipe] target {name} {target['target']}: "
                    f"{target.get('value', target.get('value_min'))} -> {'met' if target['met'] else 'NOT met'}")
     typer.echo(f"[recipe] report: {root / 'report.md'} (+ report.json, report.png)")
+
+
+def _record_run(root: Path) -> None:
+    """Append this invocation (time, commit, whether the tree had changes, argv) to runs.jsonl:
+    the provenance of everything the stages write from now on."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    here = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True,
+                                  timeout=30, check=True).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    record = {"time": time.time(), "commit": git("rev-parse", "HEAD") or None,
+              "dirty": bool(git("status", "--porcelain", "--untracked-files=no")), "argv": sys.argv[1:]}
+    with open(root / "runs.jsonl", "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record) + "\n")
 
 
 @recipe_app.command("report")

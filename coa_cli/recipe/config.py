@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from trainers.common.config import ConfigError, check_fields, load_config
 
-__all__ = ["EvalSet", "PoolSettings", "RecipeConfig", "load_recipe"]
+__all__ = ["EvalSet", "ExportSettings", "PoolSettings", "RecipeConfig", "load_recipe"]
 
 # Trainer keys the recipe sets itself (from model, env_id, env_options, max_turns, ...).
 _OWNED_SFT = ("model.path", "data.train_path", "bookkeeping.output_dir")
@@ -60,7 +60,10 @@ class EvalSet:
     teacher_tasks: int = 0
     """Training tasks the teacher plays (the first N of ``split: train``); with ``train``."""
     weight: float = 0.0
-    """Its share of SFT's packed rows and of RL's groups (the primary gets the rest)."""
+    """Its share of RL's groups (the primary env gets the rest)."""
+    sft_weight: float | None = None
+    """Its share of SFT's packed rows (None: ``weight``); a row holds ~1024 tokens, so an env
+    with long episodes needs a larger share than its share of episodes."""
     target_sft_gain: float | None = None
     """SFT − baseline this env must reach (reported as met or not); None: no target."""
 
@@ -71,9 +74,12 @@ class EvalSet:
                              "an env no stage trains on)")
         if self.n < 1 or self.max_turns < 1 or self.max_new_tokens < 1:
             raise ValueError(f"eval set {self.name!r}: n, max_turns and max_new_tokens must be >= 1")
-        if self.train and (self.split != "test" or self.teacher_tasks < 1 or not 0 < self.weight < 1):
+        if self.sft_weight is None:
+            self.sft_weight = self.weight
+        if self.train and (self.split != "test" or self.teacher_tasks < 1 or not 0 < self.weight < 1
+                           or not 0 < self.sft_weight < 1):
             raise ValueError(f"env {self.name!r} has train: true: it needs split: test (its held-out "
-                             "side), teacher_tasks >= 1 and a weight in (0, 1)")
+                             "side), teacher_tasks >= 1 and weight (and sft_weight) in (0, 1)")
         if "split" in dict(self.env_options.get("task_options") or {}):
             raise ValueError(f"envs.{self.name}.env_options.task_options.split is set per stage by "
                              "the recipe: remove it")
@@ -109,6 +115,22 @@ class PoolSettings:
     def band(self) -> tuple[float, float]:
         low, _, high = self.keep.partition("-")
         return float(low), float(high)
+
+
+@dataclass
+class ExportSettings:
+    """The shipped form of the final model: ``coa export-adapter`` factors RL's model minus the
+    base into a LoRA adapter (:mod:`trainers.lowrank`); the RL eval scores that adapter, so
+    the report's RL figures are the shipped agent's."""
+
+    rank: int = 8
+    """Adapter rank; 0 = no export (the RL eval scores RL's own output)."""
+    dtype: Literal["float16", "bfloat16", "float32"] = "float16"
+
+    def __post_init__(self) -> None:
+        check_fields(self, "export.")
+        if self.rank < 0:
+            raise ValueError("export.rank must be >= 0 (0 = no export)")
 
 
 @dataclass
@@ -153,6 +175,8 @@ class RecipeConfig:
     # -- RL's task pool ---------------------------------------------------------------
     pool: PoolSettings | dict[str, Any] = field(default_factory=PoolSettings)
     """Which training tasks RL plays, chosen by the SFT model's pass rate."""
+    export: ExportSettings | dict[str, Any] = field(default_factory=ExportSettings)
+    """The final model as a small adapter (what ships as a trained agent)."""
 
     # -- training ---------------------------------------------------------------------
     sft: dict[str, Any] = field(default_factory=dict)
@@ -178,6 +202,7 @@ class RecipeConfig:
     def __post_init__(self) -> None:
         self.envs = [t if isinstance(t, EvalSet) else EvalSet(**t) for t in self.envs]
         self.pool = self.pool if isinstance(self.pool, PoolSettings) else PoolSettings(**self.pool)
+        self.export = self.export if isinstance(self.export, ExportSettings) else ExportSettings(**self.export)
         check_fields(self)
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError("seeds must be a non-empty list of distinct integers")
@@ -199,9 +224,11 @@ class RecipeConfig:
         names = [t.name for t in self.envs]
         if "primary" in names or len(set(names)) != len(names):
             raise ValueError("envs need distinct names other than 'primary'")
-        if sum(t.weight for t in self.trained) >= 1.0:
-            raise ValueError("the weights of the trained envs must sum below 1 (the primary env "
-                             "gets the rest)")
+        for key in ("weight", "sft_weight"):
+            total = sum(getattr(t, key) for t in self.trained)
+            if total >= 1.0:
+                raise ValueError(f"the {key}s of the trained envs must sum below 1 (the primary env "
+                                 "gets the rest)")
 
     @property
     def trained(self) -> list[EvalSet]:

@@ -23,7 +23,7 @@ from typing import Any
 
 from coa_cli.recipe.config import EvalSet, RecipeConfig
 from coa_cli.recipe.plot import plot_report
-from coa_cli.recipe.stages import EVAL_STAGES, Stage, eval_runs, pool_path, trained_sets
+from coa_cli.recipe.stages import EVAL_STAGES, Stage, adapter_path, eval_runs, pool_path, trained_sets
 
 __all__ = ["collect", "write_report"]
 
@@ -139,6 +139,39 @@ def _pool(config: RecipeConfig, out: Path) -> dict[str, Any] | None:
     return result or None
 
 
+def _export(out: Path) -> dict[str, Any] | None:
+    path = adapter_path(out) / "extraction.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def _runs(out: Path) -> list[dict[str, Any]]:
+    """Every ``coa recipe run`` of this directory: when, at which commit, with which arguments."""
+    return _read_jsonl(out / "runs.jsonl")
+
+
+def write_provenance(data: dict[str, Any], out: Path) -> Path | None:
+    """``provenance.json`` beside the exported adapter once the run is complete: the recipe
+    config and seeds, the commit(s) the stages ran at, the held-out figures and the
+    extraction's losses -- what a shipped trained agent must say about itself."""
+    directory = adapter_path(out)
+    if not data["complete"] or not (directory / "adapter_model.safetensors").is_file():
+        return None
+    commits = sorted({r.get("commit") for r in data.get("runs", []) if r.get("commit")})
+    config = data["config"]
+    provenance = {
+        "recipe": config, "model": data["model"], "eval_seeds": config["seeds"],
+        "training_seeds": {"rl": int(dict(config["rl"].get("bookkeeping") or {}).get("seed", 0)),
+                           "sft": int(dict(config["sft"].get("bookkeeping") or {}).get("seed", 0))},
+        "commits": commits, "dirty_tree": any(r.get("dirty") for r in data.get("runs", [])),
+        "heldout": data["evals"], "gains": data["gains"], "targets": data["targets"],
+        "eval_protocol": data["eval_protocol"], "extraction": data.get("export"),
+        "total_wall_s": data["total_wall_s"], "machine": data["machine"],
+    }
+    path = directory / "provenance.json"
+    path.write_text(json.dumps(provenance, indent=2), encoding="utf-8")
+    return path
+
+
 def _training(config: RecipeConfig, out: Path) -> dict[str, Any]:
     sft_rows = [r for r in _read_jsonl(out / "sft" / "metrics.jsonl") if "loss" in r]
     rl_rows = _read_jsonl(out / "rl" / "metrics.jsonl")
@@ -233,6 +266,7 @@ def collect(config: RecipeConfig, out: Path, stages: list[Stage]) -> dict[str, A
                    for name, s in states.items()},
         "total_wall_s": round(total_s, 1),
         **_training(config, out),
+        "export": _export(out), "runs": _runs(out),
         "config": config.to_dict(),
     }
 
@@ -283,6 +317,13 @@ def _markdown(data: dict[str, Any], stages: list[Stage]) -> str:
         if data.get(key):
             shown = {k: v for k, v in data[key].items() if not k.endswith("curve")}
             lines += ["", f"**{key}**: `{json.dumps(shown)}`"]
+    if data.get("export"):
+        e = data["export"]
+        lines += ["", f"**export** (the shipped agent, what the RL eval scores): rank {e['rank']} LoRA over "
+                      f"{e['modules']} layers, {e['adapter_bytes'] / 1e6:.2f} MB {e['dtype']}; delta energy kept "
+                      f"{e['energy_kept']:.4f} (lowest layer {e['energy_kept_min']:.4f}); next-token KL to the "
+                      f"RL model {e['probe_kl']:.2e}, top-1 agreement {e['probe_top1_agreement']:.3f}; "
+                      f"{len(e['dropped_delta_norm'])} changed parameters an adapter cannot hold."]
     lines += _pool_lines(data.get("pool")) + _dynamics_lines(data.get("rl"))
     lines += ["", "## Commands", ""]
     for stage in stages:
@@ -331,4 +372,5 @@ def write_report(config: RecipeConfig, out: Path, stages: list[Stage]) -> dict[s
     (out / "report.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
     (out / "report.md").write_text(_markdown(data, stages), encoding="utf-8")
     plot_report(data, out / "report.png")
+    write_provenance(data, out)
     return data

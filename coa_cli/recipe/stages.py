@@ -35,8 +35,8 @@ import yaml
 from coa_cli.recipe.config import EvalSet, RecipeConfig
 from trainers.common.config import deep_merge
 
-__all__ = ["EVAL_STAGES", "RecipeError", "Stage", "eval_runs", "plan", "pool_path", "run_stages",
-           "trained_sets"]
+__all__ = ["EVAL_STAGES", "RecipeError", "Stage", "adapter_path", "env_args", "eval_runs", "eval_sets", "plan",
+           "pool_path", "run_stages", "trained_sets"]
 
 # stage name -> the model it evaluates (a recipe key or a stage's output)
 EVAL_STAGES = ("baseline", "sft_eval", "rl_eval")
@@ -76,7 +76,7 @@ def _flatten(options: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]
     return items
 
 
-def _env_args(options: dict[str, Any]) -> list[str]:
+def env_args(options: dict[str, Any]) -> list[str]:
     """``gym.make`` options as ``coa eval -e key=value`` (JSON values are valid YAML)."""
     return [arg for key, value in _flatten(options) for arg in ("-e", f"{key}={json.dumps(value)}")]
 
@@ -96,10 +96,11 @@ def _primary(config: RecipeConfig) -> EvalSet:
     return EvalSet(name="primary", env_id=config.env_id, n=config.heldout_tasks, split="test",
                    env_options=config.env_options, max_turns=config.max_turns,
                    max_new_tokens=config.max_new_tokens, teacher_tasks=config.teacher_tasks,
-                   weight=1.0 - sum(t.weight for t in config.trained))
+                   weight=1.0 - sum(t.weight for t in config.trained),
+                   sft_weight=1.0 - sum(float(t.sft_weight or 0.0) for t in config.trained))
 
 
-def _eval_sets(config: RecipeConfig) -> list[EvalSet]:
+def eval_sets(config: RecipeConfig) -> list[EvalSet]:
     return [_primary(config), *config.envs]
 
 
@@ -110,7 +111,7 @@ def trained_sets(config: RecipeConfig) -> list[EvalSet]:
 
 def eval_runs(config: RecipeConfig, out: Path, stage: str) -> list[tuple[EvalRun, EvalSet]]:
     return [(EvalRun(stage, s.name, seed, out / stage / s.name / f"seed{seed}"), s)
-            for s in _eval_sets(config) for seed in config.seeds]
+            for s in eval_sets(config) for seed in config.seeds]
 
 
 def pool_path(out: Path, name: str) -> Path:
@@ -126,7 +127,7 @@ def _eval_stage(config: RecipeConfig, out: Path, name: str, model: str, depends:
             "--n", str(spec.n), "--seed", str(run.seed), "--temperature", str(config.temperature),
             "--max-new-tokens", str(spec.max_new_tokens), "--max-turns", str(spec.max_turns),
             "--concurrency", str(config.concurrency), "--out", str(run.out), "--resume",
-            "--no-plots", "--no-progress", *_env_args(spec.env_options)])
+            "--no-plots", "--no-progress", *env_args(spec.env_options)])
     return Stage(name, commands, depends)
 
 
@@ -164,7 +165,7 @@ def _teacher_stages(config: RecipeConfig, out: Path) -> list[Stage]:
                       "--n", str(spec.teacher_tasks), "--samples", str(config.teacher_samples),
                       "--max-turns", str(spec.max_turns), "--concurrency", str(config.concurrency),
                       "--out", str(teacher_dir), "--resume", "--no-plots", "--no-progress",
-                      *_env_args(spec.env_options)])
+                      *env_args(spec.env_options)])
         # --env-kwargs: the teacher's env, so each episode is replayed against the same tasks
         distill.append(["distill", str(teacher_dir), "--out", str(out / "distill" / f"{spec.name}.jsonl"),
                         "--max-per-task", str(config.distill_max_per_task), "--env-kwargs",
@@ -182,7 +183,7 @@ def _pool_stage(config: RecipeConfig, out: Path, model: str) -> Stage:
             "--split", "train", "--temperature", str(_rl_temperature(config)),
             "--max-new-tokens", str(config.max_new_tokens), "--max-turns", str(spec.max_turns),
             "--concurrency", str(config.concurrency), "--seed", "0", "--resume", "--no-progress",
-            "--out", str(pool_path(out, spec.name)), *_env_args(spec.env_options)])
+            "--out", str(pool_path(out, spec.name)), *env_args(spec.env_options)])
     return Stage("pool", commands, ("sft",))
 
 
@@ -223,7 +224,7 @@ def _sft_data(config: RecipeConfig, out: Path) -> dict[str, Any]:
     sets = trained_sets(config)
     if len(sets) == 1:
         return {"train_path": str(out / "distill" / "primary.jsonl")}
-    return {"envs": [{"id": s.env_id, "name": s.name, "weight": round(s.weight, 6),
+    return {"envs": [{"id": s.env_id, "name": s.name, "weight": round(float(s.sft_weight or 0.0), 6),
                       "path": str(out / "distill" / f"{s.name}.jsonl")} for s in sets]}
 
 
@@ -239,6 +240,10 @@ def plan(config: RecipeConfig, out: Path) -> list[Stage]:
         "rollout": {"max_new_tokens": config.max_new_tokens}, "resources": {"use_ray": False},
         "bookkeeping": {"output_dir": str(rl_dir)}})
     pooled = config.pool.tasks > 0
+    exported = config.export.rank > 0
+    export_stage = Stage("export", [["export-adapter", str(rl_dir / "final"), "--base", config.model,
+                                     "--rank", str(config.export.rank), "--dtype", config.export.dtype,
+                                     "--out", str(adapter_path(out))]], ("rl",))
     return [
         _eval_stage(config, out, "baseline", config.model, ()),
         *_teacher_stages(config, out),
@@ -249,8 +254,15 @@ def plan(config: RecipeConfig, out: Path) -> list[Stage]:
         Stage("rl", [["train", "rl", "--config", str(rl_dir / "rl.yaml"), "--resume"]],
               ("sft", "pool") if pooled else ("sft",),
               files={"rl.yaml": yaml.safe_dump(rl_config, sort_keys=False)}),
-        _eval_stage(config, out, "rl_eval", str(rl_dir / "final"), ("rl",)),
+        *([export_stage] if exported else []),
+        _eval_stage(config, out, "rl_eval", str(adapter_path(out) if exported else rl_dir / "final"),
+                    ("export",) if exported else ("rl",)),
     ]
+
+
+def adapter_path(out: Path) -> Path:
+    """Where the export stage writes the final model as an adapter (the shipped form)."""
+    return out / "export" / "adapter"
 
 
 def _state(directory: Path) -> dict[str, Any]:

@@ -22,7 +22,8 @@ def _config(tmp_path: Path, **values) -> RecipeConfig:
 def test_every_stage_uses_the_same_task_settings_and_only_the_split_differs(tmp_path):
     cfg = _config(tmp_path)
     by_name = {s.name: s for s in plan(cfg, tmp_path)}
-    assert list(by_name) == ["baseline", "teacher", "distill", "sft", "sft_eval", "pool", "rl", "rl_eval"]
+    assert list(by_name) == ["baseline", "teacher", "distill", "sft", "sft_eval", "pool", "rl", "export",
+                             "rl_eval"]
     teacher = by_name["teacher"].commands
     assert [c[1] for c in teacher] == ["coa/SynthHop-v0", "coa/MiniWebLarge-v0"]  # both trained envs
     assert all(c[c.index("--split") + 1] == "train" for c in teacher)
@@ -48,8 +49,8 @@ def test_every_stage_uses_the_same_task_settings_and_only_the_split_differs(tmp_
     assert primary_kwargs["system_prompt"] == cfg.env_options["system_prompt"] and primary_kwargs["max_turns"] == 4
     # RL plays only its pool's tasks; the held-out eval plays the test split without that list
     assert primary_kwargs["task_options"]["task_list"] == str(tmp_path / "pool" / "primary.jsonl")
-    assert entries["miniweb"].env_kwargs["task_options"] == {"split": "train",
-                                                             "task_list": str(tmp_path / "pool" / "miniweb.jsonl")}
+    assert entries["miniweb"].env_kwargs["task_options"] == {
+        "port": 47311, "split": "train", "task_list": str(tmp_path / "pool" / "miniweb.jsonl")}
     assert rl.env.eval_kwargs == {"task_options": {"task_list": None}}
     # exact match, the env's own reward: nothing pays for a hedged answer
     assert "reward" not in primary_kwargs and "reward" not in cfg.env_options
@@ -67,12 +68,21 @@ def test_every_stage_uses_the_same_task_settings_and_only_the_split_differs(tmp_
         assert command[command.index("--keep") + 1] == cfg.pool.keep
         assert command[command.index("--model") + 1] == str(tmp_path / "sft" / "final")
     assert by_name["rl"].depends == ("sft", "pool")
+    # RL's model ships as an adapter, and the RL eval scores that adapter (the shipped agent)
+    export = by_name["export"].commands[0]
+    assert export[:2] == ["export-adapter", str(tmp_path / "rl" / "final")]
+    assert export[export.index("--base") + 1] == "smollm2-135m" and export[export.index("--rank") + 1] == "8"
+    rl_eval = by_name["rl_eval"].commands[0]
+    assert rl_eval[rl_eval.index("--model") + 1] == str(tmp_path / "export" / "adapter")
+    assert by_name["rl_eval"].depends == ("export",)
 
 
 def test_without_a_pool_or_further_envs_rl_trains_on_every_training_task_of_one_env(tmp_path):
-    cfg = _config(tmp_path, envs="[]", **{"pool.tasks": 0, "rl_reward": "{metric: f1}"})
+    cfg = _config(tmp_path, envs="[]", **{"pool.tasks": 0, "rl_reward": "{metric: f1}", "export.rank": 0})
     by_name = {s.name: s for s in plan(cfg, tmp_path)}
-    assert "pool" not in by_name and by_name["rl"].depends == ("sft",)
+    assert "pool" not in by_name and by_name["rl"].depends == ("sft",) and "export" not in by_name
+    rl_eval = by_name["rl_eval"].commands[0]
+    assert rl_eval[rl_eval.index("--model") + 1] == str(tmp_path / "rl" / "final")
     from trainers.rl.config import load_config as load_rl
 
     (tmp_path / "rl.yaml").write_text(by_name["rl"].files["rl.yaml"])
@@ -114,15 +124,15 @@ def test_finished_stages_are_reused_and_a_change_reruns_only_what_depends_on_it(
     changed = _config(tmp_path, **{"sft.optim.learning_rate": 1e-4})
     (tmp_path / "baseline" / "kept.txt").write_text("x")
     run_stages(changed, tmp_path, plan(changed, tmp_path), echo=lambda _: None)
-    assert sorted(set(calls)) == ["pool", "rl", "rl_eval", "sft", "sft_eval"]  # not the baseline or teacher
+    assert sorted(set(calls)) == ["export", "pool", "rl", "rl_eval", "sft", "sft_eval"]  # not baseline/teacher
     assert (tmp_path / "baseline" / "kept.txt").exists()
     calls.clear()
     run_stages(changed, tmp_path, plan(changed, tmp_path), force=("distill",), echo=lambda _: None)
-    assert sorted(set(calls)) == ["distill", "pool", "rl", "rl_eval", "sft", "sft_eval"]
+    assert sorted(set(calls)) == ["distill", "export", "pool", "rl", "rl_eval", "sft", "sft_eval"]
     calls.clear()
     wider = _config(tmp_path, **{"sft.optim.learning_rate": 1e-4, "pool.keep": "0.1-0.9"})
     run_stages(wider, tmp_path, plan(wider, tmp_path), echo=lambda _: None)
-    assert sorted(set(calls)) == ["pool", "rl", "rl_eval"]  # a new band reselects the pool only
+    assert sorted(set(calls)) == ["export", "pool", "rl", "rl_eval"]  # a new band reselects the pool only
 
 
 def test_an_interrupted_stage_resumes_in_place_and_a_failure_says_where_to_look(tmp_path, monkeypatch):
@@ -141,7 +151,7 @@ def test_an_interrupted_stage_resumes_in_place_and_a_failure_says_where_to_look(
     calls: list[str] = []
     monkeypatch.setattr(stages_mod, "_run", lambda command, log, env, stage: calls.append(stage))
     run_stages(cfg, tmp_path, stages, echo=lambda _: None)
-    assert calls == ["rl", "rl_eval", "rl_eval", "rl_eval", "rl_eval"]
+    assert calls == ["rl", "export", "rl_eval", "rl_eval", "rl_eval", "rl_eval"]
     assert (tmp_path / "rl" / "checkpoints").is_dir()  # RL resumes from its checkpoints
     assert "--resume" in stages[6].commands[0]
 
