@@ -12,15 +12,19 @@ import contextlib
 import json
 import os
 import resource
+import signal
+import struct
 import sys
 import time
 
+from sandbox._cgroup import write_limits
 from sandbox._harness import execute, execute_cell, new_main_module, report_end
 from sandbox._limits import apply_rlimits, scratch_profile
-from sandbox._wire import FrameError, read_frame, write_frame
+from sandbox._wire import FrameError, read_frame
 from sandbox.types import Limits
 
 __all__ = [
+    "CELL_DONE",
     "close_all_except",
     "install_standard_streams",
     "open_stdin",
@@ -29,6 +33,13 @@ __all__ = [
     "serve_cells",
     "wait_for_parent",
 ]
+
+
+#: What a session child writes after each cell on its ``done`` pipe: b"C", the cell's nonce
+#: (from its request), exit code, CPU seconds. Fixed size: the worker reads exactly this much,
+#: so a cell that writes its own record (it shares the process) cannot make it read more, and
+#: one without the cell's nonce (a cell cannot know a later cell's) is not taken for it.
+CELL_DONE = struct.Struct("=c16sid")
 
 
 def close_all_except(keep: set[int]) -> None:
@@ -151,6 +162,7 @@ def run_once(
     process_base: int = 0,
     profile: tuple[int, int] | None = None,
     quota_dir: str | None = None,
+    limit_fds: list[tuple[int, str]] | None = None,
 ) -> None:
     """Wait for one request on the pool's pipe, run it, exit with its exit code.
 
@@ -159,6 +171,8 @@ def run_once(
     here, before the code can write. The end record written after the code lets the worker
     answer without waiting for this process's exit. A request whose scratch quotas differ from
     ``profile`` (what this child mounted) is handed back whole on an ``X`` line instead.
+    ``limit_fds``: the run cgroup's limit files, written with the request's limits and closed
+    before the code runs.
     """
     try:
         request = read_frame(req_r)
@@ -170,10 +184,13 @@ def run_once(
         os._exit(0)
     try:
         os.close(req_r)
-        meta = {"id": request.get("id"), "limits": request["limits"]}
+        # The start time: the worker may wake to this line late, and the run began here.
+        meta = {"id": request.get("id"), "limits": request["limits"], "t": time.monotonic()}
         os.write(status_w, b"S" + json.dumps(meta).encode() + b"\n")
         _fill_stdin(request.get("stdin", ""))
-        apply_rlimits(Limits(**request["limits"]), address_space_base, process_base)
+        limits = Limits(**request["limits"])
+        apply_rlimits(limits, address_space_base, process_base)
+        write_limits(limit_fds or [], limits.memory_mb, limits.max_processes)
     except BaseException as exc:  # a sandbox bug, not the code's: say so on stderr
         os.write(2, f"sandbox setup failed: {exc!r}\n".encode())
         os._exit(70)
@@ -206,13 +223,26 @@ def _cpu_used() -> float:
 
 
 def serve_cells(
-    req_r: int, out_w: int, err_w: int, status_w: int, done_w: int, process_base: int = 0, quota_dir: str | None = None
+    req_r: int,
+    out_w: int,
+    err_w: int,
+    status_w: int,
+    done_w: int,
+    process_base: int = 0,
+    quota_dir: str | None = None,
+    limit_fds: list[tuple[int, str]] | None = None,
 ) -> None:
-    """Session child: run cells in one namespace until the request pipe closes."""
+    """Session child: run cells in one namespace until the request pipe closes.
+
+    Memory, process and file limits (and the session cgroup's, through ``limit_fds``) are set
+    once, at the first cell, for the whole session. Without a cgroup (the per-process mode),
+    processes a cell left behind are killed after it (best effort: the cell shares this process).
+    """
     _reset_process_state(out_w, err_w)
     main = new_main_module("<cell>")
     limited = False
     number = 0
+    kill, wait = os.kill, os.waitpid  # our own references: a cell may replace the os module's
     while True:
         try:
             request = read_frame(req_r)
@@ -222,12 +252,20 @@ def serve_cells(
         if not limited:  # memory, processes, files: once, for the whole session
             session_cpu_s = float(request.get("session_cpu_s", 600))
             apply_rlimits(limits.with_(cpu_s=session_cpu_s), _vm_size_bytes(), process_base)
+            write_limits(limit_fds or [], limits.memory_mb, limits.max_processes)
             limited = True
         before = _cpu_used()
-        soft = int(before + limits.cpu_s) + 1  # SIGXCPU at the cell's budget; wall kill backs it
+        soft = int(before + limits.cpu_s) + 1  # SIGXCPU at the cell's budget; the worker's watch backs it
         _, hard = resource.getrlimit(resource.RLIMIT_CPU)
         resource.setrlimit(resource.RLIMIT_CPU, (min(soft, hard), hard))
         _install_stdin(request.get("stdin", ""))
         number += 1
         rc = execute_cell(request["code"], main, status_w, f"<cell {number}>", quota_dir)
-        write_frame(done_w, {"rc": rc, "cpu_s": _cpu_used() - before})
+        if request.get("kill_leftovers") and os.getpid() == 1:  # never outside a PID namespace of our own
+            with contextlib.suppress(OSError):
+                kill(-1, signal.SIGKILL)  # as PID 1: every other process of the namespace
+            with contextlib.suppress(ChildProcessError, OSError):
+                while wait(-1, os.WNOHANG)[0]:
+                    pass
+        nonce = bytes.fromhex(request.get("nonce", "00" * 16))
+        os.write(done_w, CELL_DONE.pack(b"C", nonce, rc & 0xFF, _cpu_used() - before))

@@ -7,13 +7,16 @@ stopped as soon as it passes the hard cap instead of filling memory or a pipe.
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+from sandbox._cgroup import RunUsage
 from sandbox._harness import (
     END_RECORD,
     QUOTA_TAGS,
@@ -23,10 +26,24 @@ from sandbox._harness import (
     STATUS_FILE_SIZE,
     STATUS_FILES,
     STATUS_MEMORY,
+    STATUS_PROCESS_LIMIT,
 )
 from sandbox.types import Limits, Status
 
-__all__ = ["TRUNCATION_MARKER", "Collected", "classify", "collect", "hard_output_cap", "quota_note", "to_text"]
+__all__ = [
+    "TRUNCATION_MARKER",
+    "Collected",
+    "CpuWatch",
+    "collect",
+    "hard_output_cap",
+    "judge",
+    "limit_note",
+    "outcome",
+    "quota_note",
+    "split_end_record",
+    "timed_outcome",
+    "to_text",
+]
 
 TRUNCATION_MARKER = "\n[... output truncated at {limit} characters]"
 _CHUNK = 65536
@@ -46,17 +63,44 @@ class Collected:
     tags: bytes = b""
     wall_killed: bool = False
     output_killed: bool = False
+    cpu_killed: bool = False  # the run's CPU time (all its processes) passed its budget
     output_bytes: int = 0
     end: tuple[int, float] | None = None  # (exit code, CPU s) from the run's end record
 
 
+@dataclass(slots=True)
+class CpuWatch:
+    """The run's CPU time so far (``used``: seconds, every process of the run, from its cgroup)
+    and its ``budget``. Checked when it could first have run out with every CPU busy, then again
+    as it nears the budget: a short run is never checked at all."""
+
+    used: Callable[[], float]
+    budget: float
+    cpus: int = field(default_factory=lambda: len(os.sched_getaffinity(0)) or 1)
+
+    def next_check(self, now: float, spent: float = 0.0) -> float:
+        return now + max(0.005, (self.budget - spent) / self.cpus)
+
+
+#: An end record's CPU seconds above this are not a figure any run could have produced.
+_MAX_RECORD_CPU_S = 1e6
+
+
 def split_end_record(tags: bytes) -> tuple[bytes, tuple[int, float] | None]:
-    """Take the first end record out of a status stream: (tags before it, (rc, cpu_s)))."""
+    """Take the first end record out of a status stream: (tags before it, (rc, cpu_s))).
+
+    A record whose figures are impossible (an exit code outside 0-255, a CPU time that is not a
+    finite, non-negative number of plausible size) is no end record: the run is then watched
+    until it exits, like one that wrote none. (Only a forgery can hold such figures.)
+    """
     at = tags.find(STATUS_END)
-    if at < 0 or len(tags) - at < END_RECORD.size:
-        return tags, None
-    _, rc, cpu_s = END_RECORD.unpack_from(tags, at)
-    return tags[:at], (rc, cpu_s)
+    while at >= 0 and len(tags) - at >= END_RECORD.size:
+        _, rc, cpu_s = END_RECORD.unpack_from(tags, at)
+        if 0 <= rc <= 255 and math.isfinite(cpu_s) and 0.0 <= cpu_s <= _MAX_RECORD_CPU_S:
+            return tags[:at], (rc, cpu_s)
+        tags = tags[:at] + tags[at + END_RECORD.size :]
+        at = tags.find(STATUS_END, at)
+    return tags, None
 
 
 def collect(
@@ -69,14 +113,16 @@ def collect(
     kill: Callable[[], None],
     stop_at_end_record: bool = False,
     status_seen: bytes = b"",
+    cpu_watch: CpuWatch | None = None,
 ) -> Collected:
     """Read stdout/stderr/status until ``done_fd`` (a pidfd) is readable, then drain.
 
     With ``stop_at_end_record``, an end record on the status pipe ends the wait as well: the
     run's output is complete in the pipes by then, and ``Collected.end`` carries its exit
     code and CPU time. ``status_seen``: status bytes the caller already read from
-    ``status_fd``. ``kill`` is called once, at the wall deadline or when output passes
-    ``byte_cap``. The caller owns the descriptors and closes them.
+    ``status_fd``. ``kill`` is called once: at the wall deadline, when output passes
+    ``byte_cap``, or when ``cpu_watch`` says the run's CPU budget is spent (whatever signals the
+    code ignores). The caller owns the descriptors and closes them.
     """
     result = Collected()
     keep = {out_fd: bytearray(), err_fd: bytearray()}
@@ -90,6 +136,7 @@ def collect(
     open_fds = set(keep)
     killed = False
     done = stop_at_end_record and split_end_record(status_seen)[1] is not None
+    check_cpu_at = cpu_watch.next_check(time.monotonic()) if cpu_watch else math.inf
 
     def read_ready(fd: int) -> None:
         try:
@@ -108,13 +155,20 @@ def collect(
         if len(buf) < byte_cap:
             buf += data[: byte_cap - len(buf)]
 
-    while open_fds and not done:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 and not killed:
+    while not done:  # until the process exits (or has said it is done), even with its pipes closed
+        now = time.monotonic()
+        if not killed and now >= deadline:
             result.wall_killed = killed = True
             kill()
-        timeout_ms = 200 if killed else max(1, int(remaining * 1000) + 1)
-        for fd, _ in poller.poll(timeout_ms):
+        elif not killed and cpu_watch is not None and now >= check_cpu_at:
+            spent = cpu_watch.used()
+            if spent >= cpu_watch.budget:
+                result.cpu_killed = killed = True
+                kill()
+            else:
+                check_cpu_at = cpu_watch.next_check(now, spent)
+        wake_at = 0.2 if killed else max(0.0, min(deadline, check_cpu_at) - now)
+        for fd, _ in poller.poll(max(1, int(wake_at * 1000) + 1)):
             if fd == done_fd:
                 done = True
             elif fd in open_fds:
@@ -124,12 +178,6 @@ def collect(
         if result.output_bytes > byte_cap and not killed:
             result.output_killed = killed = True
             kill()
-    if not done:  # pipes closed first: wait for the process itself (bounded by the deadline)
-        remaining = max(0.0, deadline - time.monotonic())
-        if not select.select([done_fd], [], [], remaining)[0]:
-            result.wall_killed = True
-            kill()
-            select.select([done_fd], [], [])
     for fd in list(open_fds):  # the process is gone: take what is already buffered
         for _ in range(64):
             before = len(open_fds)
@@ -147,7 +195,7 @@ def collect(
         if stop_at_end_record:
             result.tags, end = split_end_record(result.tags)
             # A run we killed is reported by how it was killed, never by a record it wrote.
-            result.end = None if result.wall_killed or result.output_killed else end
+            result.end = None if killed else end
     return result
 
 
@@ -174,38 +222,98 @@ def quota_note(tags: bytes, limits: Limits, returncode: int = 0) -> bytes:
     return f"\nsandbox: {text}\n".encode()
 
 
-def classify(
+def judge(
     returncode: int,
     collected: Collected,
-    cpu_s: float,
     limits: Limits,
+    cpu_s: float,
+    usage: RunUsage | None = None,
     cpu_known: bool = True,
-) -> Status:
-    """Map a finished run to a status. ``returncode`` < 0 means killed by that signal.
+) -> tuple[Status, str | None]:
+    """How a finished run ended, and which limit (if any) ended or shaped it.
 
-    ``cpu_known`` is false when a wrapper (bwrap, nsjail) hides the run's CPU time; an
-    unexplained SIGKILL is then taken to be the CPU limit's.
+    ``returncode`` < 0 means killed by that signal. ``usage``: what the run's cgroup counted
+    (None in the per-process mode, where the figures are the process's own and an unexplained
+    SIGKILL after half the CPU budget is taken to be RLIMIT_CPU's; ``cpu_known`` is false when a
+    wrapper hides even that). A denial or a memory tag only makes the run's own result look worse.
     """
+    tag = collected.tags[:1]
     if collected.output_killed:
-        return Status.OUTPUT_LIMIT
-    if collected.wall_killed:
-        return Status.TIMEOUT
+        return Status.OUTPUT_LIMIT, "output_limit"
+    if collected.wall_killed or collected.cpu_killed:
+        return Status.TIMEOUT, "timeout"
+    if usage is not None and usage.cpu_s > limits.cpu_s:  # spent it all before a check came round
+        return Status.TIMEOUT, "timeout"
+    if (usage is not None and usage.oom_kills) or tag == STATUS_MEMORY:
+        return Status.MEMORY, "memory_limit"
     if returncode < 0:
         sig = -returncode
         # rusage under-counts against the kernel's RLIMIT_CPU clock on busy VMs (seen: 0.87 s
         # reported for a 1 s limit), so a SIGKILL after half the budget counts as the limit.
         cpu_exhausted = cpu_s >= 0.5 * limits.cpu_s or not cpu_known
         if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu_exhausted):
-            return Status.TIMEOUT
+            return Status.TIMEOUT, "timeout"
         if sig == signal.SIGSYS:
-            return Status.VIOLATION
+            return Status.VIOLATION, None
         if sig == signal.SIGXFSZ:
-            return Status.OUTPUT_LIMIT
-        return Status.ERROR
-    if STATUS_MEMORY in collected.tags[:1]:
-        return Status.MEMORY
-    if collected.tags[:1] in QUOTA_TAGS:
-        return Status.OUTPUT_LIMIT
-    if STATUS_DENIED in collected.tags[:1]:
-        return Status.VIOLATION
-    return Status.OK if returncode == 0 else Status.ERROR
+            return Status.OUTPUT_LIMIT, "output_limit"
+        return Status.ERROR, None
+    if (usage is not None and usage.process_limit_hits) or tag == STATUS_PROCESS_LIMIT:
+        return Status.VIOLATION, "process_limit"
+    if tag in QUOTA_TAGS:
+        return Status.OUTPUT_LIMIT, "output_limit"
+    if tag == STATUS_DENIED:
+        return Status.VIOLATION, None
+    return (Status.OK if returncode == 0 else Status.ERROR), None
+
+
+def limit_note(limit_hit: str | None, collected: Collected, limits: Limits, usage: RunUsage | None) -> str:
+    """The line appended to stderr saying which per-run limit stopped the run ('' for none)."""
+    if limit_hit == "timeout":
+        text = (f"wall-clock limit reached: {limits.wall_s:g} s (Limits.wall_s)" if collected.wall_killed else
+                f"CPU time limit reached: {limits.cpu_s:g} s for all of the run's processes together (Limits.cpu_s)")
+    elif limit_hit == "memory_limit" and usage is not None and usage.oom_kills:
+        text = (f"memory limit reached: {limits.memory_mb} MB for all of the run's processes together, kernel "
+                "memory and /tmp files included (Limits.memory_mb); the kernel killed a process of the run")
+    elif limit_hit == "process_limit":
+        text = f"process limit reached: {limits.max_processes} processes and threads per run (Limits.max_processes)"
+    else:
+        return ""
+    return f"\nsandbox: {text}\n"
+
+
+def outcome(
+    collected: Collected,
+    returncode: int,
+    limits: Limits,
+    cpu_s: float,
+    usage: RunUsage | None = None,
+    cpu_known: bool = True,
+) -> dict[str, Any]:
+    """Every field of a result but ``wall_s``: output cut to size with the notes appended, the
+    status and the limit hit. ``cpu_s`` is the cgroup's when ``usage`` is given."""
+    if usage is not None:
+        cpu_s = usage.cpu_s
+    status, limit_hit = judge(returncode, collected, limits, cpu_s, usage, cpu_known)
+    stdout, cut_out = to_text(collected.stdout, limits.max_output_chars)
+    stderr, cut_err = to_text(collected.stderr, limits.max_output_chars)
+    notes = quota_note(collected.tags, limits, returncode).decode() + limit_note(limit_hit, collected, limits, usage)
+    return {
+        "stdout": stdout,
+        "stderr": stderr + notes,
+        "exit_code": returncode,
+        "status": status.value,
+        "cpu_s": max(0.0, float(cpu_s)) if math.isfinite(cpu_s) else 0.0,
+        "truncated": cut_out or cut_err or collected.output_killed,
+        "limit_hit": limit_hit,
+    }
+
+
+def timed_outcome(
+    collected: Collected, returncode: int, cpu_s: float, limits: Limits, started: float, usage: RunUsage | None
+) -> dict[str, Any]:
+    """:func:`outcome` plus ``wall_s`` since ``started`` (a worker's answer for a run or cell)."""
+    wall_s = time.monotonic() - started
+    if usage is None:  # the per-process mode's CPU time is self-reported: bound it by what it could be
+        cpu_s = min(cpu_s, (wall_s + 1.0) * (os.cpu_count() or 1))
+    return {**outcome(collected, returncode, limits, cpu_s, usage), "wall_s": wall_s}

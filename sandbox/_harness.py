@@ -31,6 +31,7 @@ __all__ = [
     "STATUS_DENIED",
     "STATUS_END",
     "STATUS_MEMORY",
+    "STATUS_PROCESS_LIMIT",
     "execute",
     "execute_cell",
     "install_process_limit_markers",
@@ -40,6 +41,8 @@ __all__ = [
 ]
 
 STATUS_DENIED = b"V"
+#: A denial that was the process limit: a fork or a new thread refused (EAGAIN).
+STATUS_PROCESS_LIMIT = b"P"
 STATUS_MEMORY = b"M"
 #: A quota was used up: the scratch space's bytes (``Q``), its inodes (``N``), a file's size (``F``).
 STATUS_DISK, STATUS_FILES, STATUS_FILE_SIZE = b"Q", b"N", b"F"
@@ -75,9 +78,24 @@ def is_denial(exc: BaseException) -> bool:
             return True
         if type(exc).__name__ == "gaierror":  # DNS lookup refused: there is no network
             return True
-        if getattr(exc, "_sandbox_process_limit", False):
+        if _is_process_limit(exc):
             return True
-        if isinstance(exc, RuntimeError) and "can't start new thread" in str(exc):
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False
+
+
+def _is_process_limit(exc: BaseException) -> bool:
+    return getattr(exc, "_sandbox_process_limit", False) or (
+        isinstance(exc, RuntimeError) and "can't start new thread" in str(exc)
+    )
+
+
+def hit_process_limit(exc: BaseException) -> bool:
+    """True when ``exc`` (or what caused it) is a fork or thread refused by the process limit."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if _is_process_limit(exc):
             return True
         exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
     return False
@@ -193,7 +211,7 @@ def _run_in(namespace: dict, code: str, status_fd: int | None, filename: str, qu
         if tag is not None:
             _report(status_fd, tag)
         elif is_denial(exc):
-            _report(status_fd, STATUS_DENIED)
+            _report(status_fd, STATUS_PROCESS_LIMIT if hit_process_limit(exc) else STATUS_DENIED)
         _print_traceback(exc)
         return 1
     return 0
@@ -271,6 +289,7 @@ def _main(argv: list[str]) -> None:
 
     The config says where the code is (``code_fd``, read and closed first), where to report
     (``status_fd``), the five rlimits (CPU, AS, NPROC, FSIZE, NOFILE), and optionally:
+    ``cgroup_fds`` (the run's ``cgroup.procs`` files: joined first, then closed),
     ``scratch`` (mount the run's quota'd ``/tmp`` and drop to ``uid`` with the seccomp program
     read from ``seccomp_fd``: the bubblewrap path), ``scratch_dirs`` (only lay out a ``/tmp``
     a wrapper mounted: nsjail), ``reap`` (become a subreaper and kill every descendant at the
@@ -281,6 +300,9 @@ def _main(argv: list[str]) -> None:
     import resource
 
     config = json.loads(argv[1])
+    for fd in config.get("cgroup_fds", ()):  # first: into the run's cgroup, before anything of the run
+        os.write(fd, b"0")
+        os.close(fd)
     code_fd, status_fd = config["code_fd"], config["status_fd"]
     chunks = []
     while chunk := os.read(code_fd, 1 << 20):
@@ -294,7 +316,8 @@ def _main(argv: list[str]) -> None:
         if config.get("scratch"):
             scratch = config["scratch"]
             carry = [(path, writable) for path, writable in scratch.get("carry", [])]
-            lockdown.make_scratch(scratch["disk_mb"], scratch["max_files"], scratch["uid"], carry)
+            hide = scratch.get("hide", [])
+            lockdown.make_scratch(scratch["disk_mb"], scratch["max_files"], scratch["uid"], carry, hide)
             seccomp = None
             if config.get("seccomp_fd") is not None:
                 program = os.pread(config["seccomp_fd"], 1 << 20, 0)

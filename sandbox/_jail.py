@@ -35,6 +35,7 @@ from sandbox._lockdown import (
     bind,
     check,
     drop_privileges,
+    hide,
     make_mountpoint,
     make_scratch,
     mount,
@@ -164,6 +165,8 @@ def _build_root(policy: RootPolicy, new_root: str) -> None:
         # The worker's own view of the host's processes (it counts them for RLIMIT_NPROC); every
         # run mounts a fresh /proc of its PID namespace over it.
         mount(f"/proc/self/fd/{proc}", new_root + "/proc", None, MS_BIND | MS_REC)
+        for path in policy.hidden:
+            hide(new_root + path)
         _make_tree_readonly(new_root)
         for path, writable, fd in handles:
             if writable:  # after the read-only pass, which would otherwise cover them too
@@ -223,16 +226,18 @@ def unshare_pid() -> None:
 PER_RUN_LAYERS = ("pid namespace per run", "ipc namespace per run", "uts namespace per run", "fresh /proc per run")
 
 
-def enter_run(owner: int, disk_mb: int, max_files: int, carry: tuple[tuple[str, bool], ...] = ()) -> None:
+def enter_run(
+    owner: int, disk_mb: int, max_files: int, carry: tuple[tuple[str, bool], ...] = (), hidden: tuple[str, ...] = ()
+) -> None:
     """In the forked run child (PID 1 of its namespace, still privileged): own namespaces, a
     fresh ``/proc``, and the scratch tmpfs with the run's quotas (``carry``: bound paths below
-    ``/tmp`` to bind again on top of it)."""
+    ``/tmp`` to bind again on top of it; ``hidden``: paths below them to cover again)."""
     check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS), "unshare run")
     try:
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     except JailError:  # user namespaces may not mount proc: hide the host's instead
         mount("tmpfs", "/proc", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "size=4k")
-    make_scratch(disk_mb, max_files, owner, carry)
+    make_scratch(disk_mb, max_files, owner, carry, hidden)
     check(_libc.sethostname(b"sandbox", 7), "sethostname")
 
 
@@ -291,10 +296,17 @@ _DENIED_SYSCALLS = (
 )
 
 
-#: Answered with EPERM: memory a run could fill that neither its address-space limit nor its
-#: scratch quotas count (anonymous in-memory files, System V segments and message queues,
-#: which outlive every mapping of them until the run's IPC namespace goes).
-_REFUSED_SYSCALLS = ("memfd_create", "memfd_secret", "shmget", "msgget")
+#: Answered with EPERM: memory a run could fill outside its scratch quotas, held by the kernel
+#: until the run's IPC namespace goes (anonymous in-memory files, System V shared memory,
+#: message queues and semaphore sets, POSIX message queues). A cgroup counts most of it too
+#: (150 semaphore sets pinned ~300 MB before); refusing it holds in the per-process mode as well.
+_REFUSED_SYSCALLS = ("memfd_create", "memfd_secret", "shmget", "msgget", "semget", "mq_open")
+#: ``socketpair`` types answered with EACCES: an unconnected datagram end can address any named
+#: socket (``sendto``, ``sendmsg`` with a name, ``connect``), a granted directory's included.
+#: (AF_UNIX's SOCK_RAW is a datagram socket too.) Stream and seqpacket pairs are connected for
+#: good: the kernel ignores or refuses another address for them.
+_UNCONNECTED_SOCKET_TYPES = (socket.SOCK_DGRAM, socket.SOCK_RAW)
+_SOCKET_TYPE_MASK = 0xF  # SOCK_NONBLOCK and SOCK_CLOEXEC sit above it
 
 
 def build_seccomp(allow_network: bool) -> Any | None:
@@ -320,6 +332,8 @@ def build_seccomp(allow_network: bool) -> Any | None:
     # back to clone, whose flags the rules above do check.
     filt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
     filt.add_rule(sc.ERRNO(errno.EACCES), "socket", sc.Arg(0, sc.EQ, socket.AF_UNIX))
+    for kind in _UNCONNECTED_SOCKET_TYPES:
+        filt.add_rule(sc.ERRNO(errno.EACCES), "socketpair", sc.Arg(1, sc.MASKED_EQ, _SOCKET_TYPE_MASK, int(kind)))
     for name in _REFUSED_SYSCALLS:
         with contextlib.suppress(ValueError, OSError):
             filt.add_rule(sc.ERRNO(errno.EPERM), name)

@@ -23,6 +23,7 @@ __all__ = [
     "JailError",
     "become_subreaper",
     "drop_privileges",
+    "hide",
     "kill_children",
     "make_scratch",
     "mount",
@@ -110,11 +111,20 @@ def scratch_options(disk_mb: int, max_files: int, extra_inodes: int = 0) -> str:
     return f"size={disk_mb * 1024 * 1024},nr_inodes={max_files + _OWN_INODES + extra_inodes},mode=1777"
 
 
-def make_scratch(disk_mb: int, max_files: int, owner: int, carry: Iterable[tuple[str, bool]] = ()) -> None:
+def hide(path: str) -> None:
+    """Cover directory ``path`` with an empty, read-only tmpfs (the project's own packages: a
+    regular install puts them, task files with gold answers included, inside the prefix)."""
+    mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "size=4k,nr_inodes=1,mode=0555")
+
+
+def make_scratch(
+    disk_mb: int, max_files: int, owner: int, carry: Iterable[tuple[str, bool]] = (), hidden: Iterable[str] = ()
+) -> None:
     """Mount the run's scratch tmpfs on :data:`SCRATCH` and lay it out (needs CAP_SYS_ADMIN).
 
     ``carry``: (path, writable) pairs below ``/tmp`` that were visible before (an interpreter's
-    venv, a granted directory) and are bound again on top of the fresh tmpfs.
+    venv, a granted directory) and are bound again on top of the fresh tmpfs; ``hidden``: paths
+    below them to cover again (a bind takes none of the mounts below its source).
     """
     handles = [(path, writable, os.open(path, os.O_PATH | os.O_CLOEXEC)) for path, writable in carry]
     try:
@@ -127,6 +137,9 @@ def make_scratch(disk_mb: int, max_files: int, owner: int, carry: Iterable[tuple
         for path, writable, fd in handles:
             make_mountpoint(path, fd)
             bind(fd, path, writable)
+        for path in hidden:
+            if path.startswith(SCRATCH + "/") and os.path.isdir(path):
+                hide(path)
     finally:
         for _, _, fd in handles:
             os.close(fd)

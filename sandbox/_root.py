@@ -18,11 +18,11 @@ import struct
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sandbox._lockdown import SCRATCH, SHM_DIR, WORKDIR
 
-__all__ = ["DEVICES", "NETWORK_FILES", "Grants", "RootPolicy", "link_chain", "root_policy"]
+__all__ = ["DEVICES", "NETWORK_FILES", "PROJECT_PACKAGES", "Grants", "RootPolicy", "link_chain", "root_policy"]
 
 #: Device nodes a run gets (bound from the host); ``/dev/shm`` is a link to its own scratch space.
 DEVICES = ("null", "zero", "random", "urandom")
@@ -32,6 +32,10 @@ NETWORK_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/s
 _SYSTEM_PREFIXES = ("/", "/usr", "/usr/local")
 #: Where shared libraries live; a mapped library outside these (a checkout's build) is not kept.
 _LIBRARY_ROOTS = ("/lib", "/lib32", "/lib64", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/local/lib")
+#: This project's own top-level packages (pyproject's ``packages.find``). A regular install puts
+#: them in site-packages, inside the prefix a run sees, with ``coa_envs/data`` holding tasks'
+#: gold answers: wherever they sit inside the root, runs see an empty directory instead.
+PROJECT_PACKAGES = ("coa_envs", "agents", "trainers", "sandbox", "coa_cli", "coa_verifiers")
 #: Kernel interfaces and the jail's own mount points: never granted.
 _NEVER_GRANTED = ("/proc", "/sys", "/dev", WORKDIR, SHM_DIR)
 
@@ -44,6 +48,22 @@ with open("/proc/self/maps") as handle:
         if len(parts) == 6 and parts[5].startswith("/") and ".so" in parts[5]:
             libs.add(parts[5].strip())
 shared = sysconfig.get_config_var("Py_ENABLE_SHARED")
+import importlib.util
+project = []
+for name in PROJECT_PACKAGES:
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        continue
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        project.append(os.path.realpath(location))
+        parent = os.path.dirname(os.path.realpath(location))
+        try:
+            siblings = os.listdir(parent)
+        except OSError:
+            continue
+        project += [os.path.join(parent, entry) for entry in siblings
+                    if entry.startswith("coa_envs-") and entry.endswith((".dist-info", ".egg-info"))]
 print(json.dumps({
     "executable": sys.executable,
     "base_executable": getattr(sys, "_base_executable", sys.executable),
@@ -54,6 +74,7 @@ print(json.dumps({
     if shared else "",
     "multiarch": sysconfig.get_config_var("MULTIARCH") or "",
     "mapped": sorted(libs),
+    "project": sorted(set(project)),
 }))
 """
 
@@ -118,7 +139,8 @@ class RootPolicy:
     """What a run's root holds. Every path appears at the same place as on the host.
 
     ``read_only``/``writable``: host paths to bind; ``symlinks``: (path, target) links to create
-    so that paths reached through a host symlink (``/lib64`` -> ``usr/lib64``) resolve alike.
+    so that paths reached through a host symlink (``/lib64`` -> ``usr/lib64``) resolve alike;
+    ``hidden``: directories inside bound paths that runs see empty (the project's own packages).
     """
 
     python: str
@@ -127,6 +149,7 @@ class RootPolicy:
     symlinks: tuple[tuple[str, str], ...] = ()
     devices: tuple[str, ...] = DEVICES
     notes: tuple[str, ...] = field(default=())
+    hidden: tuple[str, ...] = ()
 
     def below_scratch(self) -> tuple[tuple[str, bool], ...]:
         """(path, writable) of the bound paths that the run's fresh ``/tmp`` would cover."""
@@ -136,7 +159,8 @@ class RootPolicy:
     def with_network_files(self) -> RootPolicy:
         """The same root plus what name resolution and TLS need (for a run granted network)."""
         extra = [path for path in NETWORK_FILES if os.path.exists(path)]
-        return _assemble(self.python, [*self.read_only, *extra], self.writable, self.symlinks)
+        policy = _assemble(self.python, [*self.read_only, *extra], self.writable, self.symlinks)
+        return replace(policy, hidden=self.hidden)
 
     def describe(self) -> list[str]:
         return [*(f"{p} (read-only)" for p in self.read_only), *(f"{p} (writable)" for p in self.writable)]
@@ -189,6 +213,10 @@ def _elf_interpreter(executable: str) -> str | None:
     return None
 
 
+def _describe_script() -> str:
+    return f"PROJECT_PACKAGES = {PROJECT_PACKAGES!r}\n" + _DESCRIBE
+
+
 @functools.lru_cache(maxsize=8)
 def _describe(python: str) -> dict:
     if os.path.realpath(python) == os.path.realpath(sys.executable):
@@ -198,9 +226,10 @@ def _describe(python: str) -> dict:
 
         buffer = StringIO()
         with redirect_stdout(buffer):
-            exec(_DESCRIBE, namespace)
+            exec(_describe_script(), namespace)
         return json.loads(buffer.getvalue())
-    out = subprocess.run([python, "-I", "-c", _DESCRIBE], capture_output=True, text=True, timeout=60, check=False)
+    out = subprocess.run([python, "-I", "-c", _describe_script()], capture_output=True, text=True, timeout=60,
+                         check=False)  # fmt: skip
     if out.returncode != 0:
         raise OSError(f"cannot inspect the interpreter {python}: {out.stderr.strip()[-300:]}")
     return json.loads(out.stdout)
@@ -280,4 +309,9 @@ def root_policy(python: str | None = None, grants: Grants | None = None) -> Root
         clash = clash or [kept for kept in policy.read_only if _under(kept, path)]
         if clash and path not in grants.read_only_paths:
             raise ValueError(f"writable_paths: {path!r} overlaps the interpreter's files ({clash[0]}); refused")
-    return policy
+    bound = [*policy.read_only, *policy.writable]
+    hidden = sorted(
+        path for path in info.get("project", [])
+        if os.path.isdir(path) and any(_under(path, kept) and path != kept for kept in bound)
+    )  # fmt: skip
+    return replace(policy, hidden=tuple(hidden))

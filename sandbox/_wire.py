@@ -12,7 +12,7 @@ import struct
 import time
 from typing import Any
 
-__all__ = ["FrameError", "read_frame", "write_frame"]
+__all__ = ["FrameError", "read_exact", "read_frame", "write_frame"]
 
 _HEADER = struct.Struct(">I")
 MAX_FRAME = 1 << 30
@@ -30,7 +30,8 @@ def write_frame(fd: int, message: dict[str, Any]) -> None:
         data = data[written:]
 
 
-def _read_exact(fd: int, size: int, deadline: float | None) -> bytes:
+def read_exact(fd: int, size: int, deadline: float | None) -> bytes:
+    """Exactly ``size`` bytes (blocking until ``deadline``, a ``time.monotonic()`` value)."""
     chunks: list[bytes] = []
     while size:
         if deadline is not None:
@@ -45,13 +46,14 @@ def _read_exact(fd: int, size: int, deadline: float | None) -> bytes:
     return b"".join(chunks)
 
 
-def read_frame(fd: int, deadline: float | None = None) -> dict[str, Any]:
-    """Read one frame (blocking; ``deadline`` is a ``time.monotonic()`` value)."""
-    (size,) = _HEADER.unpack(_read_exact(fd, _HEADER.size, deadline))
-    if size > MAX_FRAME:
-        raise FrameError(f"frame of {size} bytes is too large")
+def read_frame(fd: int, deadline: float | None = None, max_size: int = MAX_FRAME) -> dict[str, Any]:
+    """Read one frame (blocking; ``deadline`` is a ``time.monotonic()`` value). A frame over
+    ``max_size`` bytes is refused before any of it is read."""
+    (size,) = _HEADER.unpack(read_exact(fd, _HEADER.size, deadline))
+    if size > max_size:
+        raise FrameError(f"frame of {size} bytes is too large (at most {max_size})")
     try:
-        message = json.loads(_read_exact(fd, size, deadline))
+        message = json.loads(read_exact(fd, size, deadline))
     except ValueError as exc:
         raise FrameError(f"bad frame: {exc}") from exc
     if not isinstance(message, dict):

@@ -13,6 +13,11 @@ which never holds a request or an answer: a run cannot find earlier runs' data i
 it inherits. The scratch space's quotas (``Limits.disk_mb``, ``Limits.max_files``) are mounted
 before the request is known: the child is prepared with the last request's quotas, and a request asking for
 other ones is handed back (``X`` on the status pipe) and given to a child prepared for it.
+
+Accounting (``accounting: cgroup``): each child gets a cgroup of its own below the worker's
+*home* (see :mod:`sandbox._cgroup`), joins it before it runs anything and writes the request's
+limits into it before the code starts; the worker watches its CPU time and reads its counters.
+A session's cells live in :mod:`sandbox._cells`.
 """
 
 from __future__ import annotations
@@ -26,17 +31,19 @@ import select
 import signal
 import tempfile
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from sandbox import _jail
+from sandbox._accounting import PROCESS_MODE_NOTE, cgroup_layer
+from sandbox._cells import serve_session
+from sandbox._cgroup import Cgroup
 from sandbox._child import install_standard_streams
-from sandbox._collect import Collected, classify, collect, hard_output_cap, quota_note, to_text
+from sandbox._collect import Collected, CpuWatch, collect, hard_output_cap, timed_outcome
 from sandbox._harness import install_process_limit_markers
 from sandbox._limits import count_processes_of, scratch_profile, shares_process_budget_in_user_namespace
 from sandbox._root import RootPolicy
-from sandbox._wire import FrameError, read_frame, write_frame
-from sandbox._zygote import READY, ChildMaker, Zygote
+from sandbox._wire import read_frame, write_frame
+from sandbox._zygote import READY, ChildMaker, Prepared, Zygote
 from sandbox.types import Limits
 
 __all__ = ["main"]
@@ -48,33 +55,21 @@ _PREPARE_TIMEOUT_S = 10.0
 _EXIT_GRACE_S = 0.05
 
 
-@dataclass(slots=True)
-class _Prepared:
-    pid: int
-    pidfd: int
-    req_w: int
-    out_r: int
-    err_r: int
-    status_r: int
-    done_r: int = -1  # session children only: one frame per finished cell
-    ready: bool = False
-    workdir: str | None = None  # unjailed children only: a host directory removed after the run
-
-    def close(self) -> None:
-        for fd in (self.req_w, self.out_r, self.err_r, self.status_r, self.done_r, self.pidfd):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        if self.workdir is not None:
-            import shutil
-
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-
 class Worker:
     """State of one worker process; see the module docstring."""
 
     def __init__(self, config: dict[str, Any], control_in: int) -> None:
         self.control_in = control_in
+        # First, while /sys is still in view: into our own cgroup, and a handle on the home
+        # where every child's cgroup is made (its descriptors outlive the jail's pivot_root).
+        self.home: Cgroup | None = None
+        self.unremoved: list[Cgroup] = []  # children's cgroups still busy when first removed
+        cgroup = config.get("cgroup")
+        if cgroup:
+            worker_cgroup = Cgroup.open(cgroup["version"], cgroup["worker"])
+            worker_cgroup.add(os.getpid())
+            worker_cgroup.close()
+            self.home = Cgroup.open(cgroup["version"], cgroup["home"])
         self.uid = int(config.get("uid", 0))
         self.session = config.get("mode") == "session"
         self.jail = bool(config.get("jail", True))
@@ -102,6 +97,7 @@ class Worker:
         else:
             self.carry = ()
             self.isolation = ["no isolation (rlimits and wall-clock kill only)"]
+        self.hidden = tuple(config["policy"].get("hidden", ())) if self.jail else ()
         for name in config.get("preload", []):
             try:
                 importlib.import_module(name)
@@ -110,9 +106,13 @@ class Worker:
         install_process_limit_markers()  # once here rather than in every child
         install_standard_streams()
         self.isolation += ["rlimits", "wall-clock kill", "runs forked from a zygote that never sees run data"]
-        self.prepared: _Prepared | None = None
-        self.current: _Prepared | None = None  # the live session child, between cells
-        self.exiting: _Prepared | None = None  # answered for, not yet reaped
+        if self.home is not None:
+            self.isolation.append(cgroup_layer(self.home.version))
+        else:
+            self.isolation.append(PROCESS_MODE_NOTE)
+        self.prepared: Prepared | None = None
+        self.current: Prepared | None = None  # the live session child, between cells
+        self.exiting: Prepared | None = None  # answered for, not yet reaped
         self.lost_state = False  # the last session child died: the next cell starts afresh
         gc.freeze()  # keep the collector from touching (and so copying) inherited objects
         maker = ChildMaker(
@@ -120,6 +120,7 @@ class Worker:
             session=self.session,
             uid=self.uid,
             carry=self.carry,
+            hidden=self.hidden,
             seccomp=self.seccomp,
             control_in=control_in,
             pid_ns_fd=os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC),
@@ -129,7 +130,7 @@ class Worker:
         os.close(maker.pid_ns_fd)
 
     # -- the jailed child ---------------------------------------------------------------
-    def prepare(self, private_request: bool = False) -> _Prepared:
+    def prepare(self, private_request: bool = False) -> Prepared:
         # A run child reads its request straight from the pool's pipe (one hop fewer on every
         # run); a session child, or one taking over a handed-back request, through its own.
         private = self.session or private_request
@@ -144,14 +145,45 @@ class Worker:
         process_base = count_processes_of(os.getuid()) if self.shared_uid else 0
         meta = {"profile": list(self.profile), "process_base": process_base, "workdir": workdir,
                 "private_request": private}  # fmt: skip
+        cgroup = None
+        if self.home is not None:
+            self._remove_unremoved()
+            # A session is frozen between cells; a run's namespace dies with it: no freezer needed.
+            cgroup = self.home.child(self.home.new_name("run"), without=() if self.session else ("freezer",))
+            attach, limit_files = cgroup.open_for_child()
+            meta.update(attach=len(attach), limits=[kind for _, kind in limit_files])
+            fds += [*attach, *(fd for fd, _ in limit_files)]
         try:
-            pid = self.zygote.spawn(meta, fds)
+            pid, token = self.zygote.spawn(meta, fds)
+        except BaseException:
+            if cgroup is not None:
+                self._remove_cgroup(cgroup)
+            raise
         finally:
             for fd in fds:
                 os.close(fd)
-        return _Prepared(pid, os.pidfd_open(pid), req_w, out_r, err_r, status_r, done_r, workdir=workdir)
+        return Prepared(pid, token, os.pidfd_open(pid), req_w, out_r, err_r, status_r, done_r, workdir=workdir,
+                         cgroup=cgroup)  # fmt: skip
 
-    def _take_prepared(self, private_request: bool = False) -> _Prepared:
+    def _remove_cgroup(self, cgroup: Cgroup) -> None:
+        """Remove a child's cgroup (killing what is left in it); a busy one is tried again later."""
+        assert self.home is not None
+        if not cgroup.remove(parent=self.home):
+            self.unremoved.append(cgroup)
+
+    def _remove_unremoved(self) -> None:
+        pending, self.unremoved = self.unremoved, []
+        for cgroup in pending:
+            self._remove_cgroup(cgroup)
+
+    def release(self, child: Prepared) -> None:
+        """Close a child that is gone (reaped or about to be) and remove its cgroup."""
+        child.close()
+        if child.cgroup is not None:
+            self._remove_cgroup(child.cgroup)
+            child.cgroup = None
+
+    def take_prepared(self, private_request: bool = False) -> Prepared:
         for attempt in range(2):
             if private_request:
                 prepared = self.prepare(private_request=True)
@@ -167,19 +199,24 @@ class Worker:
                 detail = os.read(prepared.status_r, 1000).decode(errors="replace")
             else:
                 detail = "child did not become ready"
-            self._discard(prepared)
+            self.discard(prepared)
             if attempt:
                 raise RuntimeError(f"cannot prepare a jailed child: {detail}")
         raise AssertionError("unreachable")
 
-    def _discard(self, prepared: _Prepared) -> None:
+    def discard(self, prepared: Prepared) -> tuple[int, float]:
+        """Kill a child (and its namespace), wait for it: (wait status, CPU seconds)."""
+        if prepared.cgroup is not None:
+            prepared.cgroup.thaw()  # a frozen process would die only once thawed
         with contextlib.suppress(ProcessLookupError):
             os.kill(prepared.pid, signal.SIGKILL)
-        self.zygote.reap(prepared.pid)
-        prepared.close()
+        try:
+            return self.zygote.reap(prepared.token)
+        finally:
+            self.release(prepared)
 
     # -- requests -----------------------------------------------------------------------
-    def _await_start(self, child: _Prepared) -> tuple[bytes, dict[str, Any], bytes] | None:
+    def _await_start(self, child: Prepared) -> tuple[bytes, dict[str, Any], bytes] | None:
         """Block until the child has read a request (its ``S`` or ``X`` line) or has exited.
 
         Returns the marker, the line's JSON (``S``: the request's id and limits; ``X``: the whole
@@ -203,52 +240,56 @@ class Worker:
         line, _, rest = data.partition(b"\n")
         return marker, json.loads(line), rest
 
-    def _start_run(self) -> tuple[_Prepared, dict[str, Any], bytes] | None:
+    def _start_run(self) -> tuple[Prepared, dict[str, Any], bytes] | None:
         """The child that took the next request, with its start line; None when the pool left.
 
         A request handed back for other quotas goes to a child prepared with them; later
         children keep them (a caller usually sends the same limits every time).
         """
-        child = self._take_prepared()  # it now blocks on the pool's pipe, not us
+        child = self.take_prepared()  # it now blocks on the pool's pipe, not us
         started = self._await_start(child)
         if started is None:
-            self._discard(child)
+            self.discard(child)
             return None
         marker, payload, early_tags = started
         if marker == _STARTED:
             return child, payload, early_tags
-        self._discard(child)
+        self.discard(child)
         self.profile = scratch_profile(Limits(**payload["limits"]))
-        child = self._take_prepared(private_request=True)
+        child = self.take_prepared(private_request=True)
         write_frame(child.req_w, payload)
         started = self._await_start(child)
         if started is None or started[0] != _STARTED:
-            self._discard(child)
+            self.discard(child)
             raise RuntimeError("a child prepared for the request's quotas did not start it")
         return child, started[1], started[2]
 
-    def run(self, child: _Prepared, start: dict[str, Any], early_tags: bytes = b"") -> dict[str, Any]:
-        """Watch a run the child has started: output, wall clock, then reap it.
+    def run(self, child: Prepared, start: dict[str, Any], early_tags: bytes = b"") -> dict[str, Any]:
+        """Watch a run the child has started: output, wall clock, CPU time, then reap it.
 
         A child that wrote its end record has finished its work: the answer goes out at once
-        and :meth:`finish_exiting` reaps it after the answer, off the caller's clock.
+        and :meth:`finish_exiting` reaps it after the answer, off the caller's clock. Its CPU
+        time is then the cgroup's, not the record's (the record is the code's to write).
         """
         limits = Limits(**start["limits"])
-        started = time.monotonic()
+        started = _start_time(start.get("t"))
+        watch = CpuWatch(child.cgroup.cpu_s, limits.cpu_s) if child.cgroup is not None else None
         try:
-            collected = self._collect(child, child.pidfd, started, limits, True, early_tags)
+            collected = self.collect_from(child, child.pidfd, started, limits, True, early_tags, watch)
             if collected.end is not None:
                 self.exiting = child
+                usage = child.cgroup.usage() if child.cgroup is not None else None
                 returncode, cpu_s = collected.end
-                return _result(collected, returncode, cpu_s, limits, started)
+                return timed_outcome(collected, returncode, cpu_s, limits, started, usage)
             select.select([child.pidfd], [], [])  # exited (collect waited for it or killed it)
-            wait_status, cpu_s = self.zygote.reap(child.pid)
+            wait_status, cpu_s = self.zygote.reap(child.token)
+            usage = child.cgroup.usage() if child.cgroup is not None else None
         except BaseException:
             self.exiting = None
-            self._discard(child)
+            self.discard(child)
             raise
-        child.close()
-        return _result(collected, os.waitstatus_to_exitcode(wait_status), cpu_s, limits, started)
+        self.release(child)
+        return timed_outcome(collected, os.waitstatus_to_exitcode(wait_status), cpu_s, limits, started, usage)
 
     def finish_exiting(self) -> None:
         """Reap the child answered for by its end record; kill it if it lingers (its namespace
@@ -260,16 +301,17 @@ class Worker:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child.pid, signal.SIGKILL)
             select.select([child.pidfd], [], [])  # gone before the next child is forked
-        child.close()  # the zygote reaps it before its next fork
+        self.release(child)  # the zygote reaps it before its next fork
 
-    def _collect(
+    def collect_from(
         self,
-        child: _Prepared,
+        child: Prepared,
         done_fd: int,
         started: float,
         limits: Limits,
         stop_at_end_record: bool = False,
         status_seen: bytes = b"",
+        cpu_watch: CpuWatch | None = None,
     ) -> Collected:
         return collect(
             child.out_r,
@@ -281,45 +323,12 @@ class Worker:
             lambda: os.kill(child.pid, signal.SIGKILL),  # PID 1: its whole namespace dies
             stop_at_end_record,
             status_seen,
+            cpu_watch,
         )
-
-    def cell(self, request: dict[str, Any]) -> dict[str, Any]:
-        """One cell of a session: state persists in ``self.current`` until it dies."""
-        limits = Limits(**request["limits"])
-        restarted, self.lost_state = self.lost_state, False
-        child = self.current = self.current or self._take_prepared()
-        started = time.monotonic()
-        with contextlib.suppress(BrokenPipeError):
-            write_frame(child.req_w, request)
-        collected = self._collect(child, child.done_r, started, limits)
-        done = None
-        if not (collected.wall_killed or collected.output_killed):
-            with contextlib.suppress(FrameError, OSError):
-                done = read_frame(child.done_r, time.monotonic() + 5)
-        if done is None:  # the cell killed the session (or we did): report how it died
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child.pid, signal.SIGKILL)
-            wait_status, cpu_s = self.zygote.reap(child.pid)
-            child.close()
-            self.current, self.lost_state = None, True
-            returncode = os.waitstatus_to_exitcode(wait_status)
-        else:
-            returncode, cpu_s = int(done["rc"]), float(done["cpu_s"])
-        response = _result(collected, returncode, cpu_s, limits, started)
-        response["session_restarted"] = restarted
-        response["session_alive"] = self.current is not None
-        return response
-
-    def reset(self) -> dict[str, Any]:
-        if self.current is not None:
-            self._discard(self.current)
-            self.current = None
-        self.lost_state = False
-        return {"reset": True}
 
     def serve(self, control_out: int) -> None:
         if self.session:
-            self._serve_session(control_out)
+            serve_session(self, control_out)
             return
         while True:
             try:
@@ -340,48 +349,19 @@ class Worker:
             self.finish_exiting()  # off the caller's clock, like the next child's set-up
             self.prepared = self.prepare()
 
-    def _serve_session(self, control_out: int) -> None:
-        while True:
-            if self.prepared is None and self.current is None:
-                self.prepared = self.prepare()  # between requests, off the caller's clock
-            try:
-                request = read_frame(self.control_in)
-            except FrameError:
-                break
-            response = {"id": request.get("id")}
-            op = request.get("op")
-            try:
-                if op == "cell":
-                    response.update(self.cell(request))
-                elif op == "reset":
-                    response.update(self.reset())
-                else:
-                    response["internal_error"] = f"operation {op!r} not served by a session worker"
-            except Exception as exc:
-                response["internal_error"] = f"{type(exc).__name__}: {exc}"
-            write_frame(control_out, response)
-        for child in (self.prepared, self.current):
-            if child is not None:
-                self._discard(child)
+
+def _start_time(reported: Any) -> float:
+    """When the run started: the child's own clock reading on its start line (written before
+    the code runs; the worker may read it late), within reason; else now."""
+    now = time.monotonic()
+    if isinstance(reported, float) and now - 5.0 <= reported <= now:
+        return reported
+    return now
 
 
 def _tuples(value: Any) -> Any:
     """JSON lists back into the tuples a frozen dataclass holds."""
     return tuple(_tuples(item) for item in value) if isinstance(value, list) else value
-
-
-def _result(collected: Collected, returncode: int, cpu_s: float, limits: Limits, started: float) -> dict[str, Any]:
-    stdout, cut_out = to_text(collected.stdout, limits.max_output_chars)
-    stderr, cut_err = to_text(collected.stderr, limits.max_output_chars)
-    return {
-        "stdout": stdout,
-        "stderr": stderr + quota_note(collected.tags, limits, returncode).decode(),
-        "exit_code": returncode,
-        "status": classify(returncode, collected, cpu_s, limits).value,
-        "wall_s": time.monotonic() - started,
-        "cpu_s": cpu_s,
-        "truncated": cut_out or cut_err or collected.output_killed,
-    }
 
 
 def main() -> None:
@@ -397,7 +377,7 @@ def main() -> None:
         try:
             worker = Worker(config, control_in)
             worker.prepared = worker.prepare()
-            worker.prepared = worker._take_prepared()  # proves the jail works on this kernel
+            worker.prepared = worker.take_prepared()  # proves the jail works on this kernel
         except Exception as exc:
             write_frame(control_out, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
             return

@@ -15,7 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sandbox._accounting import worker_home
 from sandbox._limits import clean_environment
+from sandbox._uids import UidLease
 from sandbox._wire import FrameError, read_frame, write_frame
 from sandbox.backends.base import BackendUnavailable
 
@@ -30,9 +32,18 @@ class WorkerLost(RuntimeError):
 
 
 class WorkerProcess:
-    """Parent-side handle of one worker process."""
+    """Parent-side handle of one worker process. With ``config["accounting"] == "cgroup"`` it
+    makes the worker's cgroup home (removed with the worker); ``uid_lease``: the run uids this
+    worker alone uses, given back when it is killed."""
 
-    def __init__(self, python: str, config: dict[str, Any], start_timeout_s: float) -> None:
+    def __init__(
+        self, python: str, config: dict[str, Any], start_timeout_s: float, uid_lease: UidLease | None = None
+    ) -> None:
+        self.uid_lease = uid_lease
+        self.cgroup_home = None
+        if config.get("accounting") == "cgroup":
+            self.cgroup_home, cgroup = worker_home("session" if config.get("mode") == "session" else "pool")
+            config = {**config, "cgroup": cgroup}
         # Unjailed runs work in host directories: below one this handle removes, even when
         # the worker had to be killed before it could clean up.
         self.scratch_root = None if config.get("jail", True) else tempfile.mkdtemp(prefix="coa-sandbox-")
@@ -49,8 +60,7 @@ class WorkerProcess:
                 start_new_session=True,  # a terminal's Ctrl-C goes to the caller, not the jail
             )
         except OSError as exc:
-            if self.scratch_root is not None:
-                shutil.rmtree(self.scratch_root, ignore_errors=True)
+            self._release()
             raise BackendUnavailable(f"sandbox worker did not start: {exc}") from exc
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._in, self._out = self.proc.stdin.fileno(), self.proc.stdout.fileno()
@@ -90,8 +100,20 @@ class WorkerProcess:
         for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe is not None:
                 pipe.close()
+        self._release()
+
+    def _release(self) -> None:
+        """Remove what this worker held: its scratch root, its cgroups (killing any process
+        still in them), its uids."""
         if self.scratch_root is not None:
             shutil.rmtree(self.scratch_root, ignore_errors=True)
+        home, self.cgroup_home = self.cgroup_home, None
+        if home is not None:
+            with contextlib.suppress(OSError):
+                home.remove_tree()
+        lease, self.uid_lease = self.uid_lease, None
+        if lease is not None:
+            lease.release()
 
     def stop(self) -> None:
         """Ask politely (EOF on its request pipe), then kill."""

@@ -9,13 +9,16 @@ answer, only the pipes it passes on. It also saves CPU: copy-on-write faults fol
 and the zygote's loop touches a few pages where the worker's would touch hundreds.
 
 The zygote is the children's parent (and subreaper): it reaps them when the worker asks, and
-dies with the worker, taking them along (parent-death signals).
+dies with the worker, taking them along (parent-death signals). A child is named by a token
+the zygote gives it at its birth, never by its pid: pids wrap (32768 of them here) and a pid is
+reused as soon as its process is reaped, so a status kept by pid could be handed to a later child.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import json
 import os
 import signal
@@ -25,10 +28,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox import _jail
+from sandbox._cgroup import Cgroup, RunUsage, attach_self
 from sandbox._child import close_all_except, open_stdin, prepare_run, run_once, serve_cells, wait_for_parent
 from sandbox._lockdown import SCRATCH, WORKDIR
 
-__all__ = ["FAILED", "READY", "ChildMaker", "Zygote"]
+__all__ = ["FAILED", "READY", "ChildMaker", "Prepared", "Zygote"]
 
 READY, FAILED = b"R", b"F"
 _PR_SET_PDEATHSIG = 1
@@ -43,21 +47,28 @@ class ChildMaker:
     session: bool
     uid: int
     carry: tuple[tuple[str, bool], ...]
+    hidden: tuple[str, ...]
     seccomp: Any  # a CompiledFilter, or None
     control_in: int  # the pool's request pipe, read directly by run children
     pid_ns_fd: int
     setns_works: bool
 
     def fork(self, meta: dict[str, Any], fds: list[int]) -> int:
-        """Fork one child for ``meta`` with ``fds`` = out, err, status[, request][, done]."""
+        """Fork one child for ``meta`` with ``fds`` = out, err, status[, request][, done], then
+        the run cgroup's ``cgroup.procs`` files (``meta["attach"]`` of them) and its limit files
+        (kinds in ``meta["limits"]``)."""
         out_w, err_w, status_w, *rest = fds
         req_r = rest.pop(0) if meta["private_request"] else self.control_in
         done_w = rest.pop(0) if self.session else -1
+        attach = rest[: meta.get("attach", 0)]
+        limit_fds = list(zip(rest[len(attach) :], meta.get("limits", []), strict=True))
         profile = tuple(meta["profile"])
         parent = os.getpid()
 
         def child() -> None:
-            self._child(req_r, out_w, err_w, status_w, done_w, meta["process_base"], profile, meta["workdir"], parent)
+            attach_self(list(attach))  # first of all: everything the run does is the run's
+            streams = (req_r, out_w, err_w, status_w, done_w)
+            self._child(streams, limit_fds, meta["process_base"], profile, meta["workdir"], parent)
 
         return self._fork_in_new_pid_namespace(child)
 
@@ -104,23 +115,21 @@ class ChildMaker:
 
     def _child(
         self,
-        req_r: int,
-        out_w: int,
-        err_w: int,
-        status_w: int,
-        done_w: int,
+        streams: tuple[int, int, int, int, int],
+        limit_fds: list[tuple[int, str]],
         process_base: int,
         profile: tuple[int, int],
         workdir: str | None,
         parent: int,
     ) -> None:
+        req_r, out_w, err_w, status_w, done_w = streams
         try:  # fds 0-2 are /dev/null already (see _worker.main)
-            close_all_except({req_r, out_w, err_w, status_w, done_w})
+            close_all_except({*streams, *(fd for fd, _ in limit_fds)})
             open_stdin()  # before seccomp, which refuses memfd_create to the code
             if self.jail:
                 if not self.setns_works:
                     wait_for_parent(parent)  # see _fork_in_new_pid_namespace
-                _jail.enter_run(self.uid, *profile, self.carry)
+                _jail.enter_run(self.uid, *profile, self.carry, self.hidden)
                 os.chdir(WORKDIR)
                 _jail.drop_privileges(self.uid, self.seccomp)
             else:
@@ -135,9 +144,37 @@ class ChildMaker:
             os._exit(70)
         quota_dir = SCRATCH if self.jail else None
         if self.session:
-            serve_cells(req_r, out_w, err_w, status_w, done_w, process_base, quota_dir)
+            serve_cells(req_r, out_w, err_w, status_w, done_w, process_base, quota_dir, limit_fds)
             os._exit(0)
-        run_once(req_r, status_w, address_space_base, process_base, profile, quota_dir)
+        run_once(req_r, status_w, address_space_base, process_base, profile, quota_dir, limit_fds)
+
+
+@dataclass(slots=True)
+class Prepared:
+    """The worker's handle of one child: its pipes, its pidfd, its cgroup."""
+
+    pid: int
+    token: int  # the zygote's name for this child (a pid can be reused; the token cannot)
+    pidfd: int
+    req_w: int
+    out_r: int
+    err_r: int
+    status_r: int
+    done_r: int = -1  # session children only: one fixed-size record per finished cell
+    ready: bool = False
+    workdir: str | None = None  # unjailed children only: a host directory removed after the run
+    cgroup: Cgroup | None = None  # its accounting unit (cgroup mode)
+    cpu_mark: float = 0.0  # session: the cgroup's CPU seconds when the last cell ended
+    counted: RunUsage | None = None  # session: the cgroup's counters when the last cell ended
+
+    def close(self) -> None:
+        for fd in (self.req_w, self.out_r, self.err_r, self.status_r, self.done_r, self.pidfd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if self.workdir is not None:
+            import shutil
+
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 class Zygote:
@@ -178,17 +215,19 @@ class Zygote:
             raise RuntimeError(f"zygote: {reply['error']}")
         return reply
 
-    def spawn(self, meta: dict[str, Any], fds: list[int]) -> int:
-        """A new child (see :meth:`ChildMaker.fork`); its pid."""
-        return int(self._call({"op": "spawn", **meta}, fds)["pid"])
+    def spawn(self, meta: dict[str, Any], fds: list[int]) -> tuple[int, int]:
+        """A new child (see :meth:`ChildMaker.fork`): its pid, and the token that names it."""
+        reply = self._call({"op": "spawn", **meta}, fds)
+        return int(reply["pid"]), int(reply["token"])
 
-    def reap(self, pid: int) -> tuple[int, float]:
-        """Wait for child ``pid`` (kill it first unless it exited): (wait status, CPU seconds).
+    def reap(self, token: int) -> tuple[int, float]:
+        """Wait for the child named ``token`` to exit: (wait status, CPU seconds of its own and
+        its reaped children's).
 
         Only needed for the status: a child that ended (or was killed) is reaped by the zygote
         itself before its next fork otherwise.
         """
-        reply = self._call({"op": "reap", "pid": pid})
+        reply = self._call({"op": "reap", "token": token})
         return int(reply["status"]), float(reply["cpu_s"])
 
     def close(self) -> None:
@@ -199,17 +238,62 @@ class Zygote:
             os.waitpid(self.pid, 0)
 
 
+class _Children:
+    """The zygote's children by token: live ones (token -> pid, and back) and the statuses of
+    those reaped before the worker asked (by token: a pid may be reused the moment its process
+    is reaped, the token never is)."""
+
+    def __init__(self) -> None:
+        self.tokens = itertools.count(1)
+        self.live: dict[int, int] = {}  # pid -> token
+        self.pids: dict[int, int] = {}  # token -> pid
+        self.exited: dict[int, tuple[int, float]] = {}  # token -> (wait status, CPU s)
+
+    def born(self, pid: int) -> int:
+        token = next(self.tokens)
+        self.live[pid], self.pids[token] = token, pid
+        return token
+
+    def reap_exited(self, keep: int = 64) -> None:
+        """Collect every child that has exited (without blocking), remembering the last ``keep``
+        statuses of known children; an orphan re-parented to us is just reaped."""
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            token = self.live.pop(pid, None)
+            if token is None:
+                continue
+            del self.pids[token]
+            self.exited[token] = (status, usage.ru_utime + usage.ru_stime)
+            if len(self.exited) > keep:
+                del self.exited[next(iter(self.exited))]
+
+    def reap(self, token: int) -> tuple[int, float]:
+        if token in self.exited:
+            return self.exited.pop(token)
+        pid = self.pids.pop(token, None)
+        if pid is None:
+            raise LookupError(f"no child {token} (reaped long ago, or never born)")
+        del self.live[pid]
+        _, status, usage = os.wait4(pid, 0)  # unreaped, so the pid is still this child's
+        return status, usage.ru_utime + usage.ru_stime
+
+
 def _serve(sock: socket.socket, maker: ChildMaker) -> None:
     """The zygote's loop: one request, one reply, until the worker closes the socket.
 
     Children the worker has answered for without needing their exit status (the usual run,
     answered on its end record) are reaped here before each new fork, sparing the worker a
-    round trip per run; their statuses are kept a while in case it asks after all.
+    round trip per run; their statuses are kept a while, by token, in case it asks after all.
     """
-    exited: dict[int, tuple[int, float]] = {}
+    children = _Children()
     while True:
         try:
-            data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 8)
+            data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 16)
         except OSError:
             return
         if not data:
@@ -217,15 +301,11 @@ def _serve(sock: socket.socket, maker: ChildMaker) -> None:
         message = json.loads(data)
         try:
             if message["op"] == "spawn":
-                _reap_exited(exited)
-                reply: dict[str, Any] = {"pid": maker.fork(message, fds)}
+                children.reap_exited()
+                pid = maker.fork(message, fds)
+                reply: dict[str, Any] = {"pid": pid, "token": children.born(pid)}
             else:
-                pid = message["pid"]
-                if pid in exited:
-                    status, cpu_s = exited.pop(pid)
-                else:
-                    _, status, usage = os.wait4(pid, 0)
-                    cpu_s = usage.ru_utime + usage.ru_stime
+                status, cpu_s = children.reap(int(message["token"]))
                 reply = {"status": status, "cpu_s": cpu_s}
         except Exception as exc:
             reply = {"error": f"{type(exc).__name__}: {exc}"}
@@ -233,17 +313,3 @@ def _serve(sock: socket.socket, maker: ChildMaker) -> None:
             for fd in fds:
                 os.close(fd)
         sock.send(json.dumps(reply).encode())
-
-
-def _reap_exited(exited: dict[int, tuple[int, float]], keep: int = 64) -> None:
-    """Collect every child that has exited (without blocking), remembering the last ``keep``."""
-    while True:
-        try:
-            pid, status, usage = os.wait4(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        exited[pid] = (status, usage.ru_utime + usage.ru_stime)
-        if len(exited) > keep:
-            del exited[next(iter(exited))]

@@ -22,11 +22,13 @@ import sys
 import threading
 from dataclasses import asdict
 
+from sandbox._accounting import resolve_accounting
 from sandbox._limits import scratch_profile
 from sandbox._root import Grants, root_policy
+from sandbox._uids import lease_uids
 from sandbox._workerproc import WorkerLost, WorkerProcess
 from sandbox.backends.base import BackendUnavailable, refuse_unsupported
-from sandbox.backends.pool import configured_preload, pool_unsupported
+from sandbox.backends.pool import configured_preload, pool_unsupported, result_from
 from sandbox.types import ExecResult, Limits, Status
 
 __all__ = ["RESTART_NOTE", "Session"]
@@ -34,17 +36,17 @@ __all__ = ["RESTART_NOTE", "Session"]
 _log = logging.getLogger(__name__)
 RESTART_NOTE = "[sandbox: the previous cell ended the session; earlier variables are gone]\n"
 _GRACE_S = 10.0
-_UID_BASE = 62000
-_uids = itertools.count()
 _spares: dict[tuple, queue.Queue[WorkerProcess]] = {}
 _spares_lock = threading.Lock()
 
 
-def _config(jail: bool, preload: tuple[str, ...], policy: dict, profile: tuple[int, int], seccomp: bool) -> dict:
+def _config(
+    jail: bool, preload: tuple[str, ...], policy: dict, profile: tuple[int, int], seccomp: bool, accounting: str
+) -> dict:
     return {
         "mode": "session",
         "jail": jail,
-        "uid": _UID_BASE + next(_uids) % 1000,  # one uid per session: its own process budget
+        "accounting": accounting,
         "preload": list(preload),
         "policy": policy,
         "profile": list(profile),
@@ -58,6 +60,9 @@ class Session:
     ``jail`` None or True: namespaces (:class:`BackendUnavailable` when the kernel refuses them);
     ``jail=False``: the unisolated mode, an explicit opt-in (logged). ``session_cpu_s`` caps the
     CPU time of the whole session. ``read_only_paths``/``writable_paths`` are checked here.
+    ``accounting``: as for the pool (one cgroup per session: memory and processes for the
+    whole session, CPU per cell; ``process`` is the explicit per-process mode). Every session
+    runs as a uid of its own, leased for it alone.
     """
 
     def __init__(
@@ -73,8 +78,10 @@ class Session:
         session_cpu_s: float = 600.0,
         warm_spare: bool = True,
         start_timeout_s: float = 60.0,
+        accounting: str | None = None,
     ) -> None:
         self.limits = limits or Limits()
+        self.accounting = resolve_accounting(accounting)
         if jail is not False:
             refuse_unsupported("session", pool_unsupported(self.limits))
         self.session_cpu_s = session_cpu_s
@@ -97,11 +104,16 @@ class Session:
 
     # -- worker lifecycle ---------------------------------------------------------------
     def _key(self, jail: bool) -> tuple:
-        return (self._python, jail, self._preload, self._profile, self.grants, self._seccomp)
+        return (self._python, jail, self._preload, self._profile, self.grants, self._seccomp, self.accounting)
 
     def _spawn(self, jail: bool) -> WorkerProcess:
-        config = _config(jail, self._preload, self._policy, self._profile, self._seccomp)
-        return WorkerProcess(self._python, config, self._start_timeout_s)
+        config = _config(jail, self._preload, self._policy, self._profile, self._seccomp, self.accounting)
+        lease = lease_uids(1)
+        try:
+            return WorkerProcess(self._python, {**config, "uid": lease.uids[0]}, self._start_timeout_s, lease)
+        except BaseException:
+            lease.release()
+            raise
 
     def _start(self) -> WorkerProcess:
         if self.jail is False:
@@ -164,18 +176,7 @@ class Session:
                 return ExecResult(
                     "", RESTART_NOTE + f"sandbox session worker lost: {exc}\n", None, Status.ERROR, limits.wall_s, 0.0
                 )
-        stderr = response["stderr"]
-        if response.get("session_restarted"):
-            stderr = RESTART_NOTE + stderr
-        return ExecResult(
-            stdout=response["stdout"],
-            stderr=stderr,
-            exit_code=response["exit_code"],
-            status=Status(response["status"]),
-            wall_s=response["wall_s"],
-            cpu_s=response["cpu_s"],
-            truncated=response["truncated"],
-        )
+        return result_from(response, RESTART_NOTE if response.get("session_restarted") else "")
 
     async def arun(self, code: str, stdin: str | None = None, limits: Limits | None = None) -> ExecResult:
         """Async :meth:`run`."""

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-__all__ = ["NSJAIL_SEED_PRESET", "PRESETS", "ExecResult", "Limits", "Status", "UnsupportedLimits"]
+__all__ = ["LIMIT_NAMES", "NSJAIL_SEED_PRESET", "PRESETS", "ExecResult", "Limits", "Status", "UnsupportedLimits"]
 
 
 class Status(StrEnum):
-    """How a run ended. ``violation`` means the sandbox refused something the code tried."""
+    """How a run ended. ``violation`` means the sandbox refused something the code tried.
+    :attr:`ExecResult.limit_hit` says which limit, when a limit ended or shaped the run."""
 
     OK = "ok"
     ERROR = "error"
@@ -28,6 +29,11 @@ class UnsupportedLimits(ValueError):
 class Limits:
     """Resource limits for one run. Defaults suit a single `<code>` tool call.
 
+    ``memory_mb``, ``cpu_s`` and ``max_processes`` hold for the whole run, every process and
+    thread of it together (a cgroup per run; see the promises page for the accounting model):
+    memory includes the kernel memory the run makes the kernel hold and the files it writes to
+    its scratch space; processes count threads. A backend without cgroups refuses these unless
+    its per-process mode was chosen explicitly (``accounting="process"``).
     ``disk_mb`` and ``max_files`` are the quotas of the run's scratch space (``/tmp``, its
     workdir and ``/dev/shm``: one tmpfs): bytes, and files plus directories. Using one up, or
     writing a file past ``max_file_mb``, ends as ``output_limit`` with a note on stderr.
@@ -68,9 +74,21 @@ NSJAIL_SEED_PRESET = Limits(cpu_s=5.0, wall_s=7.0, memory_mb=5000, max_output_ch
 PRESETS: dict[str, Limits] = {"default": Limits(), "nsjail_seed": NSJAIL_SEED_PRESET}
 
 
+#: Values of :attr:`ExecResult.limit_hit`.
+LIMIT_NAMES = ("timeout", "memory_limit", "process_limit", "output_limit")
+
+
 @dataclass(frozen=True, slots=True)
 class ExecResult:
-    """Outcome of one run. ``truncated`` is true when stdout or stderr was cut."""
+    """Outcome of one run. ``truncated`` is true when stdout or stderr was cut.
+
+    ``limit_hit`` names the limit that ended or shaped the run, None when none did:
+    ``timeout`` (``cpu_s`` of all its processes together, or ``wall_s``), ``memory_limit``
+    (``memory_mb``: the kernel killed one of its processes, or Python raised ``MemoryError``),
+    ``process_limit`` (``max_processes``: a fork or thread was refused), ``output_limit``
+    (output, file size, disk or file-count quota). ``cpu_s`` is the CPU time of every process of
+    the run, as the kernel counted it.
+    """
 
     stdout: str
     stderr: str
@@ -79,6 +97,7 @@ class ExecResult:
     wall_s: float
     cpu_s: float
     truncated: bool = False
+    limit_hit: str | None = None
 
     @property
     def ok(self) -> bool:

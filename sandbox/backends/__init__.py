@@ -59,7 +59,8 @@ def get_backend(name: str = "auto", **options: Any) -> Backend:
     if name == "auto":
         reasons = []
         # Pool options (size, preload) are the pool's; what the root holds is every backend's.
-        shared = {key: options[key] for key in ("python", "read_only_paths", "writable_paths") if key in options}
+        shared = {key: options[key] for key in ("python", "read_only_paths", "writable_paths", "accounting")
+                  if key in options}  # fmt: skip
         for candidate in AUTO_ORDER:
             try:
                 backend = get_backend(candidate, **(options if candidate == "pool" else shared))

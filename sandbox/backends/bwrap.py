@@ -12,7 +12,6 @@ Install with ``apt-get install bubblewrap``.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import os
 import shutil
@@ -20,15 +19,12 @@ import shutil
 from sandbox._jail import compile_seccomp
 from sandbox._lockdown import SCRATCH, SHM_DIR
 from sandbox._root import Grants, RootPolicy, root_policy
+from sandbox._uids import UidPool
 from sandbox.backends.base import BackendUnavailable
 from sandbox.backends.subprocess_backend import HARNESS, JAIL_HARNESS_DIR, LOCKDOWN, SubprocessBackend
 from sandbox.types import Limits
 
 __all__ = ["BwrapBackend", "bwrap_root_args", "dev_links"]
-
-_UID_BASE = 63000
-_uids = itertools.count()
-
 
 def dev_links() -> dict[str, str]:
     """The links every jail's ``/dev`` holds besides its four device nodes."""
@@ -60,6 +56,8 @@ def bwrap_root_args(policy: RootPolicy) -> list[str]:
         args += ["--ro-bind", path, path]
     for path in policy.writable:
         args += ["--bind", path, path]
+    for path in policy.hidden:  # the project's own packages: an empty, read-only directory
+        args += ["--tmpfs", path, "--remount-ro", path]
     for name in policy.devices:
         args += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
     for name, target in dev_links().items():
@@ -82,20 +80,23 @@ class BwrapBackend(SubprocessBackend):
         seccomp: bool = True,
         read_only_paths: tuple[str, ...] | list[str] = (),
         writable_paths: tuple[str, ...] | list[str] = (),
+        accounting: str | None = None,
     ) -> None:
-        super().__init__(python, quiet=True)
         self.bwrap = bwrap or shutil.which("bwrap")
         if self.bwrap is None:
             raise BackendUnavailable("bubblewrap is not installed (apt-get install bubblewrap)")
+        self._seccomp: dict[bool, int] = {}
+        super().__init__(python, quiet=True, accounting=accounting)
         self.as_root = os.geteuid() == 0
+        self._uid_pool = UidPool(eager=True) if self.as_root else None
         self.grants = Grants(tuple(read_only_paths), tuple(writable_paths))
         try:
             self.root = root_policy(self.python, self.grants)
         except OSError as exc:
+            self.close()
             raise BackendUnavailable(str(exc)) from exc
         self._root_args = {False: bwrap_root_args(self.root), True: bwrap_root_args(self.root.with_network_files())}
         # One sealed in-memory BPF program per network setting, handed to every run's harness.
-        self._seccomp: dict[bool, int] = {}
         for network in (False, True):
             compiled = compile_seccomp(allow_network=network) if seccomp else None
             if compiled is not None:
@@ -110,6 +111,7 @@ class BwrapBackend(SubprocessBackend):
             "seccomp filter" if self._seccomp else "no seccomp",
             "unprivileged uid" if self.as_root else "no capabilities",
             "rlimits",
+            self._accounting_layer(),
             "wall-clock kill",
         )
         probe = self.run("print('ok')", limits=Limits(wall_s=30, cpu_s=10))
@@ -117,17 +119,14 @@ class BwrapBackend(SubprocessBackend):
             self.close()
             raise BackendUnavailable(f"bwrap cannot start a jail here: {probe.stderr.strip()[-300:]}")
 
-    def uids(self) -> list[int]:
-        """The uids runs execute as: a rotating range as root (none to tell apart otherwise)."""
-        return list(range(_UID_BASE, _UID_BASE + 1000)) if self.as_root else []
-
     def _host_workdir(self) -> contextlib.AbstractContextManager[str | None]:
         return contextlib.nullcontext(None)
 
-    def _argv(self, config: dict, limits: Limits) -> list[str]:
-        uid = _UID_BASE + next(_uids) % 1000 if self.as_root else os.getuid()
+    def _argv(self, config: dict, limits: Limits, uid: int | None = None) -> list[str]:
+        uid = uid if uid is not None else os.getuid()
         scratch = {"disk_mb": limits.disk_mb, "max_files": limits.max_files, "uid": uid,
-                   "carry": [list(entry) for entry in self.root.below_scratch()]}  # fmt: skip
+                   "carry": [list(entry) for entry in self.root.below_scratch()],
+                   "hide": list(self.root.hidden)}  # fmt: skip
         config = {**config, "scratch": scratch}
         argv = [self.bwrap, *self._root_args[limits.network]]
         argv += [
@@ -172,3 +171,4 @@ class BwrapBackend(SubprocessBackend):
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._seccomp = {}
+        super().close()

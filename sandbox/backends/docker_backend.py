@@ -42,7 +42,8 @@ _BOOT = (
     + "os.set_blocking(_r, False)\n"
     "try:\n    _tag = os.read(_r, 1)\nexcept BlockingIOError:\n    _tag = b''\n"
     f"_quota = {{tag: code for code, tag in {_QUOTA_EXITS!r}.items()}}\n"
-    f"os._exit({_DENIED_EXIT} if _tag == STATUS_DENIED else {_MEMORY_EXIT} if _tag == STATUS_MEMORY "
+    f"os._exit({_DENIED_EXIT} if _tag in (STATUS_DENIED, STATUS_PROCESS_LIMIT)"
+    f" else {_MEMORY_EXIT} if _tag == STATUS_MEMORY "
     "else _quota.get(_tag, _rc))\n"
 )
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import itertools
 import json
 import logging
 import math
@@ -24,10 +23,11 @@ import os
 import shutil
 from pathlib import Path
 
-from sandbox._jail import _CLONE_NEW_FLAGS, _DENIED_SYSCALLS, _REFUSED_SYSCALLS
+from sandbox._jail import _CLONE_NEW_FLAGS, _DENIED_SYSCALLS, _REFUSED_SYSCALLS, _UNCONNECTED_SOCKET_TYPES
 from sandbox._limits import clean_environment
 from sandbox._lockdown import SCRATCH, scratch_options
 from sandbox._root import Grants, RootPolicy, root_policy
+from sandbox._uids import UidPool
 from sandbox.backends.base import BackendUnavailable
 from sandbox.backends.bwrap import dev_links
 from sandbox.backends.subprocess_backend import HARNESS, JAIL_HARNESS_DIR, LOCKDOWN, SubprocessBackend
@@ -36,8 +36,6 @@ from sandbox.types import NSJAIL_SEED_PRESET, ExecResult, Limits
 __all__ = ["NsjailBackend", "find_nsjail", "kafel_policy", "nsjail_argv"]
 
 _log = logging.getLogger(__name__)
-_UID_BASE = 64000
-_uids = itertools.count()
 # kafel's names where they differ from the kernel's.
 _KAFEL_NAMES = {"umount2": "umount"}
 
@@ -52,7 +50,9 @@ def kafel_policy(allow_network: bool) -> str:
     # clone3 hides its flags from seccomp: ENOSYS makes libc fall back to clone. A Unix socket
     # fails with EACCES (host IPC; see sandbox._jail), socketpair keeps working.
     refused = ", ".join(name for name in _REFUSED_SYSCALLS if name != "memfd_secret")  # (unknown to kafel)
-    errors = f"ERRNO(38) {{ clone3 }}, ERRNO(13) {{ socket(domain) {{ domain == 1 }} }}, ERRNO(1) {{ {refused} }}"
+    unconnected = " || ".join(f"(type & 0xf) == {int(kind)}" for kind in _UNCONNECTED_SOCKET_TYPES)
+    errors = (f"ERRNO(38) {{ clone3 }}, ERRNO(13) {{ socket(domain) {{ domain == 1 }}, "
+              f"socketpair(domain, type) {{ {unconnected} }} }}, ERRNO(1) {{ {refused} }}")
     return f"POLICY coa {{ KILL {{ {', '.join(rules)} }}, {errors} }} USE coa DEFAULT ALLOW"
 
 
@@ -88,6 +88,8 @@ def nsjail_argv(
         "--seccomp_string", kafel_policy(limits.network),
         "--pass_fd", "3", "--pass_fd", "4",
     ]  # fmt: skip
+    for fd in harness_config.get("cgroup_fds", ()):  # the run's cgroup, joined first by the harness
+        argv += ["--pass_fd", str(fd)]
     for path, target in root.symlinks:
         argv += ["--symlink", f"{target}:{path}"]
     for path in root.read_only:
@@ -104,6 +106,8 @@ def nsjail_argv(
     argv += ["--mount", f"none:{SCRATCH}:tmpfs:{options}"]
     for path, writable in root.below_scratch():  # a venv or a grant below /tmp, over the fresh tmpfs
         argv += ["--bindmount" if writable else "--bindmount_ro", f"{path}:{path}"]
+    for path in root.hidden:  # the project's own packages: an empty directory, no inode to spare
+        argv += ["--mount", f"none:{path}:tmpfs:size=4096,nr_inodes=1,mode=0555"]
     argv += ["--bindmount_ro", f"{HARNESS}:{JAIL_HARNESS_DIR}/_harness.py"]
     argv += ["--bindmount_ro", f"{LOCKDOWN}:{JAIL_HARNESS_DIR}/_lockdown.py"]
     if as_root:
@@ -142,8 +146,8 @@ class NsjailBackend(SubprocessBackend):
         nsjail: str | None = None,
         read_only_paths: tuple[str, ...] | list[str] = (),
         writable_paths: tuple[str, ...] | list[str] = (),
+        accounting: str | None = None,
     ) -> None:
-        super().__init__(python, quiet=True)
         found = nsjail or find_nsjail()
         if found is None:
             raise BackendUnavailable(
@@ -151,7 +155,9 @@ class NsjailBackend(SubprocessBackend):
                 "(prebuilt binary) or build it from https://github.com/google/nsjail and put it on PATH"
             )
         self.nsjail = found
+        super().__init__(python, quiet=True, accounting=accounting)
         self.as_root = os.geteuid() == 0
+        self._uid_pool = UidPool(eager=True) if self.as_root else None
         if not self.as_root and self.python.startswith("/root/"):
             self.python = "/usr/bin/python3"  # a user namespace cannot see through /root (mode 0700)
             _log.warning("nsjail backend: using /usr/bin/python3 (the interpreter under /root is unreadable)")
@@ -159,6 +165,7 @@ class NsjailBackend(SubprocessBackend):
         try:
             self.root = root_policy(self.python, self.grants)
         except OSError as exc:
+            self.close()
             raise BackendUnavailable(str(exc)) from exc
         self.isolation = (
             "nsjail pid/net/mount/ipc/uts namespaces",
@@ -168,25 +175,23 @@ class NsjailBackend(SubprocessBackend):
             "kafel seccomp policy",
             "unprivileged uid" if self.as_root else "user namespace",
             "rlimits",
+            self._accounting_layer(),
             "wall-clock kill",
         )
         probe = self.run("print('ok')", limits=Limits(wall_s=30, cpu_s=10))
         if probe.stdout != "ok\n":
+            self.close()
             raise BackendUnavailable(f"nsjail cannot start a jail here: {probe.stderr.strip()[-300:]}")
 
     def run(self, code: str, *, stdin: str | None = None, limits: Limits | None = None) -> ExecResult:
         """Like every backend, but with no limits given the seed's preset applies."""
         return super().run(code, stdin=stdin, limits=limits or NSJAIL_SEED_PRESET)
 
-    def uids(self) -> list[int]:
-        """The uids runs execute as: a rotating range as root (none to tell apart otherwise)."""
-        return list(range(_UID_BASE, _UID_BASE + 1000)) if self.as_root else []
-
     def _host_workdir(self) -> contextlib.AbstractContextManager[str | None]:
         return contextlib.nullcontext(None)
 
-    def _argv(self, config: dict, limits: Limits) -> list[str]:
-        uid = _UID_BASE + next(_uids) % 1000  # concurrent runs do not share a process budget
+    def _argv(self, config: dict, limits: Limits, uid: int | None = None) -> list[str]:
+        uid = uid if uid is not None else 65534  # as root: one per concurrent run (see uids())
         return nsjail_argv(self.nsjail, self.python, limits, self.root, config, uid, as_root=self.as_root)
 
     def _environment(self, workdir: str | None) -> dict[str, str]:

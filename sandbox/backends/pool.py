@@ -19,13 +19,15 @@ import threading
 from dataclasses import asdict
 from typing import Any
 
+from sandbox._accounting import resolve_accounting
 from sandbox._limits import scratch_profile
 from sandbox._root import Grants, root_policy
+from sandbox._uids import lease_uids
 from sandbox._workerproc import WorkerLost, WorkerProcess
 from sandbox.backends.base import BackendUnavailable, refuse_unsupported
 from sandbox.types import ExecResult, Limits, Status
 
-__all__ = ["DEFAULT_PRELOAD", "PoolBackend", "configured_preload", "configured_size", "pool_unsupported"]
+__all__ = ["DEFAULT_PRELOAD", "PoolBackend", "configured_preload", "configured_size", "pool_unsupported", "result_from"]
 
 _log = logging.getLogger(__name__)
 #: Imported once per worker. numpy is the expensive one; the rest keep common solutions from
@@ -65,6 +67,20 @@ def pool_unsupported(limits: Limits) -> list[str]:
     return []
 
 
+def result_from(response: dict[str, Any], stderr_prefix: str = "") -> ExecResult:
+    """The :class:`ExecResult` a worker's answer describes (pool runs and session cells)."""
+    return ExecResult(
+        stdout=response["stdout"],
+        stderr=stderr_prefix + response["stderr"],
+        exit_code=response["exit_code"],
+        status=Status(response["status"]),
+        wall_s=response["wall_s"],
+        cpu_s=response["cpu_s"],
+        truncated=response["truncated"],
+        limit_hit=response.get("limit_hit"),
+    )
+
+
 def configured_preload() -> tuple[str, ...]:
     """Modules to preload: ``COA_SANDBOX_PRELOAD`` if set, else :data:`DEFAULT_PRELOAD`.
 
@@ -93,11 +109,15 @@ class PoolBackend:
     """Warm fork-per-run workers in namespaces (see the module docstring).
 
     ``size`` workers (default ``COA_SANDBOX_POOL_SIZE`` or ``2 × cpu_count``) run as
-    root-owned processes; each run's child becomes ``uid_base + slot`` so concurrent runs
-    cannot touch each other. ``preload`` defaults to :func:`configured_preload`. Runs see the
-    allowlist root (:mod:`sandbox._root`) plus ``read_only_paths`` and ``writable_paths``
-    (checked here: a path that does not exist or may not be granted is a ``ValueError``; a
-    writable one must be writable by the run uids).
+    root-owned processes; each run's child becomes its slot's uid, leased for this pool alone
+    (no other pool, session or backend on the host uses it meanwhile; ``uid_base`` pins them to
+    ``uid_base + slot`` instead), so concurrent runs cannot touch each other or use up each
+    other's process budget. ``accounting``: ``cgroup`` (default, or ``COA_SANDBOX_ACCOUNTING``):
+    one cgroup per run; ``process``: per-process limits, the explicit choice where no cgroup can
+    be made (see :mod:`sandbox._accounting`). ``preload`` defaults to :func:`configured_preload`.
+    Runs see the allowlist root (:mod:`sandbox._root`) plus ``read_only_paths`` and
+    ``writable_paths`` (checked here: a path that does not exist or may not be granted is a
+    ``ValueError``; a writable one must be writable by the run uids).
     """
 
     name = "pool"
@@ -108,15 +128,17 @@ class PoolBackend:
         *,
         preload: tuple[str, ...] | list[str] | None = None,
         python: str | None = None,
-        uid_base: int = 61000,
+        uid_base: int | None = None,
         read_only_paths: tuple[str, ...] | list[str] = (),
         writable_paths: tuple[str, ...] | list[str] = (),
         seccomp: bool = True,
         start_timeout_s: float = 60.0,
+        accounting: str | None = None,
     ) -> None:
         if not sys.platform.startswith("linux"):
             raise BackendUnavailable("the pool backend needs Linux namespaces")
         self.size = size or configured_size()
+        self.accounting = resolve_accounting(accounting)
         preload = configured_preload() if preload is None else tuple(preload)
         self.preload = preload
         self.python = python or sys.executable
@@ -126,9 +148,12 @@ class PoolBackend:
             self.root = root_policy(self.python, self.grants)
         except OSError as exc:
             raise BackendUnavailable(str(exc)) from exc
+        self._uid_lease = None if uid_base is not None else lease_uids(self.size)
+        uids = [uid_base + slot for slot in range(self.size)] if uid_base is not None else self._uid_lease.uids
         self._configs = [
             {
-                "uid": uid_base + slot,
+                "uid": uids[slot],
+                "accounting": self.accounting,
                 "preload": list(preload),
                 "policy": asdict(self.root),
                 "profile": list(scratch_profile(Limits())),
@@ -198,7 +223,7 @@ class PoolBackend:
         if self._closed:
             return
         try:
-            self._start(worker.config)
+            self._start(self._configs[slot])
         except BackendUnavailable as exc:
             _log.error("sandbox pool: could not replace worker %d: %s", slot, exc)
 
@@ -221,15 +246,7 @@ class PoolBackend:
                 self._replace(worker)
                 continue
             self._idle.put(worker)
-            return ExecResult(
-                stdout=response["stdout"],
-                stderr=response["stderr"],
-                exit_code=response["exit_code"],
-                status=Status(response["status"]),
-                wall_s=response["wall_s"],
-                cpu_s=response["cpu_s"],
-                truncated=response["truncated"],
-            )
+            return result_from(response)
         return ExecResult(
             "", f"sandbox: this run broke two workers ({lost})", None, Status.VIOLATION, limits.wall_s, 0.0
         )
@@ -242,3 +259,6 @@ class PoolBackend:
             workers, self._workers = list(self._workers.values()), {}
         for worker in workers:
             worker.stop()
+        lease, self._uid_lease = getattr(self, "_uid_lease", None), None
+        if lease is not None:
+            lease.release()

@@ -90,10 +90,10 @@ def test_a_session_never_falls_back_to_the_unisolated_mode_on_its_own(monkeypatc
 
     real = session_module.WorkerProcess
 
-    def no_namespaces(python, config, timeout):
+    def no_namespaces(python, config, timeout, *lease):
         if config["jail"]:
             raise BackendUnavailable("sandbox worker cannot jail runs: unshare: Operation not permitted")
-        return real(python, config, timeout)
+        return real(python, config, timeout, *lease)
 
     monkeypatch.setattr(session_module, "WorkerProcess", no_namespaces)
     with pytest.raises(BackendUnavailable, match="jail=False"):

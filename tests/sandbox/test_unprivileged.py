@@ -40,7 +40,12 @@ listener.setblocking(False)
 # pool must budget runs on top of them or every thread a run starts would be refused.
 import subprocess
 sleepers = [subprocess.Popen(["sleep", "120"]) for _ in range(24)]
-backend = sandbox.get_backend("pool", size=1, preload=())
+try:  # no cgroup for this uid: per-run limits cannot be had, and the pool says so
+    sandbox.get_backend("pool", size=1, preload=()).close()
+    refused = ""
+except sandbox.BackendUnavailable as exc:
+    refused = str(exc)
+backend = sandbox.get_backend("pool", size=1, preload=(), accounting="process")  # the explicit opt-in
 quick = Limits(cpu_s=2, wall_s=3, max_processes=16, memory_mb=256, max_files=100)
 attacks = {
     "hello": "import os\nprint(input(), os.getcwd())",
@@ -59,7 +64,7 @@ attacks = {
     "thread": "import threading\nt = threading.Thread(target=print, args=('thread ok',))\nt.start()\nt.join()",
     "after": "print(6 * 7)",
 }
-report = {"isolation": list(backend.isolation)}
+report = {"isolation": list(backend.isolation), "refused_without_opt_in": refused}
 for name, code in attacks.items():
     result = backend.run(code, stdin="hi", limits=quick)
     report[name] = [str(result.status), result.stdout]
@@ -67,7 +72,7 @@ backend.close()
 thread = attacks["thread"]
 r = sandbox.get_backend("subprocess").run(thread, limits=quick)
 report["subprocess_thread"] = [str(r.status), r.stdout]
-with sandbox.Session(quick, jail=False, preload=()) as session:
+with sandbox.Session(quick, jail=False, preload=(), accounting="process") as session:
     r = session.run(thread)
     report["unjailed_session_thread"] = [str(r.status), r.stdout]
 for sleeper in sleepers:
@@ -182,3 +187,11 @@ def test_unprivileged_runs_leave_the_host_untouched(report):
     assert report["_files"] == [False, False]
     assert report["_scratch_dirs"] == []  # the unjailed session's host directories are gone
     assert report["_secret"] not in report["environ"][1] and "COA_TEST_SECRET" not in report["environ"][1]
+
+
+def test_without_a_cgroup_the_per_process_mode_takes_an_explicit_opt_in(report):
+    refused = report["refused_without_opt_in"]
+    if not refused:
+        pytest.skip(f"uid {NOBODY} can make cgroups here: nothing to refuse")
+    assert "accounting='process'" in refused and "COA_SANDBOX_ACCOUNTING=process" in refused
+    assert any("per-process limits" in layer for layer in report["isolation"])

@@ -1,0 +1,145 @@
+"""A session worker's cells: one jailed child kept between cells, and what holds it in check.
+
+A cell shares its process with the harness, so nothing the child writes is trusted: the
+"cell finished" record is fixed-size and must carry the nonce of the cell's request (a cell
+cannot know a later cell's), so a forged one can neither grow the worker nor stand for another
+cell. The cell's CPU budget is watched from here (the session's cgroup, all of its processes
+and threads together), whatever signals the code ignores. Between cells the session's cgroup is
+frozen: processes and threads a cell left running keep their state but use no CPU until the next
+cell, whose budget they then share. In the per-process mode (no cgroup) the CPU watch is the
+session process's own and leftover processes are killed after each cell (threads run on).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from sandbox._cgroup import RunUsage
+from sandbox._child import CELL_DONE
+from sandbox._collect import CpuWatch, timed_outcome
+from sandbox._wire import FrameError, read_exact, read_frame, write_frame
+from sandbox.types import Limits
+
+if TYPE_CHECKING:
+    from sandbox._worker import Worker
+    from sandbox._zygote import Prepared
+
+__all__ = ["serve_session"]
+
+_DONE_GRACE_S = 1.0  # for the record after the cell's output is complete
+_MAX_FORGED_RECORDS = 64
+
+
+def _proc_cpu_s(pid: int) -> float:
+    """CPU seconds of ``pid`` (its threads and reaped children) from ``/proc`` (per-process mode)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _read_done(fd: int, nonce: bytes, deadline: float) -> tuple[int, float] | None:
+    """The cell's own record (exit code, CPU s): exactly one fixed-size record at a time, skipping
+    records with another nonce; None when the pipe holds anything else or nothing comes."""
+    for _ in range(_MAX_FORGED_RECORDS):
+        try:
+            marker, got, rc, cpu_s = CELL_DONE.unpack(read_exact(fd, CELL_DONE.size, deadline))
+        except (FrameError, OSError):
+            return None
+        if marker != b"C":
+            return None
+        if got == nonce and math.isfinite(cpu_s) and 0.0 <= cpu_s <= 1e6:
+            return rc & 0xFF, cpu_s
+    return None
+
+
+def _since(now: RunUsage, then: RunUsage) -> RunUsage:
+    return RunUsage(now.cpu_s - then.cpu_s, now.oom_kills - then.oom_kills,
+                    now.process_limit_hits - then.process_limit_hits, now.memory_peak)  # fmt: skip
+
+
+def _watch(child: Prepared) -> CpuWatch:
+    """The CPU the child's processes used since the last cell ended, as a budget check."""
+    if child.cgroup is not None:
+        cgroup, mark = child.cgroup, child.cpu_mark
+        return CpuWatch(lambda: cgroup.cpu_s() - mark, math.inf)
+    mark = _proc_cpu_s(child.pid)
+    return CpuWatch(lambda: _proc_cpu_s(child.pid) - mark, math.inf)
+
+
+def run_cell(worker: Worker, request: dict[str, Any]) -> dict[str, Any]:
+    """One cell of a session: state persists in ``worker.current`` until it dies."""
+    limits = Limits(**request["limits"])
+    restarted, worker.lost_state = worker.lost_state, False
+    child = worker.current = worker.current or worker.take_prepared()
+    cgroup = child.cgroup
+    if cgroup is not None:
+        if child.counted is None:  # the child's first cell: its set-up is not the cell's
+            child.counted = cgroup.usage()
+            child.cpu_mark = child.counted.cpu_s
+        cgroup.thaw()
+    nonce = os.urandom(16)
+    watch = _watch(child)
+    watch.budget = limits.cpu_s
+    started = time.monotonic()
+    with contextlib.suppress(BrokenPipeError):
+        write_frame(child.req_w, {**request, "nonce": nonce.hex(), "kill_leftovers": cgroup is None})
+    collected = worker.collect_from(child, child.done_r, started, limits, cpu_watch=watch)
+    done = None
+    if not (collected.wall_killed or collected.output_killed or collected.cpu_killed):
+        done = _read_done(child.done_r, nonce, min(started + limits.wall_s, time.monotonic()) + _DONE_GRACE_S)
+    usage = _since(cgroup.usage(), child.counted) if cgroup is not None and child.counted else None
+    if done is None:  # the cell killed the session (or we did): report how it died
+        wait_status, cpu_s = worker.discard(child)
+        worker.current, worker.lost_state = None, True
+        returncode = os.waitstatus_to_exitcode(wait_status)
+    else:
+        returncode, cpu_s = done
+        if cgroup is not None:
+            cgroup.freeze()  # what the cell left running waits for the next cell
+            child.counted = cgroup.usage()
+            child.cpu_mark = child.counted.cpu_s
+    response = timed_outcome(collected, returncode, cpu_s, limits, started, usage)
+    response["session_restarted"] = restarted
+    response["session_alive"] = worker.current is not None
+    return response
+
+
+def reset(worker: Worker) -> dict[str, Any]:
+    if worker.current is not None:
+        worker.discard(worker.current)
+        worker.current = None
+    worker.lost_state = False
+    return {"reset": True}
+
+
+def serve_session(worker: Worker, control_out: int) -> None:
+    """The session worker's loop: cells and resets until the session closes the pipe."""
+    while True:
+        if worker.prepared is None and worker.current is None:
+            worker.prepared = worker.prepare()  # between requests, off the caller's clock
+        try:
+            request = read_frame(worker.control_in)
+        except FrameError:
+            break
+        response = {"id": request.get("id")}
+        op = request.get("op")
+        try:
+            if op == "cell":
+                response.update(run_cell(worker, request))
+            elif op == "reset":
+                response.update(reset(worker))
+            else:
+                response["internal_error"] = f"operation {op!r} not served by a session worker"
+        except Exception as exc:
+            response["internal_error"] = f"{type(exc).__name__}: {exc}"
+        write_frame(control_out, response)
+    for child in (worker.prepared, worker.current):
+        if child is not None:
+            worker.discard(child)

@@ -1,0 +1,215 @@
+"""Per-run accounting, attacked on every jailing backend present (pool, bwrap, nsjail).
+
+A run is one accounting unit: its memory (kernel memory included), its processes and its CPU
+time are counted for all of its processes together, so forking does not multiply a limit, and
+the result says which limit was hit. Each attack here got through when the limits were
+per-process rlimits (``memory_mb`` as RLIMIT_AS, ``cpu_s`` as RLIMIT_CPU); after each one the
+backend must still answer correctly (within a 1 s wall limit, see :func:`_still_correct`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from sandbox import Limits, Status
+from tests.sandbox.jails import SPINNERS_REPORTING, cpu_the_spinners_had, leftover_processes
+
+MB = 2**20
+
+
+def _still_correct(jail) -> None:
+    """The next run after an attack answers correctly, and within a 1 s wall-clock limit."""
+    after = jail.run("print(6 * 7)", limits=Limits(wall_s=1, cpu_s=1))
+    assert (after.status, after.stdout) == (Status.OK, "42\n"), after
+
+
+# -- memory: one budget for every process of the run --------------------------------------------
+FORKED_MEMORY = r"""
+import os, time
+ready_r, ready_w = os.pipe()
+kids = []
+for _ in range(8):
+    pid = os.fork()
+    if pid == 0:
+        block = b"\1" * (100 * 2**20)  # written, so resident: 100 MB per child
+        os.write(ready_w, b"1")
+        time.sleep(3)
+        os._exit(0)
+    kids.append(pid)
+time.sleep(2)
+alive = 0
+for pid in kids:
+    if os.waitpid(pid, os.WNOHANG) == (0, 0):
+        alive += 1
+print(alive, flush=True)
+for pid in kids:
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+"""
+
+
+def test_forked_children_share_one_memory_budget(jail):
+    """8 children of 100 MB each under ``memory_mb=128``: at most one can hold its block."""
+    result = jail.run(FORKED_MEMORY, limits=Limits(memory_mb=128, cpu_s=10, wall_s=15))
+    assert result.status is Status.MEMORY, result
+    assert result.limit_hit == "memory_limit", result
+    if result.stdout.strip():
+        assert int(result.stdout) * 100 <= 128, result  # children holding 100 MB at the same time
+    _still_correct(jail)
+
+
+def test_one_process_over_its_memory_says_memory_limit(jail):
+    result = jail.run("blocks = []\nwhile True:\n    blocks.append(b'1' * 2**24)",
+                      limits=Limits(memory_mb=96, cpu_s=5, wall_s=10))
+    assert (result.status, result.limit_hit) == (Status.MEMORY, "memory_limit"), result
+    _still_correct(jail)
+
+
+# -- CPU: one budget for every process of the run ------------------------------------------------
+FORKED_CPU = r"""
+import os
+kids = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        while True:
+            pass
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+print("children done")
+"""
+
+
+def test_forked_children_share_one_cpu_budget(jail):
+    """Three spinning children under ``cpu_s=1`` used 3 CPU-s (each had its own RLIMIT_CPU)."""
+    result = jail.run(FORKED_CPU, limits=Limits(cpu_s=1, wall_s=60))
+    assert (result.status, result.limit_hit) == (Status.TIMEOUT, "timeout"), result
+    assert "children done" not in result.stdout
+    assert result.cpu_s <= 1.5, result  # the run's CPU time, all processes together
+    _still_correct(jail)
+
+
+def test_children_that_outlive_their_parents_work_share_its_cpu_budget(jail):
+    """Two spinners beside a sleeping parent; each says how much CPU it has had. Together they
+    may not pass the run's budget (before: 1 CPU-s each, and as long as the wall clock allowed)."""
+    result = jail.run(SPINNERS_REPORTING, limits=Limits(cpu_s=1, wall_s=40))
+    assert (result.status, result.limit_hit) == (Status.TIMEOUT, "timeout"), result
+    assert cpu_the_spinners_had(result.stdout) <= 1.5, result.stdout
+    assert result.cpu_s <= 1.5, result
+    assert leftover_processes(jail) == []
+    _still_correct(jail)
+
+
+@pytest.mark.parametrize("cpu_s", [0.3, 1.0])
+def test_reported_cpu_time_is_the_runs_and_a_plain_figure(jail, cpu_s):
+    result = jail.run("x = 0\nwhile True:\n    x += 1", limits=Limits(cpu_s=cpu_s, wall_s=10))
+    assert result.status is Status.TIMEOUT, result
+    assert math.isfinite(result.cpu_s) and 0.5 * cpu_s <= result.cpu_s <= cpu_s + 0.5, result
+
+
+# -- processes: one budget per run, and said so --------------------------------------------------
+FORK_UNTIL_REFUSED = r"""
+import os, time
+count = 1
+try:
+    while count < 64:
+        if os.fork() == 0:
+            time.sleep(5)
+            os._exit(0)
+        count += 1
+finally:
+    print(count, flush=True)
+"""
+
+
+def test_process_limit_counts_the_whole_run_and_is_reported(jail):
+    result = jail.run(FORK_UNTIL_REFUSED, limits=Limits(max_processes=8, cpu_s=5, wall_s=10))
+    assert result.status is Status.VIOLATION, result
+    assert result.limit_hit == "process_limit", result
+    assert int(result.stdout) <= 8, result
+    _still_correct(jail)
+
+
+def test_threads_count_against_the_process_limit(jail):
+    code = ("import threading, time\nstarted = 0\ntry:\n    for _ in range(64):\n"
+            "        threading.Thread(target=time.sleep, args=(3,), daemon=True).start()\n        started += 1\n"
+            "finally:\n    print(started, flush=True)")
+    result = jail.run(code, limits=Limits(max_processes=8, cpu_s=5, wall_s=10))
+    assert result.limit_hit == "process_limit", result
+    assert int(result.stdout) < 8, result
+    _still_correct(jail)
+
+
+# -- kernel memory: refused, or counted against the run's memory ---------------------------------
+SEMAPHORES = r"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+made = 0
+for _ in range(150):
+    if libc.semget(0, 32000, 0o600 | 0o1000) < 0:  # IPC_PRIVATE, IPC_CREAT
+        break
+    made += 1
+print(made, flush=True)
+"""
+
+
+def test_semaphore_sets_cannot_pin_kernel_memory_outside_the_run(jail):
+    """150 sets of 32,000 semaphores pinned ~300 MB of kernel memory no limit counted."""
+    result = jail.run(SEMAPHORES, limits=Limits(memory_mb=64, cpu_s=5, wall_s=10))
+    made = int(result.stdout or 0)
+    # ~2 MB of kernel memory per set: refused outright, or stopped at the run's memory limit.
+    assert made * 2 <= 64 or result.status is Status.MEMORY, result
+    _still_correct(jail)
+
+
+FD_BUFFERS = r"""
+import fcntl, os, socket
+held, total = [], 0
+try:
+    for _ in range(60):
+        r, w = os.pipe()
+        held.append((r, w))
+        try:
+            fcntl.fcntl(w, 1031, 2**20)  # F_SETPIPE_SZ: 1 MB of kernel memory per pipe
+        except OSError:
+            pass
+        os.set_blocking(w, False)
+        try:
+            while True:
+                total += os.write(w, b"x" * 65536)
+        except BlockingIOError:
+            pass
+    for _ in range(60):
+        a, b = socket.socketpair()
+        held.append((a, b))
+        a.setblocking(False)
+        try:
+            while True:
+                total += a.send(b"x" * 65536)
+        except BlockingIOError:
+            pass
+finally:
+    print(json.dumps(total), flush=True)
+"""
+
+
+def test_pipe_and_socket_buffers_count_against_the_runs_memory(jail):
+    limits = Limits(memory_mb=48, max_open_files=512, cpu_s=5, wall_s=10)
+    result = jail.run("import json\n" + FD_BUFFERS, limits=limits)
+    buffered = json.loads(result.stdout or "0")
+    assert buffered <= 48 * MB or result.status is Status.MEMORY, result
+    _still_correct(jail)
+
+
+def test_posix_message_queues_are_refused(jail):
+    code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.mq_open.restype = ctypes.c_int\n"
+            "fd = libc.mq_open(b'/coa', 0o100 | 2, 0o600, None)\nprint(fd)")
+    result = jail.run(code, limits=Limits(cpu_s=3, wall_s=8))
+    assert result.stdout.strip() in ("-1", ""), result
+    _still_correct(jail)

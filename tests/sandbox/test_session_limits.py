@@ -1,0 +1,139 @@
+"""Sessions under attack: what a cell leaves behind, what it writes to the worker, what it ignores.
+
+A cell shares its process with the harness, so it can write the worker's "cell finished"
+record itself (once read whole: +528 MB in the worker from one cell), leave processes and
+threads burning CPU after it returns, and ignore the soft CPU limit's SIGXCPU. None of these
+may reach past the session's limits; the session keeps working afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from sandbox import Limits, Session, Status
+from tests.sandbox.jails import SPINNERS_REPORTING, cpu_the_spinners_had
+
+
+def _status_field(pid: int, name: str) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith(name + ":"):
+                return int(line.split()[1])
+    raise KeyError(name)
+
+
+def _cpu_ticks_of_uid(uid: int) -> int:
+    """utime + stime (clock ticks) of every live process and thread whose real uid is ``uid``."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if _status_field(int(entry), "Uid") != uid:
+                continue
+            for task in os.listdir(f"/proc/{entry}/task"):
+                with open(f"/proc/{entry}/task/{task}/stat", encoding="ascii") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+        except (OSError, KeyError, IndexError):
+            continue
+    return total
+
+
+FLOOD_DONE_FRAME = r"""
+import os, struct, threading
+size = 400 * 2**20
+def flood(fd):
+    try:
+        os.write(fd, struct.pack(">I", size))
+        chunk = b"a" * 2**20
+        for _ in range(400):
+            os.write(fd, chunk)
+    except OSError:
+        pass
+threads = [threading.Thread(target=flood, args=(fd,), daemon=True) for fd in range(3, 12)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join(8)
+"""
+
+
+def test_a_forged_cell_record_cannot_grow_the_worker(pool):
+    with Session(Limits(cpu_s=5, wall_s=10), warm_spare=False) as session:
+        session.run("x = 1")
+        worker = session._worker.pid
+        before = _status_field(worker, "VmHWM")
+        session.run(FLOOD_DONE_FRAME)
+        grown_kb = _status_field(worker, "VmHWM") - before
+        assert grown_kb < 64 * 1024, f"worker peak memory grew by {grown_kb // 1024} MB"
+        after = session.run("print(6 * 7)", limits=Limits(wall_s=1, cpu_s=1))
+        assert (after.status, after.stdout.strip().splitlines()[-1:]) == (Status.OK, ["42"]), after
+
+
+LEAVE_SPINNERS = """
+import os, threading
+if os.fork() == 0:
+    while True:
+        pass
+def spin():
+    while True:
+        pass
+threading.Thread(target=spin, daemon=True).start()
+"""
+
+
+def test_processes_and_threads_left_by_a_cell_do_not_run_between_cells(pool):
+    with Session(Limits(cpu_s=5, wall_s=5), warm_spare=False) as session:
+        uid = session._worker.config["uid"]
+        left = session.run(LEAVE_SPINNERS)
+        assert left.status is Status.OK, left
+        time.sleep(0.2)
+        before = _cpu_ticks_of_uid(uid)
+        time.sleep(1.5)
+        spent = (_cpu_ticks_of_uid(uid) - before) / os.sysconf("SC_CLK_TCK")
+        assert spent < 0.3, f"the session's processes used {spent:.2f} CPU-s between cells"
+        after = session.run("print(6 * 7)", limits=Limits(wall_s=3, cpu_s=3))
+        assert after.stdout.endswith("42\n"), after
+
+
+def test_a_cell_that_ignores_sigxcpu_still_stops_at_its_cpu_budget(pool):
+    with Session(Limits(cpu_s=1, wall_s=10), warm_spare=False) as session:
+        session.run("kept = 1")
+        code = "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True:\n    pass"
+        result = session.run(code)
+        assert result.status is Status.TIMEOUT, result
+        assert result.limit_hit == "timeout", result
+        assert result.cpu_s <= 1.5, result
+        after = session.run("print(6 * 7)", limits=Limits(wall_s=1, cpu_s=1))
+        assert after.stdout.endswith("42\n"), after
+
+
+def test_a_cells_forked_children_share_its_cpu_budget(pool):
+    """Two spinners forked by a sleeping cell say how much CPU they had: together no more than
+    the cell's budget (before: each its own RLIMIT_CPU, the sleeping cell none at all)."""
+    with Session(Limits(cpu_s=1, wall_s=40), warm_spare=False) as session:
+        result = session.run(SPINNERS_REPORTING)
+        assert result.status is Status.TIMEOUT, result
+        assert cpu_the_spinners_had(result.stdout) <= 1.5, result.stdout
+        assert result.cpu_s <= 1.5, result
+
+
+def test_a_session_is_one_memory_budget(pool):
+    code = ("import os, time\nfor _ in range(6):\n    if os.fork() == 0:\n        block = b'1' * (60 * 2**20)\n"
+            "        time.sleep(2)\n        os._exit(0)\ntime.sleep(1.5)")
+    with Session(Limits(memory_mb=128, cpu_s=5, wall_s=8), warm_spare=False) as session:
+        result = session.run(code)
+        assert (result.status, result.limit_hit) == (Status.MEMORY, "memory_limit"), result
+
+
+def test_sessions_get_uids_of_their_own(pool):
+    with Session(warm_spare=False) as first, Session(warm_spare=False) as second:
+        uids = {first._worker.config["uid"], second._worker.config["uid"]}
+        if 0 in uids:
+            pytest.skip("runs keep the caller's uid here (not root)")
+        assert len(uids) == 2
+        assert not uids & set(pool.uids())
