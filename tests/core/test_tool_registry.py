@@ -56,9 +56,9 @@ def test_a_registered_tool_parses_is_described_runs_and_is_listed(toy_tool):
     parsed = parse_turn("<think>flip it</think>\n<reverse>stressed</reverse>")
     assert parsed.ok and parsed.tool_calls == (ToolCall("reverse", "stressed"),)
     assert "</reverse>" in stop_strings()
-    from trainers.rl.rollout import stop_strings
+    from trainers.rl.rollout import stop_strings as worker_stop_strings
 
-    assert "</reverse>" in stop_strings()  # RL's workers stop after it too (they used the import-time list)
+    assert "</reverse>" in worker_stop_strings()  # RL's workers stop after it too (they used the import-time list)
 
     env = gym.make("coa/MATH500-v0", tools={"reverse": {"backend": "upper"}})
     try:
