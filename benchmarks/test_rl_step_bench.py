@@ -81,8 +81,8 @@ def latency(monkeypatch):
     state = {"s": 0.0}
     make = rollout_mod.make_env
 
-    def slow_make(config, heldout=False):
-        return _Latency(make(config, heldout), state["s"])
+    def slow_make(config, heldout=False, env_index=0):
+        return _Latency(make(config, heldout, env_index), state["s"])
 
     monkeypatch.setattr(rollout_mod, "make_env", slow_make)
     return state
