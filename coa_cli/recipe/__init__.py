@@ -51,7 +51,8 @@ def run_command(
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
     from coa_cli.recipe.report import write_report
-    from coa_cli.recipe.stages import RecipeError, plan, run_stages
+    from coa_cli.recipe.runner import RecipeError, run_stages
+    from coa_cli.recipe.stages import plan
 
     cfg = _load(config, overrides, out)
     root = Path(cfg.output_dir)

@@ -188,6 +188,9 @@ class RecipeConfig:
     every eval, RL's periodic one included, scores with the env's own reward."""
     torch_threads: int = 2
     """CPU threads of every stage's torch (OMP_NUM_THREADS of the eval processes)."""
+    parallel_lanes: int = 2
+    """Commands of one stage that play different envs run at once, up to this many (each a
+    ``torch_threads`` process); commands of one env run in order. 1 runs everything in order."""
 
     # -- targets (reported as met or not; they never change what is measured) --------
     target_sft_gain: float = 0.30
@@ -210,7 +213,7 @@ class RecipeConfig:
             raise ValueError("temperature=0 (greedy) makes every seed give the same episodes: "
                              "use temperature > 0 or one seed")
         for name in ("max_turns", "max_new_tokens", "heldout_tasks", "concurrency",
-                     "teacher_tasks", "teacher_samples", "torch_threads"):
+                     "teacher_tasks", "teacher_samples", "torch_threads", "parallel_lanes"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if "split" in dict(self.env_options.get("task_options") or {}):

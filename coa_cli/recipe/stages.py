@@ -7,25 +7,14 @@ sometimes, never all or none of the time), ``coa train rl`` (on the pools' tasks
 of the trained envs). They run as child processes, one at a time, each logging to
 ``<out>/<stage>/log.txt``; a crash ends the recipe with the log's tail, never a half report.
 
-Resuming: a stage writes ``<out>/<stage>/stage.json`` when it starts (status ``running``) and
-when it ends (``done``, with its wall time and the machine's load average). A rerun skips a
-``done`` stage whose commands are unchanged and whose inputs (the stages it depends on) were
-not rerun; a stage whose commands changed starts over in an empty directory; an interrupted
-one continues (evals with ``--resume`` keep finished episodes, RL resumes from its newest
-checkpoint, SFT starts again). A faster engine or trainer needs no change here.
+Running them (skipping finished ones, resuming interrupted ones) is :mod:`coa_cli.recipe.runner`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shlex
-import shutil
-import subprocess
-import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,15 +24,11 @@ import yaml
 from coa_cli.recipe.config import EvalSet, RecipeConfig
 from trainers.common.config import deep_merge
 
-__all__ = ["EVAL_STAGES", "RecipeError", "Stage", "adapter_path", "env_args", "eval_runs", "eval_sets", "plan",
-           "pool_path", "run_stages", "trained_sets"]
+__all__ = ["EVAL_STAGES", "Stage", "adapter_path", "env_args", "eval_runs", "eval_sets", "plan", "pool_path",
+           "trained_sets"]
 
 # stage name -> the model it evaluates (a recipe key or a stage's output)
 EVAL_STAGES = ("baseline", "sft_eval", "rl_eval")
-
-
-class RecipeError(RuntimeError):
-    """A stage's command failed; the message names the stage, the command and the log."""
 
 
 @dataclass
@@ -56,6 +41,10 @@ class Stage:
     """Config files (path relative to the stage directory -> text) written before running."""
     resumable: bool = True
     """False: an interrupted run starts over in an empty directory."""
+    lanes: tuple[str, ...] = ()
+    """The lane of each command (the env it plays): commands of different lanes may run at
+    the same time, those of one lane run in order. Empty: one lane. Not part of the
+    fingerprint (how commands are scheduled changes no result)."""
 
     @property
     def fingerprint(self) -> str:
@@ -120,15 +109,16 @@ def pool_path(out: Path, name: str) -> Path:
 
 
 def _eval_stage(config: RecipeConfig, out: Path, name: str, model: str, depends: tuple[str, ...]) -> Stage:
-    commands = []
+    commands, lanes = [], []
     for run, spec in eval_runs(config, out, name):
+        lanes.append(spec.name)
         commands.append([
             "eval", spec.env_id, "--agent", "llm", "--model", model, "--split", spec.split,
             "--n", str(spec.n), "--seed", str(run.seed), "--temperature", str(config.temperature),
             "--max-new-tokens", str(spec.max_new_tokens), "--max-turns", str(spec.max_turns),
             "--concurrency", str(config.concurrency), "--out", str(run.out), "--resume",
             "--no-plots", "--no-progress", *env_args(spec.env_options)])
-    return Stage(name, commands, depends)
+    return Stage(name, commands, depends, lanes=tuple(lanes))
 
 
 def _own_reward(config: RecipeConfig) -> dict[str, Any]:
@@ -170,7 +160,8 @@ def _teacher_stages(config: RecipeConfig, out: Path) -> list[Stage]:
         distill.append(["distill", str(teacher_dir), "--out", str(out / "distill" / f"{spec.name}.jsonl"),
                         "--max-per-task", str(config.distill_max_per_task), "--env-kwargs",
                         json.dumps({**_train_options(spec), "max_turns": spec.max_turns})])
-    return [Stage("teacher", teach), Stage("distill", distill, ("teacher",))]
+    lanes = tuple(spec.name for spec in trained_sets(config))
+    return [Stage("teacher", teach, lanes=lanes), Stage("distill", distill, ("teacher",), lanes=lanes)]
 
 
 def _pool_stage(config: RecipeConfig, out: Path, model: str) -> Stage:
@@ -184,7 +175,7 @@ def _pool_stage(config: RecipeConfig, out: Path, model: str) -> Stage:
             "--max-new-tokens", str(config.max_new_tokens), "--max-turns", str(spec.max_turns),
             "--concurrency", str(config.concurrency), "--seed", "0", "--resume", "--no-progress",
             "--out", str(pool_path(out, spec.name)), *env_args(spec.env_options)])
-    return Stage("pool", commands, ("sft",))
+    return Stage("pool", commands, ("sft",), lanes=tuple(spec.name for spec in trained_sets(config)))
 
 
 def _rl_temperature(config: RecipeConfig) -> float:
@@ -263,76 +254,3 @@ def plan(config: RecipeConfig, out: Path) -> list[Stage]:
 def adapter_path(out: Path) -> Path:
     """Where the export stage writes the final model as an adapter (the shipped form)."""
     return out / "export" / "adapter"
-
-
-def _state(directory: Path) -> dict[str, Any]:
-    try:
-        return json.loads((directory / "stage.json").read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-
-
-def _write_state(directory: Path, state: dict[str, Any]) -> None:
-    tmp = directory / "stage.json.tmp"
-    tmp.write_text(json.dumps(state, indent=2), encoding="utf-8")
-    os.replace(tmp, directory / "stage.json")
-
-
-def _child_env(config: RecipeConfig) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update({"OMP_NUM_THREADS": str(config.torch_threads), "TOKENIZERS_PARALLELISM": "false",
-                "PYTHONUNBUFFERED": "1"})
-    return env
-
-
-def _run(command: list[str], log: Path, env: dict[str, str], stage: str) -> None:
-    with open(log, "a", encoding="utf-8") as handle:
-        handle.write(f"\n$ {shlex.join(['coa', *command])}\n")
-        handle.flush()
-        result = subprocess.run([sys.executable, "-m", "coa_cli.main", *command], stdout=handle,
-                                stderr=subprocess.STDOUT, env=env, check=False)
-    if result.returncode != 0:
-        tail = "".join(log.read_text(encoding="utf-8", errors="replace").splitlines(True)[-25:])
-        raise RecipeError(f"stage {stage}: `coa {shlex.join(command)}` exited with "
-                          f"{result.returncode}; last lines of {log}:\n{tail}")
-
-
-def run_stages(config: RecipeConfig, out: Path, stages: list[Stage], *, force: tuple[str, ...] = (),
-               after_stage: Callable[[], None] | None = None, echo: Callable[[str], None] = print) -> None:
-    """Run what is not done yet (see the module docstring); ``after_stage`` e.g. rewrites the report."""
-    rerun: set[str] = set()
-    env = _child_env(config)
-    for stage in stages:
-        directory = out / stage.name
-        state = _state(directory)
-        fresh = (state.get("fingerprint") == stage.fingerprint and stage.name not in force
-                 and not rerun & set(stage.depends))
-        if fresh and state.get("status") == "done":
-            echo(f"[recipe] {stage.name}: done earlier ({state.get('wall_s', 0):.0f} s), reused")
-            continue
-        if directory.exists() and not (fresh and stage.resumable):
-            shutil.rmtree(directory)  # other commands, new inputs, or a stage that cannot resume
-        directory.mkdir(parents=True, exist_ok=True)
-        for name, text in stage.files.items():
-            (directory / name).write_text(text, encoding="utf-8")
-        earlier = float(state.get("wall_s", 0.0)) if fresh else 0.0  # time spent before an interrupt
-        started = time.time()
-        load_start = os.getloadavg()[0]
-        _write_state(directory, {"status": "running", "fingerprint": stage.fingerprint,
-                                 "commands": stage.shell(), "wall_s": earlier, "started": started})
-        echo(f"[recipe] {stage.name}: running {len(stage.commands)} command(s); log {directory / 'log.txt'}")
-        try:
-            for command in stage.commands:
-                _run(command, directory / "log.txt", env, stage.name)
-        finally:
-            elapsed = earlier + time.time() - started
-            _write_state(directory, {"status": "running", "fingerprint": stage.fingerprint,
-                                     "commands": stage.shell(), "wall_s": elapsed, "started": started})
-        _write_state(directory, {
-            "status": "done", "fingerprint": stage.fingerprint, "commands": stage.shell(),
-            "wall_s": elapsed, "started": started, "finished": time.time(),
-            "load_average": {"start": load_start, "end": os.getloadavg()[0]}, "cpus": os.cpu_count()})
-        echo(f"[recipe] {stage.name}: done in {elapsed:.0f} s")
-        rerun.add(stage.name)
-        if after_stage is not None:
-            after_stage()

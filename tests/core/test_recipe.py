@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from coa_cli.recipe import stages as stages_mod
+from coa_cli.recipe import runner as stages_mod
 from coa_cli.recipe.config import RecipeConfig, load_recipe
 from coa_cli.recipe.report import collect, write_report
-from coa_cli.recipe.stages import RecipeError, eval_runs, plan, run_stages
+from coa_cli.recipe.runner import RecipeError, run_stages
+from coa_cli.recipe.stages import eval_runs, plan
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "recipe_smollm2_cpu.yaml"
 
@@ -221,3 +222,40 @@ def test_the_report_shows_the_pool_the_rl_dynamics_and_every_envs_targets(tmp_pa
     text = (tmp_path / "report.md").read_text()
     assert "RL's task pool" in text and "| primary | 8 × 4 | 3 (0.25-0.75)" in text
     assert "## RL dynamics per step" in text and "| 1 | 0.5 | 0.5 | 0.7 | 4 | 6 | 0.4 | 0.01 |" in text
+
+
+def test_lanes_of_a_stage_run_at_once_and_each_lane_in_order(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from coa_cli.recipe.stages import Stage
+
+    spans: dict[str, list[float]] = {}
+    lock = threading.Lock()
+
+    def fake_run(command, log, env, stage):
+        start = time.perf_counter()
+        time.sleep(0.3)
+        with lock:
+            spans[command[0]] = [start, time.perf_counter(), log.name]
+
+    monkeypatch.setattr(stages_mod, "_run", fake_run)
+    stage = Stage("sft_eval", [["a1"], ["a2"], ["b1"], ["b2"]], lanes=("a", "a", "b", "b"))
+    stages_mod._run_stage(stage, tmp_path, {}, lanes=2)
+    assert spans["a1"][1] <= spans["a2"][0] and spans["b1"][1] <= spans["b2"][0]  # in order per lane
+    assert spans["a1"][0] < spans["b1"][1] and spans["b1"][0] < spans["a1"][1]  # the lanes overlap
+    assert {spans["a1"][2], spans["b2"][2]} == {"log.a.txt", "log.b.txt"}
+    spans.clear()
+    stages_mod._run_stage(stage, tmp_path, {}, lanes=1)  # one lane at a time: the listed order
+    assert spans["a2"][1] <= spans["b1"][0] and spans["a1"][2] == "log.txt"
+
+    def fail_b(command, log, env, stage):
+        if command[0] == "b1":
+            raise RecipeError("stage sft_eval: b1 failed")
+        time.sleep(0.1)
+
+    monkeypatch.setattr(stages_mod, "_run", fail_b)
+    with pytest.raises(RecipeError, match="b1 failed"):
+        stages_mod._run_stage(stage, tmp_path, {}, lanes=2)
+    assert _config(tmp_path).parallel_lanes == 2
+    assert all(len(s.lanes) in (0, len(s.commands)) for s in plan(_config(tmp_path), tmp_path))
