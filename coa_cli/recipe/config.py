@@ -159,9 +159,11 @@ class RecipeConfig:
     """Eval sampling temperature (RL samples at its own ``rl.temperature``)."""
     concurrency: int = 16
     """Episodes in flight in an eval (batched into shared forward passes)."""
-    envs: list[EvalSet | dict[str, Any]] = field(default_factory=list)
-    """Further envs, each evaluated after every stage (with ``seeds``); ``train: true`` ones
-    are trained on too (a mixture with the primary env, by ``weight``)."""
+    envs: dict[str, Any] | list[EvalSet | dict[str, Any]] = field(default_factory=list)
+    """Further envs by name (``{miniweb: {env_id: ..., n: ...}}``, so ``envs.miniweb.n=4``
+    overrides one setting), each evaluated after every stage (with ``seeds``); ``train: true``
+    ones are trained on too (a mixture with the primary env, by ``weight``). Loaded as a list
+    of :class:`EvalSet`."""
 
     # -- teacher and distillation -----------------------------------------------------
     teacher_agent: str = "oracle"
@@ -203,6 +205,11 @@ class RecipeConfig:
     output_dir: str = "runs/recipe"
 
     def __post_init__(self) -> None:
+        if isinstance(self.envs, dict):
+            for name, spec in self.envs.items():
+                if not isinstance(spec, dict):
+                    raise ValueError(f"envs.{name} must be a mapping of EvalSet settings, not {spec!r}")
+            self.envs = [{**spec, "name": name} for name, spec in self.envs.items()]
         self.envs = [t if isinstance(t, EvalSet) else EvalSet(**t) for t in self.envs]
         self.pool = self.pool if isinstance(self.pool, PoolSettings) else PoolSettings(**self.pool)
         self.export = self.export if isinstance(self.export, ExportSettings) else ExportSettings(**self.export)

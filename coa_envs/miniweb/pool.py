@@ -24,7 +24,7 @@ from coa_envs.miniweb.world import Department, Person, Project, World
 from coa_envs.tasks.split import is_heldout
 from coa_envs.types import Task
 
-__all__ = ["POOL_KINDS", "build_pool_tasks", "subject_heldout"]
+__all__ = ["POOL_KINDS", "build_pool_tasks", "spread_kinds", "subject_heldout"]
 
 POOL_KINDS = ("joined", "hometown", "office", "dept_established", "head_joined",
               "project_budget", "project_started", "report_visitors",
@@ -62,6 +62,18 @@ def build_pool_tasks(world: World, base_url: str) -> list[Task]:
             _project_questions(w, base, dept, w.project(slug), add)
     _report_and_event_questions(w, base, add)
     return tasks
+
+
+def spread_kinds(tasks: list[Task]) -> list[Task]:
+    """The same tasks, kinds spread evenly: item i of a kind with n items sits at (i + 0.5)/n
+    of the list, so any first N tasks (``coa eval --n``) ask each kind in its share of the
+    whole list, not N questions about the first people."""
+    by_kind: dict[str, list[Task]] = {}
+    for task in tasks:
+        by_kind.setdefault(task.metadata["kind"], []).append(task)
+    keyed = [((index + 0.5) / len(items), POOL_KINDS.index(kind), task)
+             for kind, items in by_kind.items() for index, task in enumerate(items)]
+    return [task for *_, task in sorted(keyed, key=lambda item: item[:2])]
 
 
 def _profile_steps(w: World, base: str, person: Person, goal: str) -> list[_Step]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from coa_envs.miniweb.pool import build_pool_tasks, subject_heldout
+from coa_envs.miniweb.pool import build_pool_tasks, spread_kinds, subject_heldout
 from coa_envs.miniweb.server import MiniWebServer, acquire_shared, release_shared
 from coa_envs.miniweb.tasks import KINDS, build_tasks
 from coa_envs.miniweb.world import SIZES, make_world
@@ -82,7 +82,7 @@ def load_tasks(
         check_split(split, "coa/MiniWebLarge-v0")
         tasks = [t for t in build_pool_tasks(make_world(seed, size=world), base_url)
                  if split == "all" or subject_heldout(t.metadata["subject"]) == (split == "test")]
-        return select_tasks(tasks, limit)
+        return select_tasks(spread_kinds(tasks), limit)
     tasks = build_tasks(make_world(seed), base_url, include_js=include_js)
     if kinds is not None:
         tasks = [t for t in tasks if t.metadata["kind"] in kinds]

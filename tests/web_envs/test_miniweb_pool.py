@@ -50,6 +50,11 @@ def test_hundreds_of_questions_split_by_the_entity_they_ask_about(web):
     # fixed: the same world and ids in another process (ids never carry the server's port)
     again = build_pool_tasks(make_world(0, size="large"), "http://127.0.0.1:1")
     assert sorted(t.task_id for t in again) == sorted(t.task_id for t in train + test)
+    # the first N tasks of a split ask each kind in its share of the split (coa eval --n)
+    for tasks in (train, test):
+        whole = Counter(t.metadata["kind"] for t in tasks)
+        head = Counter(t.metadata["kind"] for t in tasks[:30])
+        assert all(abs(head[k] - 30 * whole[k] / len(tasks)) <= 1.0 for k in whole), (head, whole)
 
 
 def test_small_world_is_unchanged_by_the_large_one():
