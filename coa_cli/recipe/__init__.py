@@ -64,6 +64,7 @@ def run_command(
                                  param_hint="--force")
     (root / "recipe.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")
     _record_run(root)
+    _sample_load(root / "load.jsonl")
     try:
         run_stages(cfg, root, stages, force=tuple(force or ()),
                    after_stage=lambda: write_report(cfg, root, stages), echo=typer.echo)
@@ -76,6 +77,24 @@ def run_command(
         typer.echo(f"[recipe] target {name} {target['target']}: "
                    f"{target.get('value', target.get('value_min'))} -> {'met' if target['met'] else 'NOT met'}")
     typer.echo(f"[recipe] report: {root / 'report.md'} (+ report.json, report.png)")
+
+
+def _sample_load(path: Path, every_s: float = 30.0) -> None:
+    """Append the machine's load average to ``path`` every ``every_s`` seconds while this
+    process runs (a daemon thread): the report states the load the stages ran under."""
+    import json
+    import os
+    import threading
+    import time
+
+    def sample() -> None:
+        while True:
+            with open(path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps({"time": time.time(),
+                                         "load": [round(x, 2) for x in os.getloadavg()]}) + "\n")
+            time.sleep(every_s)
+
+    threading.Thread(target=sample, name="recipe-load", daemon=True).start()
 
 
 def _record_run(root: Path) -> None:

@@ -144,6 +144,16 @@ def _export(out: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
+def _load(out: Path) -> dict[str, Any] | None:
+    """The 1-minute load average sampled every 30 s while the recipe ran (``load.jsonl``)."""
+    samples = [r["load"][0] for r in _read_jsonl(out / "load.jsonl") if r.get("load")]
+    if not samples:
+        return None
+    ordered = sorted(samples)
+    return {"samples": len(samples), "mean": round(sum(samples) / len(samples), 2), "min": ordered[0],
+            "median": ordered[len(ordered) // 2], "max": ordered[-1]}
+
+
 def _runs(out: Path) -> list[dict[str, Any]]:
     """Every ``coa recipe run`` of this directory: when, at which commit, with which arguments."""
     return _read_jsonl(out / "runs.jsonl")
@@ -266,7 +276,7 @@ def collect(config: RecipeConfig, out: Path, stages: list[Stage]) -> dict[str, A
                    for name, s in states.items()},
         "total_wall_s": round(total_s, 1),
         **_training(config, out),
-        "export": _export(out), "runs": _runs(out),
+        "export": _export(out), "runs": _runs(out), "load_during_run": _load(out),
         "config": config.to_dict(),
     }
 
@@ -299,7 +309,11 @@ def _markdown(data: dict[str, Any], stages: list[Stage]) -> str:
         met = {True: "yes", False: "**no**", None: "not yet"}[target["met"]]
         lines.append(f"| {name} {target['target']} | {value} | {met} |")
     machine = data["machine"]
-    lines += ["", "## Stages", "", f"Machine: {machine['cpus']} CPUs, {machine['platform']}.", "",
+    load = data.get("load_during_run")
+    load_line = (f" Load average (1 min) while the recipe ran, sampled every 30 s ({load['samples']} samples): "
+                 f"mean {load['mean']}, median {load['median']}, min {load['min']}, max {load['max']}."
+                 if load else "")
+    lines += ["", "## Stages", "", f"Machine: {machine['cpus']} CPUs, {machine['platform']}.{load_line}", "",
               "| stage | wall time | load average (start → end) | status |", "|---|---|---|---|"]
     for stage in stages:
         state = data["stages"].get(stage.name)

@@ -212,7 +212,10 @@ def test_the_report_shows_the_pool_the_rl_dynamics_and_every_envs_targets(tmp_pa
              "policy/entropy": 0.4, "kl/ref": 0.01, "rollout/response_tokens": 300.0,
              "rollout/tool_calls": 2.0, "rollout/tool_errors": 0.5}]
     (tmp_path / "rl" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "load.jsonl").write_text("".join(json.dumps({"time": i, "load": [x, 1.0, 1.0]}) + "\n"
+                                                 for i, x in enumerate((2.0, 6.0, 4.0))))
     data = write_report(cfg, tmp_path, stages)
+    assert data["load_during_run"] == {"samples": 3, "mean": 4.0, "min": 2.0, "median": 4.0, "max": 6.0}
     assert data["pool"]["primary"]["kept"] == 3 and data["pool"]["primary"]["kept_pass_rate_mean"] == 0.5
     point = data["rl"]["curve"][0]
     assert point["kl_to_sft"] == 0.01 and point["tool_failure_share"] == 0.25 and point["groups_drawn"] == 6
@@ -221,6 +224,7 @@ def test_the_report_shows_the_pool_the_rl_dynamics_and_every_envs_targets(tmp_pa
     assert data["targets"]["miniweb_rl_not_below_sft"]["met"] and not data["targets"]["rl_gain"]["met"]
     text = (tmp_path / "report.md").read_text()
     assert "RL's task pool" in text and "| primary | 8 × 4 | 3 (0.25-0.75)" in text
+    assert "mean 4.0, median 4.0, min 2.0, max 6.0" in text
     assert "## RL dynamics per step" in text and "| 1 | 0.5 | 0.5 | 0.7 | 4 | 6 | 0.4 | 0.01 |" in text
 
 
