@@ -141,7 +141,9 @@ def run_stages(config: RecipeConfig, out: Path, stages: list[Stage], *, force: t
         load_start = os.getloadavg()[0]
         _write_state(directory, {"status": "running", "fingerprint": stage.fingerprint,
                                  "commands": stage.shell(), "wall_s": earlier, "started": started})
-        echo(f"[recipe] {stage.name}: running {len(stage.commands)} command(s); log {directory / 'log.txt'}")
+        lanes = len(set(stage.lanes)) if config.parallel_lanes > 1 and len(stage.lanes) == len(stage.commands) else 1
+        logs = directory / ("log.<lane>.txt" if lanes > 1 else "log.txt")
+        echo(f"[recipe] {stage.name}: running {len(stage.commands)} command(s) in {lanes} lane(s); log {logs}")
         try:
             _run_stage(stage, directory, env, config.parallel_lanes)
         finally:
