@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["CATALOGUE", "CatalogueModel", "ModelNotInstalledError", "adapter_base", "cache_root",
-           "is_installed", "load_causal_lm", "resolve_model"]
+           "is_installed", "load_causal_lm", "load_pretrained", "resolve_model"]
 
 _MARKER = "coa_model.json"  # written last into a converted directory: what it was made from
 _FORMAT = 2  # bumped when the conversion changes; older directories are converted again
@@ -165,24 +165,32 @@ def adapter_base(name_or_path: str) -> str | None:
     return str(beside) if not Path(base).is_absolute() and beside.exists() else resolve_model(base)
 
 
-def load_causal_lm(name_or_path: str, dtype: Any = "auto", **kwargs: Any) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` for a catalogue name, hub id or directory; a LoRA adapter
-    directory loads its base and merges the adapter in (inference runs at the plain model's
-    speed). The tokenizer comes from the adapter directory when it holds one, else the
-    base's. ``kwargs`` go to ``from_pretrained`` (``attn_implementation``...)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_pretrained(name_or_path: str, dtype: Any = "auto", **kwargs: Any) -> Any:
+    """The causal LM of a catalogue name, hub id or directory; a LoRA adapter directory loads
+    its base and merges the adapter in (inference runs at the plain model's speed).
+    ``kwargs`` go to ``from_pretrained`` (``attn_implementation``...)."""
+    from transformers import AutoModelForCausalLM
 
     base = adapter_base(name_or_path)
-    source = base or resolve_model(name_or_path)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
-    tokenizer_source = source
+    model = AutoModelForCausalLM.from_pretrained(base or resolve_model(name_or_path), dtype=dtype, **kwargs)
     if base is not None:
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, name_or_path).merge_and_unload()
-        if (Path(name_or_path) / "tokenizer_config.json").exists():
-            tokenizer_source = name_or_path
-    return model, AutoTokenizer.from_pretrained(tokenizer_source)
+    return model
+
+
+def load_causal_lm(name_or_path: str, dtype: Any = "auto", **kwargs: Any) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` for a catalogue name, hub id or directory (:func:`load_pretrained`).
+    The tokenizer of a LoRA adapter directory comes from the directory when it holds one, else
+    from its base."""
+    from transformers import AutoTokenizer
+
+    base = adapter_base(name_or_path)
+    tokenizer_source = base or resolve_model(name_or_path)
+    if base is not None and (Path(name_or_path) / "tokenizer_config.json").exists():
+        tokenizer_source = name_or_path
+    return load_pretrained(name_or_path, dtype, **kwargs), AutoTokenizer.from_pretrained(tokenizer_source)
 
 
 def _converted(directory: Path) -> bool:

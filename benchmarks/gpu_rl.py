@@ -87,8 +87,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("overrides", nargs="*", help="section.key=value")
     args = parser.parse_args(argv)
 
+    from trainers.rl import train  # the warm start (when configured), then the loop
     from trainers.rl.config import load_config
-    from trainers.rl.loop import train
 
     with tempfile.TemporaryDirectory(prefix="coa-gpu-rl-") as tmp:
         extra = [*args.overrides, f"algorithm.total_steps={args.steps}",

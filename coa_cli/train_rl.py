@@ -29,8 +29,7 @@ def rl_command(
                                    help="Overrides bookkeeping.output_dir."),
 ) -> None:
     """Train a policy with PPO, GRPO or DAPO on a coa env (algorithm = config)."""
-    from trainers.rl.config import load_config
-    from trainers.rl.loop import train
+    from trainers.rl import load_config, train
 
     cfg = load_trainer_config(load_config, config, overrides, resume, **{
         "resources.ray_address": address or None, "resources.use_ray": "false" if no_ray else None,

@@ -20,15 +20,37 @@ import random
 import re
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Checkpointer", "capture_rng", "restore_rng"]
+__all__ = ["Checkpointer", "TrainerPosition", "capture_rng", "restore_rng"]
 
 _DONE = "COMPLETE"
 _STATE = "trainer_state.json"
 _RNG = "rng.pt"
 _NAME = re.compile(r"^checkpoint-(\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class TrainerPosition:
+    """Where a supervised trainer's loop is (SFT, DPO): optimiser steps done, and rows
+    consumed in the current epoch; saved in every checkpoint's state.
+
+    The data order is a function of (seed, epoch) (per env, with a mixture), so this is all a
+    resume needs to feed the same rows in the same order.
+    """
+
+    step: int = 0
+    epoch: int = 0
+    rows_in_epoch: int = 0
+    streams: dict[str, list[int]] = field(default_factory=dict)
+    """With a mixture of envs: each env's ``[epoch, rows taken]`` (epoch/rows_in_epoch unused)."""
+
+    @classmethod
+    def saved_in(cls, path: Path) -> TrainerPosition:
+        """The position a checkpoint written with ``{"position": asdict(position)}`` holds."""
+        return cls(**Checkpointer.read_state(path)["position"])
 
 
 def capture_rng() -> dict[str, Any]:

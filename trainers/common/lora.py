@@ -45,6 +45,8 @@ class LoraSection:
     always trains in full); false trains the whole critic copy."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.target_modules, str):  # `target_modules: all-linear`, as peft writes it
+            self.target_modules = [self.target_modules]
         check_fields(self, "model.lora.")
         if self.r < 0:
             raise ConfigError(f"model.lora.r={self.r} must be >= 0 (0 = full fine-tuning)")

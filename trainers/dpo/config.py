@@ -1,13 +1,13 @@
-"""The DPO trainer's configuration: the SFT trainer's sections plus ``data`` and ``dpo``.
+"""The DPO trainer's configuration: the shared supervised sections plus ``data`` and ``dpo``.
 
-``DPOConfig`` reuses the SFT sections that mean the same thing here: ``model``
-(:class:`~trainers.sft.config.SFTModel`: path, tokenizer, attention, LoRA, ...), ``optim``
-(:class:`~trainers.sft.config.SFTOptim`; ``grad_accum`` is packed rows per optimiser step,
-each row holding whole pairs) and ``resources``; ``bookkeeping`` is the SFT one with its own
-default directory. New are ``data`` (the pairs file from ``coa pairs`` and how pairs become
-packed rows) and ``dpo`` (beta, loss variant, reference model). Loaded through the shared
-loader (``trainers/common/config.py``): YAML + ``key=value``, one ``ConfigError`` naming the
-key. Stdlib + PyYAML only.
+``DPOConfig`` shares the sections that mean the same thing for SFT (``trainers/common``):
+``model`` (:class:`~trainers.common.model.PackedModelSection`: path, tokenizer, attention,
+LoRA, ...), ``optim`` (:class:`~trainers.common.sections.OptimSection`; ``grad_accum`` is
+packed rows per optimiser step, each row holding whole pairs), ``resources`` and
+``bookkeeping`` (with its own default directory). New are ``data`` (the pairs file from
+``coa pairs`` and how pairs become packed rows) and ``dpo`` (beta, loss variant, reference
+model). Loaded through the config toolkit (:mod:`coa_envs.configkit`): YAML + ``key=value``,
+one ``ConfigError`` naming the key. Stdlib + PyYAML only.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from trainers.common.config import ConfigError, check_fields
-from trainers.common.config import load_config as _load
-from trainers.sft.config import SFTBookkeeping, SFTModel, SFTOptim, SFTResources
+from coa_envs.configkit import ConfigError, check_fields
+from coa_envs.configkit import load_config as _load
+from trainers.common.model import PackedModelSection, moved_model_keys
+from trainers.common.sections import DeviceSection, LoopBookkeeping, OptimSection
 
 __all__ = ["ConfigError", "DPOBookkeeping", "DPOConfig", "DPOData", "DPOLoss", "load_config"]
 
@@ -96,7 +97,7 @@ class DPOLoss:
 
 
 @dataclass
-class DPOBookkeeping(SFTBookkeeping):
+class DPOBookkeeping(LoopBookkeeping):
     """Run directory, checkpoints, resume, logging and eval cadence."""
 
     output_dir: str = "runs/dpo"
@@ -108,14 +109,14 @@ class DPOConfig:
 
     data: DPOData = field(default_factory=DPOData)
     """The pairs; ``data.train_path`` is required."""
-    model: SFTModel = field(default_factory=SFTModel)
+    model: PackedModelSection = field(default_factory=PackedModelSection)
     """The policy: a model directory / HF id (usually the SFT model that sampled the pairs),
     or ``tiny`` (a fresh tiny model whose tokenizer is trained on the pairs' text)."""
     dpo: DPOLoss = field(default_factory=DPOLoss)
     """beta, loss variant, reference model."""
-    optim: SFTOptim = field(default_factory=SFTOptim)
+    optim: OptimSection = field(default_factory=OptimSection)
     """Optimiser, schedule, precision, run length (grad_accum = packed rows per step)."""
-    resources: SFTResources = field(default_factory=SFTResources)
+    resources: DeviceSection = field(default_factory=DeviceSection)
     """Device and threads (DPO runs in one process)."""
     bookkeeping: DPOBookkeeping = field(default_factory=DPOBookkeeping)
     """Run directory, checkpoints, resume, logging."""
@@ -133,14 +134,7 @@ class DPOConfig:
         return dataclasses.asdict(self)
 
 
-def _check_layout(data: dict[str, Any]) -> dict[str, Any]:
-    if isinstance(data.get("model"), str):
-        raise ConfigError(f"model is a section: write `model: {{path: {data['model']}}}` "
-                          f"(or model.path={data['model']})")
-    return data
-
-
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
                 values: dict[str, Any] | None = None) -> DPOConfig:
     """YAML file, then ``values`` (nested or dotted keys), then ``key=value`` overrides."""
-    return _load(DPOConfig, path, overrides, values, resolve=_check_layout)
+    return _load(DPOConfig, path, overrides, values, resolve=moved_model_keys)

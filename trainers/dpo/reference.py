@@ -11,7 +11,7 @@ Two ways, one answer (``dpo.reference``):
   a model; useful when the pairs change between runs or do not fit a pre-pass.
 
 Also where a row is scored: :func:`score_row` runs one forward over a packed row and sums
-each sample's generated-token log-probs (``trainers.sft.model.token_logps`` gives 0 to
+each sample's generated-token log-probs (``trainers.common.packed.token_logps`` gives 0 to
 every position without a target, so prompt and observation tokens add nothing).
 """
 
@@ -23,9 +23,11 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainers.common.loading import load_packed_model
+from trainers.common.lora import LoraSection
+from trainers.common.packed import token_logps
 from trainers.data import IGNORE_INDEX, pack_to_batch
 from trainers.dpo.loss import segment_sums
-from trainers.sft.model import load_model, token_logps
 
 if TYPE_CHECKING:
     from trainers.dpo.config import DPOConfig
@@ -81,15 +83,15 @@ class Reference:
 
     @property
     def _uses_adapter(self) -> bool:
-        return self.config.model.lora is not None and not self.config.dpo.reference_path
+        return self.config.model.lora.enabled and not self.config.dpo.reference_path
 
     def _load(self, tokenizer: Any) -> Any:
         """The start model (or ``reference_path``), gradient-free, dropout off."""
         spec = self.config.model
         if self.config.dpo.reference_path:
             spec = dataclasses.replace(spec, path=self.config.dpo.reference_path)
-        spec = dataclasses.replace(spec, lora=None, gradient_checkpointing=False)
-        model = load_model(dataclasses.replace(self.config, model=spec), tokenizer).to(self.device)
+        spec = dataclasses.replace(spec, lora=LoraSection(), gradient_checkpointing=False)
+        model = load_packed_model(self.config, tokenizer, spec=spec).to(self.device)
         disable_dropout(model)
         return model.eval().requires_grad_(False)
 

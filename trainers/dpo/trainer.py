@@ -13,7 +13,6 @@ One process (CPU or one GPU): the SFT trainer's DDP/DeepSpeed paths are not wire
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import time
@@ -21,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainers.common import Checkpointer, MetricsLogger
+from trainers.common.checkpoint import TrainerPosition
+from trainers.common.loading import load_packed_model, load_tokenizer
+from trainers.common.supervised import SupervisedRun
 from trainers.common.threads import torch_threads
 from trainers.data import epoch_order, split_eval
 from trainers.dpo.config import DPOConfig, load_config
@@ -29,13 +30,9 @@ from trainers.dpo.data import PairDataError, PairRow, PreparedPairs, pair_sample
 from trainers.dpo.loss import preference_loss
 from trainers.dpo.pairs import PreferencePair, read_pairs
 from trainers.dpo.reference import Reference, disable_dropout, score_row, trained_counts
-from trainers.sft.model import load_model, load_tokenizer, save_for_inference
-from trainers.sft.progress import ProgressBar
-from trainers.sft.trainer import TrainerPosition, make_optimizer
 
 __all__ = ["DPOConfig", "DPOResult", "load_config", "train"]
 
-_OPTIMIZER_FILE = "optimizer.pt"
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 
@@ -87,10 +84,10 @@ def _tokenizer(config: DPOConfig, pairs: list[PreferencePair],
     if config.model.path == "tiny":
         texts = [t for pair in pairs for side in pair_samples(pair, text_only=True)
                  for t in side.texts()]
-        return load_tokenizer(config, texts), ""  # type: ignore[arg-type]  # same sections
+        return load_tokenizer(config.model, texts), ""
     name = config.model.tokenizer or config.model.path
     try:
-        return load_tokenizer(config), ""  # type: ignore[arg-type]
+        return load_tokenizer(config.model), ""
     except (OSError, ValueError, TypeError) as error:
         return None, f"loading a tokenizer from {name} failed: {str(error).splitlines()[0]}"
 
@@ -171,141 +168,130 @@ def _evaluate(model: Any, scorer: _Scorer, rows: tuple[PairRow, ...], autocast: 
 def train(config: DPOConfig) -> DPOResult:
     """Run (or resume) a DPO run; returns the per-step series and where the model went."""
     with torch_threads(config.resources.torch_threads):
-        return _train(config)
+        return _DPORun(config).train()
 
 
-def _train(config: DPOConfig) -> DPOResult:
-    import torch
-    from transformers import get_cosine_schedule_with_warmup
+class _DPORun:
+    """One run: pairs, model and reference log-probs are set up on construction, :meth:`train` loops."""
 
-    spec, optim, book = config.data, config.optim, config.bookkeeping
-    device = _device(config.resources.device)
-    output_dir = Path(book.output_dir)
-    checkpoints = Checkpointer(output_dir, keep=book.keep_checkpoints)
-    checkpoint = checkpoints.resolve(book.resume)
+    def __init__(self, config: DPOConfig) -> None:
+        self.config = config
+        self.device = _device(config.resources.device)
+        self.book = SupervisedRun(config, label="dpo")
+        self._load_pairs_and_model()
+        self.reference_s = self._prepare_reference()
+        optim = config.optim
+        self.total_steps = optim.max_steps or math.ceil(len(self.data.rows) / optim.grad_accum) * optim.num_epochs
+        self.book.optimise(self.model, self.device, self.total_steps)
+        self.trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self.scorer = _Scorer(config, self.reference, self.device)
+        self.book.begin(self.total_steps)  # last: nothing above may draw from the restored streams
 
-    # -- pairs, tokenizer, model --------------------------------------------------------
-    train_pairs, eval_pairs = _load_pairs(config)
-    tokenizer, note = _tokenizer(config, train_pairs + eval_pairs, checkpoint)
-    data = _prepare(config, train_pairs, tokenizer, note, spec.truncation)
-    eval_data = _prepare(config, eval_pairs, tokenizer, note, "drop")
-    print(f"[dpo] train pairs: {data.summary()}", flush=True)
-    if not data.rows:
-        raise PairDataError(f"no pair of {spec.train_path} survived the length policy "
-                            f"({data.summary()}); raise data.max_seq_len")
-    source = str(checkpoint) if checkpoint else None
-    model = load_model(config, tokenizer, source=source).to(device)  # type: ignore[arg-type]
-    if config.dpo.disable_dropout:
-        disable_dropout(model)
-    _check_vocab(data.rows + eval_data.rows, model)
+    def _load_pairs_and_model(self) -> None:
+        config, spec = self.config, self.config.data
+        train_pairs, eval_pairs = _load_pairs(config)
+        self.tokenizer, note = _tokenizer(config, train_pairs + eval_pairs, self.book.checkpoint)
+        self.data = _prepare(config, train_pairs, self.tokenizer, note, spec.truncation)
+        self.eval_data = _prepare(config, eval_pairs, self.tokenizer, note, "drop")
+        print(f"[dpo] train pairs: {self.data.summary()}", flush=True)
+        if not self.data.rows:
+            raise PairDataError(f"no pair of {spec.train_path} survived the length policy "
+                                f"({self.data.summary()}); raise data.max_seq_len")
+        self.model = load_packed_model(config, self.tokenizer, source=self.book.source).to(self.device)
+        if config.dpo.disable_dropout:
+            disable_dropout(self.model)
+        _check_vocab(self.data.rows + self.eval_data.rows, self.model)
 
-    def autocast() -> Any:
-        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=optim.precision == "bf16")
-
-    reference = Reference(config, model, tokenizer, device)
-    reference_s = 0.0
-    if config.dpo.reference == "precompute":
+    def _prepare_reference(self) -> float:
+        """The reference log-probs (from the checkpoint, then computed for what is missing);
+        returns the seconds their computation took."""
+        self.reference = Reference(self.config, self.model, self.tokenizer, self.device)
+        if self.config.dpo.reference != "precompute":
+            return 0.0
+        rows, checkpoint = self.data.rows + self.eval_data.rows, self.book.checkpoint
         if checkpoint is not None:  # the policy has moved on: the start scores come from disk
-            reference.load(checkpoint)
-            if reference.missing(data.rows + eval_data.rows):
+            self.reference.load(checkpoint)
+            if self.reference.missing(rows):
                 raise PairDataError(f"{checkpoint} has no reference log-probs for some pairs "
                                     "(the pairs file changed since the run started?); resume "
                                     "with the original pairs or start a new run")
-        t0 = time.perf_counter()
-        with autocast():
-            reference.precompute(reference.missing(data.rows + eval_data.rows), tokenizer)
-        reference_s = time.perf_counter() - t0
+        started = time.perf_counter()
+        with self.autocast():
+            self.reference.precompute(self.reference.missing(rows), self.tokenizer)
+        return time.perf_counter() - started
 
-    # -- optimiser, schedule, position --------------------------------------------------
-    steps_per_epoch = math.ceil(len(data.rows) / optim.grad_accum)
-    total_steps = optim.max_steps or steps_per_epoch * optim.num_epochs
-    warmup = optim.warmup_steps if optim.warmup_steps is not None else \
-        int(optim.warmup_ratio * total_steps)
-    optimizer = make_optimizer(config, model, device)  # type: ignore[arg-type]  # same sections
-    scheduler = get_cosine_schedule_with_warmup(optimizer, warmup, total_steps)
-    position = TrainerPosition()
-    if checkpoint is not None:
-        position = TrainerPosition(**checkpoints.read_state(checkpoint)["position"])
-        saved = torch.load(checkpoint / _OPTIMIZER_FILE, map_location="cpu", weights_only=False)
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    scorer = _Scorer(config, reference, device)
-    logger = MetricsLogger(output_dir, tensorboard=book.tensorboard, tag_prefix="dpo/",
-                           resume_step=position.step if checkpoint is not None else None)
-    progress = ProgressBar(enabled=book.progress, total_steps=total_steps,
-                           initial_step=position.step, label="dpo")
-    if checkpoint is not None:  # last: nothing above may draw from the restored streams
-        checkpoints.restore_rng(checkpoint)
+    def autocast(self) -> Any:
+        import torch
 
-    def save(step: int) -> None:
-        staging = checkpoints.staging(step)
-        save_for_inference(model, tokenizer, staging, attention=config.model.attention)
-        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
-                   staging / _OPTIMIZER_FILE)
-        reference.save(staging)
-        checkpoints.commit(step, {"position": dataclasses.asdict(position),
-                                  "config": config.to_dict()})
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.optim.precision == "bf16")
 
-    # -- the loop -----------------------------------------------------------------------
-    series: dict[str, list[float]] = {"loss": [], "rewards/margin": [], "logps/margin": [],
-                                      "rewards/accuracy": []}
-    eval_metrics: list[tuple[int, dict[str, float]]] = []
-    started, tokens_seen, halted = time.perf_counter(), 0, False
-    epoch, rows_done = position.epoch, position.rows_in_epoch
-    if eval_data.rows and book.eval_every and position.step == 0:
-        eval_metrics.append((0, _evaluate(model, scorer, eval_data.rows, autocast)))
-        logger.log(0, {**eval_metrics[-1][1], "reference_s": reference_s})
-    order = epoch_order(len(data.rows), book.seed, epoch)
-    while position.step < total_steps:
-        if rows_done >= len(data.rows):
-            epoch, rows_done = epoch + 1, 0
-            order = epoch_order(len(data.rows), book.seed, epoch)
-        rows = [data.rows[i] for i in order[rows_done:rows_done + optim.grad_accum]]
+    def _evaluate(self, step: int, **extra: float) -> None:
+        self.eval_metrics.append((step, _evaluate(self.model, self.scorer, self.eval_data.rows, self.autocast)))
+        assert self.book.logger is not None
+        self.book.logger.log(step, {**self.eval_metrics[-1][1], **extra})
+
+    def train(self) -> DPOResult:
+        book, position = self.config.bookkeeping, self.book.position
+        self.series: dict[str, list[float]] = {"loss": [], "rewards/margin": [], "logps/margin": [],
+                                               "rewards/accuracy": []}
+        self.eval_metrics: list[tuple[int, dict[str, float]]] = []
+        self.started, self.tokens_seen, halted = time.perf_counter(), 0, False
+        epoch, rows_done = position.epoch, position.rows_in_epoch
+        if self.eval_data.rows and book.eval_every and position.step == 0:
+            self._evaluate(0, reference_s=self.reference_s)
+        order = epoch_order(len(self.data.rows), book.seed, epoch)
+        while self.book.position.step < self.total_steps:
+            if rows_done >= len(self.data.rows):
+                epoch, rows_done = epoch + 1, 0
+                order = epoch_order(len(self.data.rows), book.seed, epoch)
+            rows = [self.data.rows[i] for i in order[rows_done:rows_done + self.config.optim.grad_accum]]
+            grad_norm = self._step(rows)
+            rows_done += len(rows)
+            self.book.position = TrainerPosition(self.book.position.step + 1, epoch, rows_done)
+            self._log(grad_norm, epoch)
+            if self.eval_data.rows and self.book.due(book.eval_every):
+                self._evaluate(self.book.position.step)
+            halted = self.book.halted
+            if self.book.due(book.save_every) or halted:
+                self.book.save(self.model, self.tokenizer, write=self.reference.save)
+            if halted:
+                break
+        return self._finish(halted)
+
+    def _step(self, rows: list[PairRow]) -> float:
+        """One optimiser step over ``rows`` (each pair weighs the same); its gradient norm."""
+        import torch
+
         step_pairs = sum(row.num_pairs for row in rows)
         for row in rows:
-            with autocast():
-                loss = scorer.loss(model, row) / step_pairs
+            with self.autocast():
+                loss = self.scorer.loss(self.model, row) / step_pairs
             loss.backward()
-            tokens_seen += len(row.pack)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(trainable, optim.max_grad_norm))
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        rows_done += len(rows)
-        position = TrainerPosition(position.step + 1, epoch, rows_done)
-        metrics = scorer.take()
-        for key, values in series.items():
-            values.append(metrics[key])
-        elapsed = time.perf_counter() - started
-        tokens_per_s = tokens_seen / max(elapsed, 1e-9)
-        if position.step % book.log_every == 0 or position.step == total_steps:
-            logger.log(position.step, {**metrics, "epoch": epoch, "lr": scheduler.get_last_lr()[0],
-                                       "grad_norm": grad_norm, "tokens_per_s": tokens_per_s,
-                                       "tokens": tokens_seen, "elapsed_s": elapsed})
-            progress.update(position.step, metrics["loss"], tokens_per_s)
-        if eval_data.rows and book.eval_every and position.step % book.eval_every == 0:
-            eval_metrics.append((position.step, _evaluate(model, scorer, eval_data.rows, autocast)))
-            logger.log(position.step, eval_metrics[-1][1])
-        halted = book.halt_at_step is not None and position.step >= book.halt_at_step
-        if (book.save_every and position.step % book.save_every == 0) or halted:
-            save(position.step)
-        if halted:
-            break
+            self.tokens_seen += len(row.pack)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, self.config.optim.max_grad_norm))
+        self.book.step_optimizer()
+        return grad_norm
 
-    final_dir = None
-    if not halted:
-        if eval_data.rows and (not eval_metrics or eval_metrics[-1][0] != position.step):
-            eval_metrics.append((position.step, _evaluate(model, scorer, eval_data.rows, autocast)))
-            logger.log(position.step, eval_metrics[-1][1])
-        final_dir = output_dir / "final"
-        save_for_inference(model, tokenizer, final_dir, attention=config.model.attention,
-                           merge_lora=config.model.lora is not None
-                           and config.model.merge_lora_on_save)
-    logger.close()
-    progress.close()
-    elapsed = time.perf_counter() - started
-    return DPOResult(output_dir, final_dir, position.step, tuple(series["loss"]),
-                     tuple(series["rewards/margin"]), tuple(series["logps/margin"]),
-                     tuple(series["rewards/accuracy"]), tuple(eval_metrics), data.summary(),
-                     tokens_seen / max(elapsed, 1e-9), halted)
+    def _log(self, grad_norm: float, epoch: int) -> None:
+        metrics = self.scorer.take()
+        for key, values in self.series.items():
+            values.append(metrics[key])
+        elapsed = time.perf_counter() - self.started
+        tokens_per_s = self.tokens_seen / max(elapsed, 1e-9)
+        self.book.log({**metrics, "epoch": epoch, "grad_norm": grad_norm, "tokens_per_s": tokens_per_s,
+                       "tokens": self.tokens_seen, "elapsed_s": elapsed},
+                      loss=metrics["loss"], tokens_per_s=tokens_per_s, total_steps=self.total_steps)
+
+    def _finish(self, halted: bool) -> DPOResult:
+        step, final_dir = self.book.position.step, None
+        if not halted:
+            if self.eval_data.rows and (not self.eval_metrics or self.eval_metrics[-1][0] != step):
+                self._evaluate(step)
+            final_dir = self.book.save_final(self.model, self.tokenizer)
+        self.book.close()
+        elapsed = time.perf_counter() - self.started
+        series = self.series
+        return DPOResult(self.book.output_dir, final_dir, step, tuple(series["loss"]),
+                         tuple(series["rewards/margin"]), tuple(series["logps/margin"]),
+                         tuple(series["rewards/accuracy"]), tuple(self.eval_metrics), self.data.summary(),
+                         self.tokens_seen / max(elapsed, 1e-9), halted)

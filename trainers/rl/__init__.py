@@ -17,7 +17,10 @@ __all__ = ["ConfigError", "RLConfig", "load_config", "train"]
 
 
 def train(config: RLConfig) -> dict:
-    """Run RL training as configured; returns the final step's metrics."""
+    """Run RL training as configured: the SFT warm start first when ``model.warm_start`` asks
+    for one (``trainers.rl.warmstart``), then the loop from its model; returns the final
+    step's metrics."""
     from trainers.rl.loop import train as _train
+    from trainers.rl.warmstart import warm_started
 
-    return _train(config)
+    return _train(warm_started(config))

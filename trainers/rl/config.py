@@ -21,6 +21,7 @@ from typing import Any
 
 from trainers.common.config import ConfigError, check_fields
 from trainers.common.config import load_config as _load
+from trainers.common.model import moved_model_keys
 from trainers.common.sections import Bookkeeping
 from trainers.rl.health import AlarmSpec, HealthSection
 from trainers.rl.sections import (
@@ -161,9 +162,7 @@ class RLConfig:
 
 def _resolve_presets(data: dict[str, Any]) -> dict[str, Any]:
     """Fill the chosen algorithm's preset into the ``algorithm`` keys the user left out."""
-    if isinstance(data.get("model"), str):
-        raise ConfigError(f"model is a section: write `model: {{path: {data['model']}}}` "
-                          f"(or model.path={data['model']})")
+    data = moved_model_keys(data)
     env = data.get("env")
     if isinstance(env, dict) and env.get("envs") and ({"id", "kwargs"} & set(env)):
         raise ConfigError("env.envs names each env with its env_kwargs: drop env.id and "
@@ -213,7 +212,7 @@ _MOVED_TO = {
 }
 MOVED: dict[str, str] = {old: f"{section}.{old}" for section, olds in _MOVED_TO.items()
                          for old in olds}
-MOVED.update({"model_config": "model.config_overrides", "env_id": "env.id",
+MOVED.update({"model_config": "model.tiny", "env_id": "env.id",
               "env_kwargs": "env.kwargs", "rollout_engine": "rollout.engine",
               "rollout_timeout_s": "rollout.timeout_s"})
 

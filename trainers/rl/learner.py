@@ -205,7 +205,7 @@ class Learner:
                 spec = self.config.model
                 save_adapter(self.policy, self.tokenizer, directory, base_reference(
                     spec.path, spec.init_checkpoint,
-                    bool(spec.config_overrides.get("random_init"))))
+                    spec.random_init))
             return
         state = self.policy_state()
         if self.rank != 0:

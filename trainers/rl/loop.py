@@ -21,14 +21,13 @@ clip range, dynamic sampling, loss aggregation, KL, off-policy correction). Each
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainers.common import Checkpointer, MetricsLogger, read_metrics
+from trainers.common import Checkpointer, ConfigError, MetricsLogger, read_metrics
 from trainers.rl.batch import collate
 from trainers.rl.groups import (
     CollectedBatch,
@@ -43,7 +42,6 @@ from trainers.rl.health import AlarmMonitor, health_stats
 from trainers.rl.metrics import episode_stats, plot_reward_curve, weights_nbytes
 from trainers.rl.rollout import EpisodeJob
 from trainers.rl.streaming import StreamingCollector
-from trainers.rl.warmstart import warm_start
 
 if TYPE_CHECKING:
     from agents.trajectory import Trajectory
@@ -157,12 +155,10 @@ def train(config: RLConfig, stop_after: int | None = None, *,
     book = config.bookkeeping
     out = Path(book.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if config.model.warm_start.episodes:
+        raise ConfigError("model.warm_start is a stage before the RL loop: run trainers.rl.train (what "
+                          "coa train rl runs), or start from trainers.rl.warmstart.warm_started(config)")
     config.save(out / "config.json")
-    start_model = warm_start(config)
-    if start_model is not None:  # RL starts from the SFT'd policy (and its tokenizer)
-        config = dataclasses.replace(config, model=dataclasses.replace(
-            config.model, path=str(start_model),
-            warm_start=dataclasses.replace(config.model.warm_start, episodes=0)))
     random.seed(book.seed)
     torch.manual_seed(book.seed)
     rewards = training_rewards(config)  # a bad reward block fails here, before any worker starts

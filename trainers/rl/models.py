@@ -10,7 +10,6 @@ of the state *before* it is generated.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -37,70 +36,21 @@ def _dtype(name: str) -> Any:
 
 
 def load_tokenizer_and_policy(config: RLConfig, dtype: str | None = None) -> tuple[Any, Any]:
-    """``(tokenizer, causal LM)`` from ``config.model.path`` (a HF directory/name or ``tiny``).
-
-    ``model.init_checkpoint`` (e.g. the SFT trainer's output directory, saved with
-    ``save_pretrained``) replaces the weights after the architecture is built (an adapter
-    directory is merged into them). ``model.lora`` is applied by the learner, not here. The weights
-    are cast to ``dtype`` (default ``model.dtype``; the learner asks for float32 masters).
-    """
+    """``(tokenizer, causal LM)`` of ``config.model``, by the loader every trainer shares
+    (:mod:`trainers.common.loading`: ``tiny``, ``random_init``, a pretrained path or adapter
+    directory, then ``init_checkpoint``). ``model.lora`` is applied by the learner, not here.
+    The weights are cast to ``dtype`` (default ``model.dtype``; the learner asks for float32
+    masters); a tokenizer without a pad token pads with its eos."""
     import torch
 
-    spec, seed = config.model, config.bookkeeping.seed
-    if spec.path == "tiny":
-        from agents.tiny import build_tiny_model, train_tiny_tokenizer
+    from trainers.common.loading import build_model, load_tokenizer
 
-        tokenizer = train_tiny_tokenizer()
-        model = build_tiny_model(tokenizer, seed=seed, **spec.config_overrides)
-    elif spec.config_overrides.get("random_init"):
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-        from agents.models import resolve_model
-
-        source = resolve_model(spec.path)  # a catalogue name becomes its converted directory
-        tokenizer = AutoTokenizer.from_pretrained(source)
-        overrides = {k: v for k, v in spec.config_overrides.items() if k != "random_init"}
-        hf_config = AutoConfig.from_pretrained(source, **overrides)
-        torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(hf_config)
-    else:  # a catalogue name, hub id, directory, or a LoRA adapter (merged into its base)
-        from agents.models import load_causal_lm
-
-        model, tokenizer = load_causal_lm(spec.path, dtype=torch.float32)
-    if spec.init_checkpoint and (Path(spec.init_checkpoint) / "adapter_config.json").exists():
-        from peft import PeftModel  # an SFT LoRA adapter over this base: merged in
-
-        model = PeftModel.from_pretrained(model, spec.init_checkpoint).merge_and_unload()
-    elif spec.init_checkpoint:
-        _load_weights(model, Path(spec.init_checkpoint))
+    spec = config.model
+    tokenizer = load_tokenizer(spec)
+    model = build_model(spec, tokenizer, seed=config.bookkeeping.seed, dtype=torch.float32)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer, model.to(_dtype(dtype or spec.dtype))
-
-
-def _load_weights(model: Any, directory: Path) -> None:
-    """Load weights saved by ``save_pretrained`` (safetensors or torch) into ``model``."""
-    import torch
-
-    safetensors = sorted(directory.glob("*.safetensors"))
-    if safetensors:
-        from safetensors.torch import load_file
-
-        state: dict[str, Any] = {}
-        for path in safetensors:
-            state.update(load_file(str(path)))
-    elif (directory / "pytorch_model.bin").exists():
-        state = torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    elif (directory / "policy.pt").exists():
-        state = torch.load(directory / "policy.pt", map_location="cpu", weights_only=True)
-    else:
-        raise FileNotFoundError(f"{directory}: no *.safetensors, pytorch_model.bin or policy.pt")
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    # Tied embeddings are legitimately absent from the file; anything else is a mismatch.
-    missing = [k for k in missing if "lm_head" not in k]
-    if missing or unexpected:
-        raise ValueError(f"{directory}: weights do not fit the model "
-                         f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
 
 
 def ValueHead(hidden_size: int) -> Any:

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainers.common.config import ConfigError, check_fields
-from trainers.common.lora import LoraSection
 from trainers.common.mixture import MixtureEntry, check_env_ids, mixture_entries
+from trainers.common.model import ModelSection as CommonModelSection
 from trainers.common.sections import at_least
 from trainers.rl.resources import ResourcesSection
 
@@ -209,34 +209,22 @@ class WarmStartSection:
 
 
 @dataclass
-class ModelSection:
-    """The policy the learner trains and the rollout engines serve."""
+class ModelSection(CommonModelSection):
+    """The policy the learner trains and the rollout engines serve: the model section every
+    trainer shares (``trainers/common/model.py``) plus the engines' dtype and the warm start.
+    With ``lora.r > 0`` the optimiser, checkpoints and weight syncs hold the adapters only, the
+    KL reference is the base with the adapter off, and ``final/`` is a peft adapter directory
+    that ``coa eval``/``coa serve`` load with its base."""
 
-    path: str = "tiny"
-    """A HF model directory or hub id, a catalogue name such as ``smollm2-135m``
-    (``agents.models``), or ``tiny`` (a random tiny Qwen2 from agents.tiny)."""
-    init_checkpoint: str | None = None
-    """Directory with saved policy weights (e.g. an SFT output) loaded over ``path``'s."""
-    config_overrides: dict[str, Any] = field(default_factory=dict)
-    """Model-config overrides: sizes for ``tiny`` (hidden_size, layers, ...), or for a HF
-    model with ``random_init: true`` (built from its config with random weights)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """The rollout engines' weights, and the learner's compute dtype: the learner keeps fp32
     master weights and runs forward passes under autocast (fp16 with loss scaling)."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass (less memory, ~30% more compute)."""
     warm_start: WarmStartSection = field(default_factory=WarmStartSection)
     """SFT on oracle trajectories before RL (off unless warm_start.episodes > 0)."""
-    lora: LoraSection = field(default_factory=LoraSection)
-    """Train LoRA adapters instead of every weight (``r > 0``): the optimiser, checkpoints
-    and weight syncs hold the adapters only, the KL reference is the base with the adapter
-    off, and ``final/`` is a peft adapter directory that ``coa eval``/``coa serve`` load
-    with its base. Off with ``r: 0``."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check_fields(self, "model.")
-        if not self.path:
-            raise ConfigError("model.path is empty: name a HF model directory/id or `tiny`")
 
 
 @dataclass

@@ -3,11 +3,15 @@
 A randomly initialised policy never closes a tool tag, so every episode scores 0 and every
 GRPO/DAPO group is all-equal: there is nothing to learn from. The recipe the paper follows
 (and the issue's CPU test asks for) is SFT first, then RL. This module runs that first
-stage from the RL config: it plays each task's ``oracle_actions`` through the *same* env
-the RL run uses (same system prompt, tools and observations), keeps the solved episodes,
-and hands them to the SFT trainer (``trainers.sft``). The RL run then starts from the SFT
-output directory. ``strip_roles`` keeps only the tool call and the answer of each oracle
-turn (a tiny model's token budget goes to what the reward depends on, not to prose).
+stage from the RL config: the oracle agent plays the tasks through the *same* env the RL
+run uses (same system prompt, tools and observations) on the one episode path every
+recorder shares (``trainers.data.generate_trajectories`` -> ``agents.episode.run_episode``),
+the solved episodes are kept, and the SFT trainer trains on them through its public API
+(``trainers.sft.load_config`` + ``train``). :func:`warm_started` returns the RL config that
+starts from the SFT output, so the RL loop never sees a warm start (``trainers.rl.train``
+runs the two stages in turn). ``strip_roles`` keeps only the tool call and the answer of
+each oracle turn (a tiny model's token budget goes to what the reward depends on, not to
+prose).
 
 The stage is idempotent: its output carries a ``WARM_START_COMPLETE`` marker, and a run
 that was killed (during SFT or later) reuses a finished warm start on ``--resume``. Its
@@ -17,13 +21,14 @@ learning_rate, ...); everything else of the SFT run follows from the RL config.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from trainers.rl.config import RLConfig
 
-__all__ = ["oracle_trajectories", "strip_roles", "warm_start"]
+__all__ = ["oracle_trajectories", "strip_roles", "warm_start", "warm_started"]
 
 _DONE = "WARM_START_COMPLETE"
 
@@ -41,39 +46,17 @@ def strip_roles(action: str) -> str:
     return "".join(parts) or action
 
 
-def _play_oracle(env: Any, env_id: str, seed: int, index: int, sample: int,
-                 roles: bool) -> Any:
-    """One episode of the current task's ``oracle_actions``; the trajectory it made."""
-    from agents.trajectory import Trajectory
-
-    _, info = env.reset(seed=seed, options={"task_index": index})
-    actions = env.unwrapped.task.metadata.get("oracle_actions") or []
-    trajectory = Trajectory(env_id=env_id, task_id=info["task_id"],
-                            prompt_messages=info.get("messages", []), seed=seed,
-                            sample_index=sample)
-    for action in actions:
-        text = action if roles else strip_roles(action)
-        observation, reward, terminated, truncated, step_info = env.step(text)
-        trajectory.add_generated(text)
-        if terminated or truncated:
-            trajectory.reward = float(reward)
-            trajectory.terminated = bool(terminated)
-            trajectory.answer = step_info.get("answer")
-            break
-        trajectory.add_observation(observation)
-    return trajectory
-
-
 def oracle_trajectories(config: RLConfig, path: str | Path, episodes: int,
                         roles: bool = False) -> tuple[Path, int]:
-    """Play the oracle actions of the RL env's tasks; write solved episodes as JSONL.
+    """Play the oracle through the RL env's tasks; write the solved episodes as JSONL.
 
-    Returns ``(path, kept)``. Tasks are visited in order, cycling, ``episodes`` times; with a
-    mixture each env plays its share of ``episodes`` by weight (an env whose tasks have no
-    ``oracle_actions`` contributes none).
+    Returns ``(path, kept)``. The tasks with scripted ``oracle_actions`` (SynthHop's: they
+    call the real tools) are visited in order, cycling, ``episodes`` times; with a mixture
+    each env plays its share of ``episodes`` by weight (an env without scripted tasks
+    contributes none).
     """
-    from agents.trajectory import write_trajectory
     from trainers.common.mixture import normalised_weights
+    from trainers.data.generate import generate_trajectories
     from trainers.rl.rollout import make_env
 
     path = Path(path)
@@ -84,18 +67,16 @@ def oracle_trajectories(config: RLConfig, path: str | Path, episodes: int,
     partial = path.with_suffix(".part")
     with open(partial, "w", encoding="utf-8") as handle:
         for env_index, (entry, share) in enumerate(zip(entries, shares, strict=True)):
-            env = make_env(config, env_index=env_index) if share else None
-            try:
-                tasks = env.unwrapped.tasks if env is not None else []
-                for index in range(share):
-                    trajectory = _play_oracle(env, entry.id, seed + index, index % len(tasks),
-                                              index // len(tasks), roles)
-                    if trajectory.terminated and trajectory.reward >= 1.0:
-                        write_trajectory(handle, trajectory)
-                        kept += 1
-            finally:
-                if env is not None:
-                    env.close()
+            if not share:
+                continue
+            played = generate_trajectories(
+                entry.id, path.with_suffix(f".{env_index}.jsonl"), share, seed=seed, min_reward=1.0,
+                make_env=lambda env_index=env_index: make_env(config, env_index=env_index),
+                rewrite=None if roles else strip_roles, scripted_only=True)
+            lines = played.read_text(encoding="utf-8").splitlines(keepends=True)
+            handle.writelines(lines)
+            kept += len(lines)
+            played.unlink()
     if kept == 0:
         partial.unlink(missing_ok=True)
         raise ValueError(f"{config.env.label}: no task's oracle_actions solved it; the warm "
@@ -104,19 +85,19 @@ def oracle_trajectories(config: RLConfig, path: str | Path, episodes: int,
     return path, kept
 
 
-def _sft_config(config: RLConfig, train_path: Path, out: Path) -> Any:
-    from trainers.sft.config import SFTBookkeeping, SFTConfig, SFTData, SFTModel, SFTOptim
-
-    spec = config.model
-    warm = spec.warm_start
-    return SFTConfig(  # a tiny policy's sizes become the SFT model's (its own defaults fill in)
-        model=SFTModel(path=spec.path, tiny=dict(spec.config_overrides) if spec.path == "tiny"
-                       else {}),
-        data=SFTData(train_path=str(train_path), max_seq_len=warm.max_seq_len, packing=True),
-        optim=SFTOptim(precision=warm.precision, learning_rate=warm.learning_rate,
-                       max_steps=warm.max_steps, warmup_ratio=warm.warmup_ratio),
-        bookkeeping=SFTBookkeeping(output_dir=str(out), seed=config.bookkeeping.seed,
-                                   tensorboard=False, progress=False))
+def _sft_values(config: RLConfig, train_path: Path, out: Path) -> dict[str, Any]:
+    """The SFT run of the warm start, as SFT config values: the RL model section's shared
+    keys (a tiny policy's sizes included), the warm start's optimiser settings."""
+    spec, warm = config.model, config.model.warm_start
+    return {
+        "model": {"path": spec.path, "tokenizer": spec.tokenizer, "tiny": dict(spec.tiny),
+                  "random_init": spec.random_init, "config_overrides": dict(spec.config_overrides)},
+        "data": {"train_path": str(train_path), "max_seq_len": warm.max_seq_len, "packing": True},
+        "optim": {"precision": warm.precision, "learning_rate": warm.learning_rate,
+                  "max_steps": warm.max_steps, "warmup_ratio": warm.warmup_ratio},
+        "bookkeeping": {"output_dir": str(out), "seed": config.bookkeeping.seed, "tensorboard": False,
+                        "progress": False},
+    }
 
 
 def warm_start(config: RLConfig) -> Path | None:
@@ -129,13 +110,24 @@ def warm_start(config: RLConfig) -> Path | None:
     if (out / _DONE).exists() and final.is_dir():
         print(f"[rl] warm start: reusing {final}", flush=True)
         return final
-    from trainers.sft import train as sft_train
+    from trainers import sft
 
     data, kept = oracle_trajectories(config, out / "oracle.jsonl", warm.episodes,
                                      roles=not warm.strip_roles)
     print(f"[rl] warm start: SFT on {kept} oracle trajectories -> {final}", flush=True)
-    result = sft_train(_sft_config(config, data, out))
+    result = sft.train(sft.load_config(values=_sft_values(config, data, out)))
     if result.final_dir is None:
         raise RuntimeError("warm-start SFT halted before writing its final model")
     (out / _DONE).write_text(f"steps={result.steps} final_loss={result.losses[-1]:.4f}\n")
     return final
+
+
+def warm_started(config: RLConfig) -> RLConfig:
+    """``config`` starting from its warm start's model (trained now, or reused), with the warm
+    start switched off; ``config`` itself when it has none."""
+    final = warm_start(config)
+    if final is None:
+        return config
+    model = dataclasses.replace(config.model, path=str(final), random_init=False, config_overrides={},
+                                warm_start=dataclasses.replace(config.model.warm_start, episodes=0))
+    return dataclasses.replace(config, model=model)

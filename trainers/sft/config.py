@@ -16,51 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from trainers.common.config import ConfigError, check_fields
-from trainers.common.config import load_config as _load
+from coa_envs.configkit import ConfigError, check_fields
+from coa_envs.configkit import load_config as _load
 from trainers.common.mixture import MixtureEntry, check_env_ids, mixture_entries
-from trainers.common.sections import Bookkeeping
+from trainers.common.model import PackedModelSection, moved_model_keys
+from trainers.common.sections import DeviceSection, LoopBookkeeping, OptimSection
 
 __all__ = ["ConfigError", "SFTBookkeeping", "SFTConfig", "SFTData", "SFTMixtureEntry", "SFTModel",
            "SFTOptim", "SFTResources", "load_config"]
 
-TINY_DEFAULTS = {"vocab_size": 512, "hidden_size": 64, "layers": 2, "heads": 4, "kv_heads": 2}
-
-
-@dataclass
-class SFTModel:
-    """The model trained, and how it attends and adapts."""
-
-    path: str = "tiny"
-    """``tiny`` (a small Qwen2 built from ``tiny`` with a tokenizer trained on the data), a
-    catalogue name such as ``smollm2-135m`` (``agents.models``), or a local directory / HF
-    id for ``from_pretrained``."""
-    tokenizer: str | None = None
-    """Tokenizer path/id when it differs from ``path`` (None: the model's own)."""
-    tiny: dict[str, Any] = field(default_factory=lambda: dict(TINY_DEFAULTS))
-    """Sizes for ``path: tiny`` (vocab_size, hidden_size, layers, heads, kv_heads, dropout,
-    ...); keys left out keep the defaults."""
-    attention: Literal["varlen", "segment_sdpa", "sdpa", "eager", "flex_attention",
-                       "flash_attention_2"] = "varlen"
-    """How packed rows attend: ``varlen`` (per-sample; torch's varlen kernel on CUDA),
-    ``segment_sdpa``, or a transformers implementation (``sdpa``, ``eager``, ...)."""
-    lora: dict[str, Any] | None = None
-    """LoRA via peft, e.g. ``{r: 16, alpha: 32, dropout: 0.05, target_modules: all-linear}``;
-    None trains every weight."""
-    merge_lora_on_save: bool = True
-    """Write the final model with the adapter merged, so plain ``from_pretrained`` loads it."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass (less memory, ~30% more compute)."""
-    compile: bool = False
-    """``torch.compile`` each decoder layer (dynamic shapes; one compiled graph serves every
-    layer): fuses the norm/activation/rotary element-wise ops and cuts the per-op launch and
-    dispatch cost that bounds a small model's step on a GPU. The first steps pay the compile."""
-
-    def __post_init__(self) -> None:
-        check_fields(self, "model.")
-        self.tiny = {**TINY_DEFAULTS, **self.tiny}
-        if self.path == "tiny" and self.tokenizer:
-            raise ConfigError("model.path=tiny trains its own tokenizer; drop model.tokenizer")
+# The sections SFT shares with DPO (and the model section with RL) under their SFT names.
+SFTModel = PackedModelSection
+SFTOptim = OptimSection
+SFTResources = DeviceSection
 
 
 @dataclass
@@ -145,84 +113,10 @@ class SFTData:
 
 
 @dataclass
-class SFTOptim:
-    """Optimiser, schedule, precision and the length of the run."""
-
-    precision: Literal["fp32", "bf16", "bf16_pure"] = "fp32"
-    """``fp32``; ``bf16`` (autocast, fp32 master weights); ``bf16_pure`` (bf16 weights)."""
-    learning_rate: float = 1e-5
-    """Peak learning rate (AdamW) of the cosine schedule."""
-    weight_decay: float = 0.0
-    """AdamW weight decay (not applied to biases and norms)."""
-    adam_betas: tuple[float, float] = (0.9, 0.999)
-    """AdamW betas."""
-    max_grad_norm: float = 1.0
-    """Gradient-norm clip of each optimiser step."""
-    warmup_ratio: float = 0.0
-    """Share of the steps spent warming up linearly (ignored when warmup_steps is set)."""
-    warmup_steps: int | None = None
-    """Warm-up steps; overrides ``warmup_ratio`` when set."""
-    num_epochs: int = 1
-    """Passes over the data (ignored when max_steps is set)."""
-    max_steps: int | None = None
-    """Total optimiser steps; overrides ``num_epochs`` when set."""
-    grad_accum: int = 1
-    """Packed rows per optimiser step (per process)."""
-    chunked_loss: bool = True
-    """Compute the LM head and loss only on trained positions, in chunks (saves memory)."""
-
-    def __post_init__(self) -> None:
-        check_fields(self, "optim.")
-        self.adam_betas = tuple(float(b) for b in self.adam_betas)  # type: ignore[assignment]
-        if self.grad_accum < 1 or self.num_epochs < 1:
-            raise ConfigError("optim.grad_accum and optim.num_epochs must be >= 1")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ConfigError("optim.max_steps must be >= 1 (or unset to train num_epochs)")
-        if not 0.0 <= self.warmup_ratio < 1.0:
-            raise ConfigError("optim.warmup_ratio must be in [0, 1)")
-        if self.learning_rate <= 0:
-            raise ConfigError("optim.learning_rate must be > 0")
-
-
-@dataclass
-class SFTResources:
-    """Where the run computes."""
-
-    device: str = "auto"
-    """``auto`` (CUDA when available), ``cuda``, ``cpu`` or a torch device string."""
-    torch_threads: int = 0
-    """CPU threads for torch (0: torch's default). On a shared CPU one thread can be several
-    times faster than two: OpenMP workers spin-wait for a core another process holds."""
-    deepspeed: str | None = None
-    """Path to a DeepSpeed JSON config (ZeRO-2/3); needs the ``deepspeed`` package."""
-
-    def __post_init__(self) -> None:
-        check_fields(self, "resources.")
-        if self.torch_threads < 0:
-            raise ConfigError("resources.torch_threads must be >= 0 (0 keeps torch's default)")
-
-
-@dataclass
-class SFTBookkeeping(Bookkeeping):
+class SFTBookkeeping(LoopBookkeeping):
     """Run directory, checkpoints, resume, logging and eval cadence."""
 
     output_dir: str = "runs/sft"
-    keep_checkpoints: int = 0
-    halt_at_step: int | None = None
-    """Stop (after checkpointing) at this step without changing the schedule; for tests."""
-    log_every: int = 1
-    """Log the training loss every N steps."""
-    eval_every: int = 0
-    """Eval loss on the held-out data every N steps (0: only at the end)."""
-    progress: bool = True
-    """Show a progress bar with loss and tokens/s."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.halt_at_step is not None and self.halt_at_step < 1:
-            raise ConfigError("bookkeeping.halt_at_step must be >= 1")
-        if self.log_every < 1 or self.eval_every < 0:
-            raise ConfigError("bookkeeping.log_every must be >= 1 and eval_every >= 0")
 
 
 @dataclass
@@ -231,11 +125,11 @@ class SFTConfig:
 
     data: SFTData = field(default_factory=SFTData)
     """Training (and eval) data; ``data.train_path`` is required."""
-    model: SFTModel = field(default_factory=SFTModel)
+    model: PackedModelSection = field(default_factory=PackedModelSection)
     """The model, attention and LoRA."""
-    optim: SFTOptim = field(default_factory=SFTOptim)
+    optim: OptimSection = field(default_factory=OptimSection)
     """Optimiser, schedule, precision, run length."""
-    resources: SFTResources = field(default_factory=SFTResources)
+    resources: DeviceSection = field(default_factory=DeviceSection)
     """Device, threads, DeepSpeed."""
     bookkeeping: SFTBookkeeping = field(default_factory=SFTBookkeeping)
     """Run directory, checkpoints, resume, logging."""
@@ -274,14 +168,7 @@ MOVED: dict[str, str] = {old: f"{section}.{old}" for section, olds in _MOVED_TO.
 MOVED.update({"data_format": "data.format", "save_total_limit": "bookkeeping.keep_checkpoints"})
 
 
-def _check_layout(data: dict[str, Any]) -> dict[str, Any]:
-    if isinstance(data.get("model"), str):
-        raise ConfigError(f"model is a section: write `model: {{path: {data['model']}}}` "
-                          f"(or model.path={data['model']})")
-    return data
-
-
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
                 values: dict[str, Any] | None = None) -> SFTConfig:
     """YAML file, then ``values`` (nested or dotted keys), then ``key=value`` overrides."""
-    return _load(SFTConfig, path, overrides, values, resolve=_check_layout, moved=MOVED)
+    return _load(SFTConfig, path, overrides, values, resolve=moved_model_keys, moved=MOVED)

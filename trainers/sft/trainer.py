@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainers.common import Checkpointer, MetricsLogger
+from trainers.common.checkpoint import TrainerPosition
+from trainers.common.loading import load_packed_model, load_tokenizer
+from trainers.common.packed import loss_sum
+from trainers.common.supervised import SupervisedRun
 from trainers.common.threads import torch_threads
 from trainers.data import (
     PreparedData,
@@ -35,15 +37,11 @@ from trainers.data import (
     prepare_packs,
 )
 from trainers.sft.config import SFTConfig, load_config
-from trainers.sft.model import load_model, load_tokenizer, loss_sum, save_for_inference
-from trainers.sft.progress import ProgressBar
+from trainers.sft.distributed import all_sum, barrier, deepspeed_engine, full_weights, init_dist
 from trainers.sft.sources import MixedRows, load_sources
 
-__all__ = ["SFTConfig", "SFTResult", "TrainerPosition", "load_config", "make_optimizer", "train"]
-
-# Optimiser and scheduler state inside a checkpoint directory (DeepSpeed keeps its own).
-_OPTIMIZER_FILE = "optimizer.pt"
-
+# TrainerPosition lives in trainers.common (SFT and DPO share it); importable here for one release.
+__all__ = ["SFTConfig", "SFTResult", "TrainerPosition", "load_config", "train"]
 
 @dataclass(frozen=True, slots=True)
 class SFTResult:
@@ -57,79 +55,6 @@ class SFTResult:
     train_report: TruncationReport
     tokens_per_s: float
     halted: bool
-
-
-@dataclass(frozen=True, slots=True)
-class TrainerPosition:
-    """Where the loop is: optimiser steps done, and rows consumed in the current epoch.
-
-    The data order is a function of (seed, epoch) (per env, with a mixture), so this is all a
-    resume needs to feed the same rows in the same order.
-    """
-
-    step: int = 0
-    epoch: int = 0
-    rows_in_epoch: int = 0
-    streams: dict[str, list[int]] = dataclasses.field(default_factory=dict)
-    """With ``data.envs``: each env's ``[epoch, rows taken]`` (epoch/rows_in_epoch unused)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Dist:
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def _init_dist(device_pref: str, need_group: bool = False) -> tuple[_Dist, Any]:
-    """Rank/world from the launcher's environment; ``need_group``: DeepSpeed wants a process
-    group even for one process, so a plain ``coa train sft`` makes a one-rank group on
-    loopback instead of letting DeepSpeed go looking for MPI."""
-    import torch
-
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    dist = _Dist(int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0")))
-    cuda = torch.cuda.is_available() and device_pref in ("auto", "cuda")
-    device = torch.device(f"cuda:{dist.local_rank}" if cuda else "cpu")
-    if device_pref not in ("auto", "cuda", "cpu"):
-        device = torch.device(device_pref)
-    if cuda:
-        torch.cuda.set_device(device)
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    if world > 1 and not torch.distributed.is_initialized():
-        torch.distributed.init_process_group(backend)
-    elif need_group and not torch.distributed.is_initialized():
-        import socket
-
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        torch.distributed.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}",
-                                             rank=0, world_size=1)
-        for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
-            os.environ.setdefault(key, value)  # what a launcher would have set
-    return dist, device
-
-
-def _barrier(dist: _Dist) -> None:
-    if dist.world > 1:
-        import torch
-
-        torch.distributed.barrier()
-
-
-def _all_sum(value: float, dist: _Dist, device: Any) -> float:
-    if dist.world == 1:
-        return value
-    import torch
-
-    tensor = torch.tensor([value], dtype=torch.float64, device=device)
-    torch.distributed.all_reduce(tensor)
-    return float(tensor.item())
 
 
 def _make_loss_module(model: Any, chunked: bool) -> Any:
@@ -146,19 +71,6 @@ def _make_loss_module(model: Any, chunked: bool) -> Any:
             return loss_sum(self.model, batch, chunked)
 
     return CausalLMLoss()
-
-
-def make_optimizer(config: SFTConfig, model: Any, device: Any) -> Any:
-    """AdamW over the trainable weights; no decay on biases and norms (``config.optim``)."""
-    import torch
-
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.ndim >= 2], "weight_decay": config.optim.weight_decay},
-        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=config.optim.learning_rate, betas=config.optim.adam_betas,
-                             fused=device.type == "cuda")
 
 
 def _evaluate(module: Any, datas: list[tuple[str, PreparedData]], device: Any,
@@ -188,229 +100,201 @@ def _merged(reports: list[TruncationReport]) -> TruncationReport:
                               for f in dataclasses.fields(TruncationReport)))
 
 
-def _deepspeed_engine(config: SFTConfig, module: Any, optimizer: Any, scheduler: Any) -> Any:
-    try:
-        import deepspeed
-    except ImportError as error:
-        raise RuntimeError("resources.deepspeed is set but the `deepspeed` package is not "
-                           "installed (pip install 'coa-envs[deepspeed]')") from error
-    import json
-
-    ds_config = json.loads(Path(config.resources.deepspeed or "").read_text(encoding="utf-8"))
-    ds_config.update(train_micro_batch_size_per_gpu=1,
-                     gradient_accumulation_steps=config.optim.grad_accum,
-                     gradient_clipping=config.optim.max_grad_norm)
-    if config.optim.precision == "bf16":
-        ds_config["bf16"] = {"enabled": True}
-    engine, *_ = deepspeed.initialize(model=module, optimizer=optimizer, lr_scheduler=scheduler,
-                                      config=ds_config)
-    return engine
-
-
-def _full_weights(engine: Any, model: Any) -> Any:
-    """ZeRO-3 shards each weight across ranks; every rank enters this context so rank 0
-    sees whole tensors while it writes the inference checkpoint. Elsewhere a no-op."""
-    if engine is None or engine.zero_optimization_stage() != 3:
-        return nullcontext()
-    import deepspeed
-
-    return deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None)
-
-
 def train(config: SFTConfig) -> SFTResult:
     """Run (or resume) a masked SFT run; returns the losses and where the model went."""
     with torch_threads(config.resources.torch_threads):
-        return _train(config)
+        return _SFTRun(config).train()
 
 
-def _train(config: SFTConfig) -> SFTResult:
-    import torch
-    from transformers import get_cosine_schedule_with_warmup
+class _SFTRun:
+    """One run: the data, model and wrappers are set up on construction, :meth:`train` loops."""
 
-    spec, optim, book = config.data, config.optim, config.bookkeeping
-    dist, device = _init_dist(config.resources.device, need_group=bool(config.resources.deepspeed))
-    output_dir = Path(book.output_dir)
-    checkpoints = Checkpointer(output_dir, keep=book.keep_checkpoints, main=dist.main)
-    checkpoint = checkpoints.resolve(book.resume)
+    def __init__(self, config: SFTConfig) -> None:
+        self.config = config
+        self.dist, self.device = init_dist(config.resources.device, need_group=bool(config.resources.deepspeed))
+        self.book = SupervisedRun(config, label="sft", main=self.dist.main)
+        self.use_ds = bool(config.resources.deepspeed)
+        self._load_data_and_model()
+        self._plan()
+        self._wrap()
+        self.book.begin(self.total_steps)  # last: nothing above may draw from the restored streams
 
-    # -- data and model ---------------------------------------------------------------
-    sources = load_sources(config, dist.main, lambda: _barrier(dist))
-    texts = [t for source in sources for s in source.train for t in s.texts()]
-    tokenizer = load_tokenizer(config, texts, source=str(checkpoint) if checkpoint else None)
-    model = load_model(config, tokenizer, source=str(checkpoint) if checkpoint else None).to(device)
-    parts = [prepare_packs(source.train, tokenizer, max_seq_len=spec.max_seq_len,
-                           truncation=spec.truncation, pack_len=config.effective_pack_len)
-             for source in sources]
-    eval_parts = [(source.name, prepare_packs(source.eval, tokenizer, max_seq_len=spec.max_seq_len,
-                                              truncation="truncate_right",
-                                              pack_len=config.effective_pack_len))
-                  for source in sources]
-    # One row list; with a mixture each env's rows are a contiguous block of it.
-    data = PreparedData(tuple(p for part in parts for p in part.packs),
-                        _merged([part.report for part in parts]))
-    source_of_row = [i for i, part in enumerate(parts) for _ in part.packs]
-    has_eval = any(part.packs for _, part in eval_parts)
-    if dist.main:
-        for source, part in zip(sources, parts, strict=True):
-            label = f" ({source.name})" if source.name else ""
-            print(f"[sft] train data{label}: {part.report.summary()}", flush=True)
-    rows_per_rank = len(data.packs) // dist.world
-    if rows_per_rank == 0:
-        raise ValueError(f"{len(data.packs)} packed rows cannot feed {dist.world} processes")
-    use_ds = bool(config.resources.deepspeed)
-    steps_per_epoch = (rows_per_rank // optim.grad_accum if use_ds
-                       else math.ceil(rows_per_rank / optim.grad_accum))
-    total_steps = optim.max_steps or steps_per_epoch * optim.num_epochs
-    warmup = optim.warmup_steps if optim.warmup_steps is not None else \
-        int(optim.warmup_ratio * total_steps)
-
-    # -- optimiser, schedule, wrappers ------------------------------------------------
-    optimizer = make_optimizer(config, model, device)
-    scheduler = get_cosine_schedule_with_warmup(optimizer, warmup, total_steps)
-    position = TrainerPosition()
-    if checkpoint is not None:
-        position = TrainerPosition(**checkpoints.read_state(checkpoint)["position"])
-        if not use_ds:
-            saved = torch.load(checkpoint / _OPTIMIZER_FILE, map_location="cpu", weights_only=False)
-            optimizer.load_state_dict(saved["optimizer"])
-            scheduler.load_state_dict(saved["scheduler"])
-    mixed = None
-    if spec.envs:
-        offsets = [sum(len(p.packs) for p in parts[:i]) for i in range(len(parts))]
-        mixed = MixedRows(spec.envs, offsets, [len(p.packs) for p in parts], book.seed,
-                          dist.rank, dist.world, position.streams)
-    module = _make_loss_module(model, optim.chunked_loss)
-    engine = None
-    if use_ds:
-        engine = _deepspeed_engine(config, module, optimizer, scheduler)
-        if checkpoint is not None:
-            engine.load_checkpoint(str(checkpoint), tag="deepspeed")
-        module = engine
-    elif dist.world > 1:
-        module = torch.nn.parallel.DistributedDataParallel(
-            module, device_ids=[device.index] if device.type == "cuda" else None)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-
-    def autocast() -> Any:
-        return torch.autocast(device.type, dtype=torch.bfloat16,
-                              enabled=optim.precision == "bf16" and not use_ds)
-
-    logger = MetricsLogger(output_dir, enabled=dist.main, tensorboard=book.tensorboard,
-                           resume_step=position.step if checkpoint is not None else None,
-                           tag_prefix="sft/")
-    progress = ProgressBar(enabled=dist.main and book.progress, total_steps=total_steps,
-                           initial_step=position.step)
-    if checkpoint is not None:  # last: nothing above may draw from the restored streams
-        checkpoints.restore_rng(checkpoint)
-
-    def save(step: int) -> None:
-        staging = checkpoints.staging(step)
-        if engine is not None:
-            engine.save_checkpoint(str(staging), tag="deepspeed")
-        with _full_weights(engine, model):
-            if dist.main:
-                save_for_inference(model, tokenizer, staging, attention=config.model.attention)
-        if dist.main and engine is None:
-            torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
-                       staging / _OPTIMIZER_FILE)
-        _barrier(dist)
+    # -- setup ------------------------------------------------------------------------
+    def _load_data_and_model(self) -> None:
+        config, spec, dist = self.config, self.config.data, self.dist
+        self.sources = load_sources(config, dist.main, lambda: barrier(dist))
+        texts = [t for source in self.sources for s in source.train for t in s.texts()]
+        self.tokenizer = load_tokenizer(config.model, texts, source=self.book.source)
+        self.model = load_packed_model(config, self.tokenizer, source=self.book.source).to(self.device)
+        pack_len = config.effective_pack_len
+        self.parts = [prepare_packs(source.train, self.tokenizer, max_seq_len=spec.max_seq_len,
+                                    truncation=spec.truncation, pack_len=pack_len) for source in self.sources]
+        self.eval_parts = [(source.name, prepare_packs(source.eval, self.tokenizer, max_seq_len=spec.max_seq_len,
+                                                       truncation="truncate_right", pack_len=pack_len))
+                           for source in self.sources]
+        # One row list; with a mixture each env's rows are a contiguous block of it.
+        self.data = PreparedData(tuple(p for part in self.parts for p in part.packs),
+                                 _merged([part.report for part in self.parts]))
+        self.source_of_row = [i for i, part in enumerate(self.parts) for _ in part.packs]
+        self.has_eval = any(part.packs for _, part in self.eval_parts)
         if dist.main:
-            checkpoints.commit(step, {"position": dataclasses.asdict(position),
-                                      "config": config.to_dict()})
-        _barrier(dist)
+            for source, part in zip(self.sources, self.parts, strict=True):
+                label = f" ({source.name})" if source.name else ""
+                print(f"[sft] train data{label}: {part.report.summary()}", flush=True)
+
+    def _plan(self) -> None:
+        """Steps of the run, the optimiser and its schedule, and the mixture's row streams."""
+        optim, dist, book = self.config.optim, self.dist, self.config.bookkeeping
+        self.rows_per_rank = len(self.data.packs) // dist.world
+        if self.rows_per_rank == 0:
+            raise ValueError(f"{len(self.data.packs)} packed rows cannot feed {dist.world} processes")
+        steps_per_epoch = (self.rows_per_rank // optim.grad_accum if self.use_ds
+                           else math.ceil(self.rows_per_rank / optim.grad_accum))
+        self.total_steps = optim.max_steps or steps_per_epoch * optim.num_epochs
+        self.book.optimise(self.model, self.device, self.total_steps, saved_state=not self.use_ds)
+        self.mixed = None
+        if self.config.data.envs:
+            offsets = [sum(len(p.packs) for p in self.parts[:i]) for i in range(len(self.parts))]
+            self.mixed = MixedRows(self.config.data.envs, offsets, [len(p.packs) for p in self.parts], book.seed,
+                                   dist.rank, dist.world, self.book.position.streams)
+
+    def _wrap(self) -> None:
+        """The loss module the loop calls, under DeepSpeed or DDP when the run has them."""
+        import torch
+
+        self.module = _make_loss_module(self.model, self.config.optim.chunked_loss)
+        self.engine = None
+        if self.use_ds:
+            self.engine = deepspeed_engine(self.config, self.module, self.book.optimizer, self.book.scheduler)
+            if self.book.checkpoint is not None:
+                self.engine.load_checkpoint(str(self.book.checkpoint), tag="deepspeed")
+            self.module = self.engine
+        elif self.dist.world > 1:
+            self.module = torch.nn.parallel.DistributedDataParallel(
+                self.module, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        self.trainable = [p for p in self.model.parameters() if p.requires_grad]
+
+    def autocast(self) -> Any:
+        import torch
+
+        return torch.autocast(self.device.type, dtype=torch.bfloat16,
+                              enabled=self.config.optim.precision == "bf16" and not self.use_ds)
 
     # -- the loop ---------------------------------------------------------------------
-    losses: list[float] = []
-    eval_losses: list[tuple[int, float]] = []
-    started, tokens_seen, halted = time.perf_counter(), 0, False
-    epoch, rows_done = position.epoch, position.rows_in_epoch
-    def evaluate(step: int) -> None:
-        metrics = _evaluate(module, eval_parts, device, autocast)
-        eval_losses.append((step, metrics["eval_loss"]))
-        logger.log(step, metrics)
+    def train(self) -> SFTResult:
+        book = self.config.bookkeeping
+        position = self.book.position
+        self.losses: list[float] = []
+        self.eval_losses: list[tuple[int, float]] = []
+        self.started, self.tokens_seen, halted = time.perf_counter(), 0, False
+        self.epoch, self.rows_done = position.epoch, position.rows_in_epoch
+        self.order = self._epoch_order()
+        if self.has_eval and book.eval_every and position.step == 0:
+            self._evaluate(0)
+        while self.book.position.step < self.total_steps:
+            indices = self._next_rows()
+            step_loss, grad_norm, step_tokens, by_env = self._step(indices)
+            self.rows_done += len(indices)
+            self.book.position = TrainerPosition(self.book.position.step + 1, self.epoch, self.rows_done,
+                                                 self.mixed.state() if self.mixed is not None else {})
+            self.losses.append(step_loss)
+            self._log(step_loss, grad_norm, step_tokens, by_env)
+            if self.has_eval and self.book.due(book.eval_every):
+                self._evaluate(self.book.position.step)
+            halted = self.book.halted
+            if self.book.due(book.save_every) or halted:
+                self._save()
+            if halted:
+                break
+        return self._finish(halted)
 
-    if has_eval and book.eval_every and position.step == 0:
-        evaluate(0)
-    order = epoch_order(len(data.packs), book.seed, epoch)[dist.rank::dist.world][:rows_per_rank]
-    while position.step < total_steps:
-        if mixed is not None:  # each row's env drawn by weight; per-env cursors
-            indices = [row for _, row in mixed.take(position.step + 1, optim.grad_accum)]
-        else:
-            if rows_done >= rows_per_rank or (use_ds and rows_done + optim.grad_accum
-                                              > rows_per_rank):
-                epoch, rows_done = epoch + 1, 0
-                order = epoch_order(len(data.packs), book.seed, epoch)[dist.rank::dist.world]
-                order = order[:rows_per_rank]
-            indices = order[rows_done:rows_done + optim.grad_accum]
-        rows = [data.packs[i] for i in indices]
-        step_tokens = _all_sum(float(sum(p.num_trained for p in rows)), dist, device)
+    def _epoch_order(self) -> list[int]:
+        dist = self.dist
+        return epoch_order(len(self.data.packs), self.config.bookkeeping.seed, self.epoch)[
+            dist.rank::dist.world][:self.rows_per_rank]
+
+    def _next_rows(self) -> list[int]:
+        """The packed rows of the next optimiser step (drawn by env weight with a mixture)."""
+        grad_accum = self.config.optim.grad_accum
+        if self.mixed is not None:  # each row's env drawn by weight; per-env cursors
+            return [row for _, row in self.mixed.take(self.book.position.step + 1, grad_accum)]
+        if self.rows_done >= self.rows_per_rank or (self.use_ds and self.rows_done + grad_accum > self.rows_per_rank):
+            self.epoch, self.rows_done = self.epoch + 1, 0
+            self.order = self._epoch_order()
+        return self.order[self.rows_done:self.rows_done + grad_accum]
+
+    def _step(self, indices: list[int]) -> tuple[float, float, float, dict[str, list[float]]]:
+        """One optimiser step over ``indices``: its loss, gradient norm, trained tokens (all
+        ranks) and per-env ``[summed token loss, trained tokens, rows]``."""
+        import torch
+
+        dist, optim, engine = self.dist, self.config.optim, self.engine
+        rows = [self.data.packs[i] for i in indices]
+        step_tokens = all_sum(float(sum(p.num_trained for p in rows)), dist, self.device)
         step_loss = 0.0
         by_env: dict[str, list[float]] = {}  # name -> [summed token loss, trained tokens, rows]
         for index, pack in enumerate(rows):
             last = index == len(rows) - 1
-            sync = module.no_sync() if dist.world > 1 and not last and engine is None \
-                else nullcontext()
-            with sync, autocast():
+            sync = self.module.no_sync() if dist.world > 1 and not last and engine is None else nullcontext()
+            with sync, self.autocast():
                 # DDP averages gradients over ranks; scale by world to keep a token-level mean.
-                loss = module(pack_to_batch(pack, device)) * (dist.world / step_tokens)
+                loss = self.module(pack_to_batch(pack, self.device)) * (dist.world / step_tokens)
             if engine is not None:
                 engine.backward(loss, scale_wrt_gas=False)
                 engine.step()
             else:
                 loss.backward()
             step_loss += float(loss.detach()) / dist.world
-            tokens_seen += len(pack)
-            if mixed is not None:
-                name = spec.envs[source_of_row[indices[index]]].name
-                totals = by_env.setdefault(name, [0.0, 0.0, 0.0])
+            self.tokens_seen += len(pack)
+            if self.mixed is not None:
+                totals = by_env.setdefault(self.config.data.envs[self.source_of_row[indices[index]]].name,
+                                           [0.0, 0.0, 0.0])
                 totals[0] += float(loss.detach()) * step_tokens / dist.world
                 totals[1] += pack.num_trained
                 totals[2] += 1
         if engine is None:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(trainable, optim.max_grad_norm))
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, optim.max_grad_norm))
+            self.book.step_optimizer()
         else:
             grad_norm = float(engine.get_global_grad_norm() or 0.0)
-        step_loss = _all_sum(step_loss, dist, device)
-        rows_done += len(rows)
-        position = TrainerPosition(position.step + 1, epoch, rows_done,
-                                   mixed.state() if mixed is not None else {})
-        losses.append(step_loss)
-        elapsed = time.perf_counter() - started
-        tokens_per_s = tokens_seen * dist.world / max(elapsed, 1e-9)
-        if position.step % book.log_every == 0 or position.step == total_steps:
-            per_env = {f"{key}/{name}": value for name, (summed, tokens, count) in by_env.items()
-                       for key, value in (("loss", summed / max(tokens, 1.0)), ("rows", count))}
-            logger.log(position.step, {"epoch": epoch, "loss": step_loss,
-                                       "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm,
-                                       "trained_tokens": step_tokens, "tokens_per_s": tokens_per_s,
-                                       "tokens": tokens_seen * dist.world, "elapsed_s": elapsed,
-                                       **per_env})
-            progress.update(position.step, step_loss, tokens_per_s)
-        if has_eval and book.eval_every and position.step % book.eval_every == 0:
-            evaluate(position.step)
-        halted = book.halt_at_step is not None and position.step >= book.halt_at_step
-        if (book.save_every and position.step % book.save_every == 0) or halted:
-            save(position.step)
-        if halted:
-            break
+        return all_sum(step_loss, dist, self.device), grad_norm, step_tokens, by_env
 
-    final_dir = None
-    if not halted:
-        if has_eval and (not eval_losses or eval_losses[-1][0] != position.step):
-            evaluate(position.step)
-        final_dir = output_dir / "final"
-        spec_model = config.model
-        with _full_weights(engine, model):
-            if dist.main:
-                save_for_inference(model, tokenizer, final_dir, attention=spec_model.attention,
-                                   merge_lora=spec_model.lora is not None
-                                   and spec_model.merge_lora_on_save)
-        _barrier(dist)
-    logger.close()
-    progress.close()
-    elapsed = time.perf_counter() - started
-    return SFTResult(output_dir, final_dir, position.step, tuple(losses), tuple(eval_losses),
-                     data.report, tokens_seen * dist.world / max(elapsed, 1e-9), halted)
+    def _log(self, step_loss: float, grad_norm: float, step_tokens: float, by_env: dict[str, list[float]]) -> None:
+        world = self.dist.world
+        elapsed = time.perf_counter() - self.started
+        tokens_per_s = self.tokens_seen * world / max(elapsed, 1e-9)
+        per_env = {f"{key}/{name}": value for name, (summed, tokens, count) in by_env.items()
+                   for key, value in (("loss", summed / max(tokens, 1.0)), ("rows", count))}
+        self.book.log({"epoch": self.epoch, "loss": step_loss, "grad_norm": grad_norm, "trained_tokens": step_tokens,
+                       "tokens_per_s": tokens_per_s, "tokens": self.tokens_seen * world, "elapsed_s": elapsed,
+                       **per_env}, loss=step_loss, tokens_per_s=tokens_per_s, total_steps=self.total_steps)
+
+    def _evaluate(self, step: int) -> None:
+        metrics = _evaluate(self.module, self.eval_parts, self.device, self.autocast)
+        self.eval_losses.append((step, metrics["eval_loss"]))
+        assert self.book.logger is not None
+        self.book.logger.log(step, metrics)
+
+    def _save(self) -> None:
+        engine = self.engine
+
+        def write_engine_state(staging: Path) -> None:
+            if engine is not None:
+                engine.save_checkpoint(str(staging), tag="deepspeed")
+
+        self.book.save(self.model, self.tokenizer, write=write_engine_state,
+                       full_weights=full_weights(engine, self.model), optimizer_state=engine is None,
+                       barrier=lambda: barrier(self.dist))
+
+    def _finish(self, halted: bool) -> SFTResult:
+        step = self.book.position.step
+        final_dir = None
+        if not halted:
+            if self.has_eval and (not self.eval_losses or self.eval_losses[-1][0] != step):
+                self._evaluate(step)
+            final_dir = self.book.save_final(self.model, self.tokenizer, full_weights(self.engine, self.model))
+            barrier(self.dist)
+        self.book.close()
+        elapsed = time.perf_counter() - self.started
+        return SFTResult(self.book.output_dir, final_dir, step, tuple(self.losses), tuple(self.eval_losses),
+                         self.data.report, self.tokens_seen * self.dist.world / max(elapsed, 1e-9), halted)

@@ -15,8 +15,8 @@ CONFIG = Path(__file__).resolve().parents[3] / "examples" / "rl_gpu_0p5b_dapo.ya
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_config_runs_a_few_steps(tmp_path):
+    from trainers.rl import train  # the warm start, then the loop
     from trainers.rl.config import load_config
-    from trainers.rl.loop import train
 
     cfg = load_config(CONFIG, [f"bookkeeping.output_dir={tmp_path}", "algorithm.total_steps=2",
                                "bookkeeping.save_every=1", "model.warm_start.max_steps=5",

@@ -11,7 +11,7 @@ class ProgressBar:
     """A rich progress bar, or nothing when ``enabled`` is false (other ranks, tests)."""
 
     def __init__(self, *, enabled: bool, total_steps: int, initial_step: int,
-                 label: str = "sft") -> None:
+                 label: str) -> None:
         self._progress: Any = None
         if not enabled:
             return
