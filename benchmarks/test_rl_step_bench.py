@@ -64,7 +64,7 @@ def _config(out: Path, **overrides) -> RLConfig:
     base = {
         "algorithm": {"name": "dapo", "total_steps": 3, "prompts_per_step": 2, "group_size": 8,
                       "minibatch_size": 16, "dynamic_sampling": False},
-        "model": {"path": "tiny", "config_overrides": {"hidden_size": 64, "layers": 2}},
+        "model": {"path": "tiny", "tiny": {"hidden_size": 64, "layers": 2}},
         "env": {"id": "coa/SynthHop-v0", "kwargs": ENV_KWARGS, "max_turns": 4},
         "rollout": {"max_new_tokens": 16, "max_response_tokens": 512, "episodes_in_flight": 8,
                     "tool_threads": 8},
