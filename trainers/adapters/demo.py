@@ -24,7 +24,7 @@ def tiny_warm_start(out: str | Path, env_id: str = "coa/SynthHop-v0", env_kwargs
     from trainers.rl.warmstart import warm_start
 
     config = load_config(values={
-        "model": {"path": "tiny", "config_overrides": {"hidden_size": 64, "layers": 2},
+        "model": {"path": "tiny", "tiny": {"hidden_size": 64, "layers": 2},
                   "warm_start": {"episodes": 24, "max_steps": max_steps, "learning_rate": 5e-3}},
         "env": {"id": env_id, "kwargs": dict(env_kwargs or SYNTHHOP_DEMO), "max_turns": 3},
         "algorithm": {"group_size": 2, "minibatch_size": 2},
