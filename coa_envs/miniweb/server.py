@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from coa_envs.loopback import Serving, loopback_server
 from coa_envs.miniweb.site import Site, build_site
 from coa_envs.miniweb.world import make_world
 
@@ -65,30 +66,25 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class _SiteHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], site: Site):
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], site: Site):
         self.site = site
         self.hits: Counter[str] = Counter()
-        super().__init__(address, _Handler)
+        super().__init__(address, handler)
 
 
 class MiniWebServer:
     """A running site. ``pages_jsonl`` is the search export (``{"url","title","text"}``)."""
 
     def __init__(self, site: Site, host: str = "127.0.0.1", port: int = 0):
-        if host not in ("127.0.0.1", "::1", "localhost"):
-            raise ValueError("the mini-web only binds loopback (127.0.0.1)")
         self.site = site
-        self._http = _SiteHTTPServer((host, port), site)
+        self._http = loopback_server(_Handler, host, port, quiet=False, server_class=_SiteHTTPServer, site=site)
         self.host, self.port = self._http.server_address[:2]
         self.base_url = f"http://{self.host}:{self.port}"
         self._workdir = tempfile.TemporaryDirectory(prefix="coa-miniweb-")
         self.pages_jsonl = site.export_jsonl(Path(self._workdir.name) / "pages.jsonl", self.base_url)
-        self._thread = threading.Thread(target=self._http.serve_forever, name="coa-miniweb",
-                                        kwargs={"poll_interval": 0.1}, daemon=True)
-        self._thread.start()
+        self._serving = Serving(self._http, poll_interval=0.1, name="coa-miniweb")
         self.closed = False
 
     @property
@@ -103,9 +99,7 @@ class MiniWebServer:
         if self.closed:
             return
         self.closed = True
-        self._http.shutdown()
-        self._http.server_close()
-        self._thread.join(timeout=5)
+        self._serving.stop()
         self._workdir.cleanup()
 
     def __enter__(self) -> MiniWebServer:

@@ -10,14 +10,15 @@ is the standard library's threaded ``http.server``; it only ever binds loopback.
 from __future__ import annotations
 
 import random
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
+
+from coa_envs.loopback import Serving, loopback_server
 
 __all__ = ["ARTICLE_FACT", "JS_SECRET", "PDF_FACT", "TestSite", "make_pdf", "serve_test_site"]
 
@@ -201,12 +202,6 @@ def _make_handler(site: TestSite, extra_pages: dict[str, tuple[str, bytes]]) -> 
     return Handler
 
 
-class _QuietServer(ThreadingHTTPServer):
-    def handle_error(self, request: object, client_address: object) -> None:
-        # Clients that stop reading (size caps, timeouts) reset the connection; that is expected.
-        pass
-
-
 @contextmanager
 def serve_test_site(
     host: str = "127.0.0.1", extra_pages: dict[str, tuple[str, bytes]] | None = None
@@ -215,17 +210,9 @@ def serve_test_site(
 
     ``extra_pages`` maps a path to ``(content_type, body)`` for pages a test needs.
     """
-    if not host.startswith("127."):
-        raise ValueError("the test site only binds loopback addresses")
-    server = _QuietServer((host, 0), BaseHTTPRequestHandler)
-    server.daemon_threads = True
+    server = loopback_server(BaseHTTPRequestHandler, host)
     site = TestSite(base_url=f"http://{host}:{server.server_address[1]}")
+    # The pages link to absolute URLs, so the handler is made once the port is known.
     server.RequestHandlerClass = _make_handler(site, dict(extra_pages or {}))
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with Serving(server):
         yield site
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)

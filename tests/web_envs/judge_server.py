@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 import re
 import string
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from coa_envs.loopback import Serving, loopback_server
 
 _FIELD = re.compile(r"^\[(question|response|correct_answer)\]: (.*?)(?=\n\n\[|\n\n[A-Z]|\Z)",
                     re.S | re.M)
@@ -87,14 +88,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class _JudgeServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        # A client that timed out (the "slow" model) closes early; that is expected.
-        return
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, address: tuple[str, int], handler: type) -> None:
+        super().__init__(address, handler)
         self.requests: list[dict] = []
         self.calls: Counter[tuple[str, str]] = Counter()
 
@@ -105,13 +100,6 @@ class _JudgeServer(ThreadingHTTPServer):
 
 @contextmanager
 def judge_server() -> Iterator[_JudgeServer]:
-    server = _JudgeServer()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    try:
+    # quiet: a client that timed out (the "slow" model) closes early; that is expected.
+    with Serving(loopback_server(_Handler, server_class=_JudgeServer)) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from coa_envs.loopback import Serving, loopback_server
 from coa_envs.web.browsers import find_chromedriver, find_chromium
 from coa_envs.web.testing import TestSite, serve_test_site
 
@@ -130,18 +130,10 @@ def api_server() -> Iterator[ApiServer]:
 
         do_GET = do_POST = _handle
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    server.handle_error = lambda *args: None  # type: ignore[method-assign]
-    state.base_url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    serving = Serving(loopback_server(Handler))
+    state.base_url = serving.base_url
+    with serving:
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import socket
 import ssl
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
+from coa_envs.loopback import Serving, loopback_server
 from coa_envs.types import ErrorKind
 from coa_envs.web.fetch import FetchedPage, FetchFailure, HttpFetcher
 from coa_envs.web.proxy import BLOCKED_MARKER, GuardedProxy
@@ -37,17 +37,12 @@ def tls_site(tmp_path_factory) -> Iterator[tuple[int, str]]:
             self.end_headers()
             self.wfile.write(body)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = loopback_server(Handler)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     cert.configure_cert(context)
     server.socket = context.wrap_socket(server.socket, server_side=True)
-    server.daemon_threads = True
-    server.handle_error = lambda *args: None  # type: ignore[method-assign]
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield server.server_address[1], str(ca_path)
-    server.shutdown()
-    server.server_close()
+    with Serving(server):
+        yield server.server_address[1], str(ca_path)
 
 
 def test_https_uses_the_pinned_address_and_verifies_the_host_name(tls_site) -> None:
