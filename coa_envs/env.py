@@ -23,8 +23,8 @@ from coa_envs.protocols import corrective_message
 from coa_envs.rewards import EpisodeView, ToolCallRecord, build_reward
 from coa_envs.rewards.compose import term_errors
 from coa_envs.spaces import TextSpace
-from coa_envs.tasks import load_family_tasks
-from coa_envs.tools import build_tool
+from coa_envs.tasks import load_family_tasks, open_family_runtime
+from coa_envs.tools import build_tool, run_tool
 from coa_envs.types import ErrorKind, Reward, Task, Tool, ToolContext, ToolResult
 
 __all__ = ["CoAEnv", "TextSpace", "corrective_message"]
@@ -35,23 +35,6 @@ _REPEAT_MESSAGE = (
     "You already made this exact {tool} call; its result is above. "
     "Use a different query or give your answer."
 )
-
-
-def _with_family_runtime(config: EnvConfig) -> tuple[EnvConfig, Any]:
-    """Let a family start a live resource its tasks and tools depend on (the mini-web's
-    server, whose port the OS picks): ``coa_envs.tasks.<family>.open_runtime(task_options)``
-    returns ``task_options`` and ``tool_overrides`` merged into the config, and is closed
-    by ``close()``. Families without ``open_runtime`` are unaffected."""
-    import dataclasses
-    import importlib
-
-    opener = getattr(importlib.import_module(f"coa_envs.tasks.{config.family}"), "open_runtime", None)
-    if opener is None:
-        return config, None
-    runtime = opener(dict(config.tasks))
-    tools = {name: {**cfg, **runtime.tool_overrides.get(name, {})} for name, cfg in config.tools.items()}
-    tasks = {**config.tasks, **runtime.task_options}
-    return dataclasses.replace(config, tasks=tasks, tools=tools), runtime
 
 
 class CoAEnv(gym.Env[str, str]):
@@ -65,7 +48,7 @@ class CoAEnv(gym.Env[str, str]):
         budget = config.context_budget_chars or 1_000_000
         self.observation_space = TextSpace(max_length=max(budget, 1_000_000))
         self.action_space = TextSpace(max_length=max(budget, 1_000_000))
-        self.config, self._runtime = _with_family_runtime(config)
+        self.config, self._runtime = open_family_runtime(config)
         try:
             self.tasks: list[Task] = load_family_tasks(config.family, self.config.tasks)
         except BaseException:
@@ -327,15 +310,7 @@ class CoAEnv(gym.Env[str, str]):
         if key in self.asked:
             return ToolResult.failure(_REPEAT_MESSAGE.format(tool=call.tool), ErrorKind.REPEATED_QUERY)
         self.asked.add(key)
-        try:
-            tool = self.tools[call.tool]
-            result = tool.run(call.query, self.ctx)
-        except Exception as exc:  # tools should not raise; if one does, the model is told
-            log.exception("tool %s raised", call.tool)
-            return ToolResult.failure(f"The {call.tool} tool failed: {type(exc).__name__}: {exc}", ErrorKind.TOOL_ERROR)
-        if not isinstance(result, ToolResult):
-            return ToolResult.failure(f"The {call.tool} tool returned no result.", ErrorKind.TOOL_ERROR)
-        return result
+        return run_tool(self.tools, call.tool, call.query, self.ctx)
 
     def _cut(self, text: str) -> str:
         limit = self.config.max_observation_chars

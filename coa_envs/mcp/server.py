@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from coa_envs.protocols.tools import ToolArgumentError, arguments_to_query, function_definition
+from coa_envs.tools import build_tool, run_tool
 from coa_envs.types import ErrorKind, Task, Tool, ToolContext, ToolResult
 from coa_envs.vocabulary import tool_names
 
@@ -50,8 +51,6 @@ class ToolHost:
 
     def __init__(self, tools: Mapping[str, Mapping[str, Any]], *, files_root: str | Path | None = None,
                  timeout_s: float = 60.0, env: Any = None):
-        from coa_envs.tools import build_tool
-
         if timeout_s <= 0:
             raise ValueError("timeout_s must be > 0")
         self.timeout_s = timeout_s
@@ -99,18 +98,12 @@ class ToolHost:
             return ToolResult.failure(f"Invalid arguments: {exc}.", ErrorKind.BAD_ACTION)
         ctx = ToolContext(task=self.task, episode_id=f"mcp:{name}")
         try:
-            result = tool.run(query, ctx)
-        except Exception as exc:  # tools should not raise; if one does, the caller is told
-            log.exception("tool %s raised", name)
-            return ToolResult.failure(f"The {name} tool failed: {type(exc).__name__}: {exc}", ErrorKind.TOOL_ERROR)
+            return run_tool(self.tools, name, query, ctx)
         finally:
             release = getattr(tool, "end_episode", None)
             if callable(release):  # each MCP call is its own episode: drop per-call state
                 with contextlib.suppress(Exception):
                     release(ctx)
-        if not isinstance(result, ToolResult):
-            return ToolResult.failure(f"The {name} tool returned no result.", ErrorKind.TOOL_ERROR)
-        return result
 
     def close(self) -> None:
         for tool in self.tools.values():

@@ -26,6 +26,7 @@ __all__ = [
     "clear_cache",
     "iter_jsonl",
     "load_family_tasks",
+    "open_family_runtime",
     "require",
     "resolve_path",
     "select_tasks",
@@ -145,3 +146,20 @@ def select_tasks(tasks: list[Task], task_list: str | Path) -> list[Task]:
         raise ValueError(f"task_list {path}: {len(missing)} task id(s) are not among this env's {len(tasks)} "
                          f"tasks (another split or data file?), e.g. {missing[:3]}")
     return [t for t in tasks if t.task_id in wanted]
+
+
+def open_family_runtime(config: Any) -> tuple[Any, Any]:
+    """``(config, runtime)``: let a family start a live resource its tasks and tools depend on
+    (the mini-web's server, whose port the OS picks). ``coa_envs.tasks.<family>.open_runtime
+    (task_options)`` returns ``task_options`` and ``tool_overrides``, merged into the env
+    config (:class:`~coa_envs.config.EnvConfig`); the env closes the runtime with itself.
+    Families without ``open_runtime`` give ``(config, None)``."""
+    import dataclasses
+
+    opener = getattr(importlib.import_module(f"coa_envs.tasks.{config.family}"), "open_runtime", None)
+    if opener is None:
+        return config, None
+    runtime = opener(dict(config.tasks))
+    tools = {name: {**cfg, **runtime.tool_overrides.get(name, {})} for name, cfg in config.tools.items()}
+    tasks = {**config.tasks, **runtime.task_options}
+    return dataclasses.replace(config, tasks=tasks, tools=tools), runtime

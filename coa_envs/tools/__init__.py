@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from coa_envs.types import Tool, ToolSpec
+from coa_envs.types import ErrorKind, Tool, ToolContext, ToolResult, ToolSpec
 from coa_envs.vocabulary import BUILTIN_TOOLS, register_tool, tool_module, tool_names, unregister_tool
 
 __all__ = [
@@ -35,12 +36,15 @@ __all__ = [
     "build_tool",
     "register_tool",
     "retrieval_tools",
+    "run_tool",
     "tool_backends",
     "tool_names",
     "tool_spec",
     "unregister_tool",
     "validate_tool_config",
 ]
+
+log = logging.getLogger(__name__)
 
 
 
@@ -91,6 +95,20 @@ def validate_tool_config(name: str, config: Mapping[str, Any]) -> None:
         modes = ("off", "record", "replay", "replay-or-record")
         if cache.get("mode", "off") not in modes:
             raise ValueError(f"tools.{name}.cache.mode={cache.get('mode')!r} is not valid; allowed: {list(modes)}")
+
+
+def run_tool(tools: Mapping[str, Tool], name: str, query: str, ctx: ToolContext) -> ToolResult:
+    """Run one call of ``tools[name]``, never raising: a tool that raises or returns no
+    :class:`ToolResult` is a ``tool_error`` result that says so (the env and the MCP server
+    both hand it on to the model)."""
+    try:
+        result = tools[name].run(query, ctx)
+    except Exception as exc:  # tools should not raise; if one does, the caller is told
+        log.exception("tool %s raised", name)
+        return ToolResult.failure(f"The {name} tool failed: {type(exc).__name__}: {exc}", ErrorKind.TOOL_ERROR)
+    if not isinstance(result, ToolResult):
+        return ToolResult.failure(f"The {name} tool returned no result.", ErrorKind.TOOL_ERROR)
+    return result
 
 
 def build_tool(name: str, config: Mapping[str, Any]) -> Tool:
