@@ -11,9 +11,14 @@ from pathlib import Path
 import typer
 
 from coa_cli.train_rl import rl_command
-from coa_cli.trainer_config import RESUME, load_trainer_config
+from coa_cli.trainer_config import RESUME, config_option, load_trainer_config, overrides_argument
 
 __all__ = ["train_app"]
+
+SFT_CONFIG = config_option("see examples/sft_tiny.yaml")
+SFT_OVERRIDES = overrides_argument("optim.max_steps=10 optim.learning_rate=2e-5")
+DPO_CONFIG = config_option("see examples/dpo_tiny.yaml")
+DPO_OVERRIDES = overrides_argument("dpo.beta=0.1 optim.max_steps=10 data.train_path=pairs.jsonl")
 
 train_app = typer.Typer(no_args_is_help=True, add_completion=False,
                         help="Train a policy: masked SFT (sft), preference DPO (dpo) or agentic RL.")
@@ -22,10 +27,8 @@ train_app = typer.Typer(no_args_is_help=True, add_completion=False,
 @train_app.command(
     "sft", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def sft_command(
-    config: Path = typer.Option(..., "--config", "-c", exists=True, dir_okay=False,
-                                help="YAML config (see examples/sft_tiny.yaml)."),
-    overrides: list[str] = typer.Argument(None, help="key=value overrides, e.g. "
-                                          "optim.max_steps=10 optim.learning_rate=2e-5."),
+    config: Path = SFT_CONFIG,
+    overrides: list[str] = SFT_OVERRIDES,
     resume: bool = RESUME,
 ) -> None:
     """Masked SFT on CoA trajectories (loss only on model-generated tokens)."""
@@ -45,10 +48,8 @@ def sft_command(
 @train_app.command(
     "dpo", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def dpo_command(
-    config: Path = typer.Option(..., "--config", "-c", exists=True, dir_okay=False,
-                                help="YAML config (see examples/dpo_tiny.yaml)."),
-    overrides: list[str] = typer.Argument(None, help="key=value overrides, e.g. dpo.beta=0.1 "
-                                          "optim.max_steps=10 data.train_path=pairs.jsonl."),
+    config: Path = DPO_CONFIG,
+    overrides: list[str] = DPO_OVERRIDES,
     resume: bool = RESUME,
 ) -> None:
     """Masked DPO on preference pairs from `coa pairs` (log-probs of generated tokens only)."""

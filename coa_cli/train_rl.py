@@ -9,16 +9,17 @@ from pathlib import Path
 
 import typer
 
-from coa_cli.trainer_config import RESUME, load_trainer_config
+from coa_cli.trainer_config import RESUME, config_option, load_trainer_config, overrides_argument
 
 __all__ = ["rl_command"]
 
+RL_CONFIG = config_option("RLConfig sections; see examples/rl_*.yaml")
+RL_OVERRIDES = overrides_argument("algorithm.lr=1e-5 algorithm.name=ppo env.max_turns=4")
+
 
 def rl_command(
-    config: Path = typer.Option(..., "--config", "-c", exists=True, dir_okay=False,
-                                help="YAML file of RLConfig sections (see examples/rl_*.yaml)."),
-    overrides: list[str] = typer.Argument(None, help="key=value overrides, e.g. "
-                                          "algorithm.lr=1e-5 algorithm.name=ppo env.max_turns=4"),
+    config: Path = RL_CONFIG,
+    overrides: list[str] = RL_OVERRIDES,
     resume: bool = RESUME,
     address: str = typer.Option(None, "--address",
                                 help="Ray cluster to join (host:port or 'auto'); default: "

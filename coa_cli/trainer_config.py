@@ -12,10 +12,20 @@ from typing import Any, TypeVar
 
 import typer
 
-__all__ = ["RESUME", "load_trainer_config"]
+__all__ = ["RESUME", "config_option", "load_trainer_config", "overrides_argument"]
 
 RESUME = typer.Option(False, "--resume", help="Continue from the newest checkpoint in "
                       "bookkeeping.output_dir (same as bookkeeping.resume=latest).")
+
+
+def config_option(what: str) -> Any:
+    """``--config/-c FILE``: the trainer's YAML (``what`` says which, e.g. an example file)."""
+    return typer.Option(..., "--config", "-c", exists=True, dir_okay=False, help=f"YAML config ({what}).")
+
+
+def overrides_argument(examples: str) -> Any:
+    """The ``key=value ...`` arguments after the options (dotted keys, YAML values)."""
+    return typer.Argument(None, help=f"key=value overrides, e.g. {examples}.")
 
 ConfigT = TypeVar("ConfigT")
 

@@ -4,20 +4,7 @@ Kept so ``from trainers.common.config import load_config`` goes on working; new 
 the toolkit from :mod:`coa_envs.configkit`.
 """
 
-from coa_envs.configkit import (
-    ConfigError,
-    build_section,
-    check_fields,
-    check_value,
-    deep_merge,
-    describe_type,
-    fits_type,
-    load_config,
-    load_mapping,
-    merge_mappings,
-    parse_overrides,
-    parse_value,
-)
+from coa_envs import configkit as _configkit
+from coa_envs.configkit import *  # noqa: F403  (a compatibility face: every public name)
 
-__all__ = ["ConfigError", "build_section", "check_fields", "check_value", "deep_merge", "describe_type",
-           "fits_type", "load_config", "load_mapping", "merge_mappings", "parse_overrides", "parse_value"]
+__all__ = list(_configkit.__all__)

@@ -23,7 +23,15 @@ from trainers.common.metrics import MetricsLogger
 from trainers.common.optim import load_optimizer_state, make_optimizer, make_schedule, save_optimizer_state
 from trainers.common.progress import ProgressBar
 
-__all__ = ["SupervisedRun"]
+__all__ = ["SupervisedRun", "run_supervised"]
+
+
+def run_supervised(config: Any, run: Callable[[Any], Any]) -> Any:
+    """``run(config).train()`` with the torch threads ``resources.torch_threads`` asks for."""
+    from trainers.common.threads import torch_threads
+
+    with torch_threads(config.resources.torch_threads):
+        return run(config).train()
 
 
 class SupervisedRun:

@@ -22,8 +22,7 @@ from typing import Any
 
 from trainers.common.checkpoint import TrainerPosition
 from trainers.common.loading import load_packed_model, load_tokenizer
-from trainers.common.supervised import SupervisedRun
-from trainers.common.threads import torch_threads
+from trainers.common.supervised import SupervisedRun, run_supervised
 from trainers.data import epoch_order, split_eval
 from trainers.dpo.config import DPOConfig, load_config
 from trainers.dpo.data import PairDataError, PairRow, PreparedPairs, pair_samples, prepare_pair_rows
@@ -167,8 +166,7 @@ def _evaluate(model: Any, scorer: _Scorer, rows: tuple[PairRow, ...], autocast: 
 
 def train(config: DPOConfig) -> DPOResult:
     """Run (or resume) a DPO run; returns the per-step series and where the model went."""
-    with torch_threads(config.resources.torch_threads):
-        return _DPORun(config).train()
+    return run_supervised(config, _DPORun)
 
 
 class _DPORun:

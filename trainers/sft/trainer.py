@@ -27,8 +27,7 @@ from typing import Any
 from trainers.common.checkpoint import TrainerPosition
 from trainers.common.loading import load_packed_model, load_tokenizer
 from trainers.common.packed import loss_sum
-from trainers.common.supervised import SupervisedRun
-from trainers.common.threads import torch_threads
+from trainers.common.supervised import SupervisedRun, run_supervised
 from trainers.data import (
     PreparedData,
     TruncationReport,
@@ -102,8 +101,7 @@ def _merged(reports: list[TruncationReport]) -> TruncationReport:
 
 def train(config: SFTConfig) -> SFTResult:
     """Run (or resume) a masked SFT run; returns the losses and where the model went."""
-    with torch_threads(config.resources.torch_threads):
-        return _SFTRun(config).train()
+    return run_supervised(config, _SFTRun)
 
 
 class _SFTRun:
