@@ -15,12 +15,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import select
 import time
 from typing import TYPE_CHECKING, Any
 
 from sandbox._cgroup import RunUsage
 from sandbox._child import CELL_DONE
-from sandbox._collect import CpuWatch, timed_outcome
+from sandbox._collect import CpuWatch, hard_output_cap, timed_outcome
 from sandbox._wire import FrameError, read_exact, read_frame, write_frame
 from sandbox.types import Limits
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["serve_session"]
 
-_DONE_GRACE_S = 1.0  # for the record after the cell's output is complete
+_DONE_GRACE_S = 1.0  # for the cell's record after its output is complete (past the wall limit)
 _MAX_FORGED_RECORDS = 64
 
 
@@ -44,10 +45,15 @@ def _proc_cpu_s(pid: int) -> float:
     return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
-def _read_done(fd: int, nonce: bytes, deadline: float) -> tuple[int, float] | None:
-    """The cell's own record (exit code, CPU s): exactly one fixed-size record at a time, skipping
-    records with another nonce; None when the pipe holds anything else or nothing comes."""
+def _read_done(fd: int, nonce: bytes, deadline: float, watch: CpuWatch) -> tuple[int, float] | None:
+    """The cell's own record (exit code, CPU s): one fixed-size record at a time, skipping
+    records with another nonce (a forgery: the cell's own record comes when its code is done);
+    None when the pipe holds anything else, nothing comes by ``deadline``, or the cell spends its
+    CPU budget meanwhile."""
     for _ in range(_MAX_FORGED_RECORDS):
+        while not select.select([fd], [], [], 0.05)[0]:
+            if time.monotonic() >= deadline or watch.used() >= watch.budget:
+                return None
         try:
             marker, got, rc, cpu_s = CELL_DONE.unpack(read_exact(fd, CELL_DONE.size, deadline))
         except (FrameError, OSError):
@@ -57,6 +63,18 @@ def _read_done(fd: int, nonce: bytes, deadline: float) -> tuple[int, float] | No
         if got == nonce and math.isfinite(cpu_s) and 0.0 <= cpu_s <= 1e6:
             return rc & 0xFF, cpu_s
     return None
+
+
+def _drain(fd: int, into: bytearray, cap: int) -> None:
+    """What ``fd`` holds now (the cell's output written after a forged record), up to ``cap``."""
+    while select.select([fd], [], [], 0)[0]:
+        try:
+            data = os.read(fd, 1 << 16)
+        except OSError:
+            return
+        if not data:
+            return
+        into += data[: max(0, cap - len(into))]
 
 
 def _since(now: RunUsage, then: RunUsage) -> RunUsage:
@@ -93,7 +111,12 @@ def run_cell(worker: Worker, request: dict[str, Any]) -> dict[str, Any]:
     collected = worker.collect_from(child, child.done_r, started, limits, cpu_watch=watch)
     done = None
     if not (collected.wall_killed or collected.output_killed or collected.cpu_killed):
-        done = _read_done(child.done_r, nonce, min(started + limits.wall_s, time.monotonic()) + _DONE_GRACE_S)
+        deadline = max(started + limits.wall_s, time.monotonic() + _DONE_GRACE_S)
+        done = _read_done(child.done_r, nonce, deadline, watch)
+        outputs = {child.out_r: bytearray(collected.stdout), child.err_r: bytearray(collected.stderr)}
+        for fd, kept in outputs.items():
+            _drain(fd, kept, hard_output_cap(limits))
+        collected.stdout, collected.stderr = bytes(outputs[child.out_r]), bytes(outputs[child.err_r])
     usage = _since(cgroup.usage(), child.counted) if cgroup is not None and child.counted else None
     if done is None:  # the cell killed the session (or we did): report how it died
         wait_status, cpu_s = worker.discard(child)

@@ -324,9 +324,11 @@ def _main(argv: list[str]) -> None:
                 os.close(config["seccomp_fd"])
                 seccomp = lockdown.CompiledFilter(program)
             os.chdir(lockdown.WORKDIR)
-            lockdown.drop_privileges(scratch["uid"], seccomp)
+            lockdown.drop_privileges(scratch["uid"], seccomp, lockdown.writable_in_jail(scratch.get("writable", [])))
         else:
             lockdown.make_scratch_dirs()
+            if config.get("writable") is not None:  # nsjail dropped privileges (no_new_privs set)
+                lockdown.restrict_writes(lockdown.writable_in_jail(config["writable"]))
         os.chdir(lockdown.WORKDIR)
     elif config.get("reap"):
         lockdown.become_subreaper()

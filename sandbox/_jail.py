@@ -36,9 +36,11 @@ from sandbox._lockdown import (
     check,
     drop_privileges,
     hide,
+    landlock_abi,
     make_mountpoint,
     make_scratch,
     mount,
+    writable_in_jail,
 )
 from sandbox._root import RootPolicy
 
@@ -52,8 +54,10 @@ __all__ = [
     "drop_privileges",
     "enter_run",
     "isolate_worker",
+    "landlock_layer",
     "new_pid_namespace_for_children",
     "unshare_pid",
+    "writable_in_jail",
 ]
 
 CLONE_NEWNS = 0x00020000
@@ -220,6 +224,13 @@ def new_pid_namespace_for_children(own_pid_ns_fd: int) -> None:
 def unshare_pid() -> None:
     """The calling process's next child starts a new PID namespace (once per process)."""
     check(_libc.unshare(CLONE_NEWPID), "unshare pid")
+
+
+def landlock_layer() -> str:
+    """How the Landlock write restriction is named in a backend's ``isolation``."""
+    if landlock_abi():
+        return "landlock: no file opened for writing outside /tmp, /dev, /proc and writable grants"
+    return "no landlock (kernel without it): a FIFO in a read-only grant can be written"
 
 
 #: Namespaces every run child enters on top of the worker's (reported in the pool's isolation).

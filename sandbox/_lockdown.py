@@ -25,9 +25,12 @@ __all__ = [
     "drop_privileges",
     "hide",
     "kill_children",
+    "landlock_abi",
     "make_scratch",
     "mount",
+    "restrict_writes",
     "scratch_options",
+    "writable_in_jail",
 ]
 
 #: The run's writable space: ``/tmp`` (a fresh tmpfs), its workdir, and the directory that
@@ -67,8 +70,9 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
 
 def bind(source_fd: int, target: str, writable: bool, recursive: bool = False) -> None:
     """Bind what ``source_fd`` (an ``O_PATH`` descriptor) names onto ``target``; read-only unless
-    ``writable``. The remount keeps the source's locked flags (nodev, noexec) as a user
-    namespace requires; nosuid is always added."""
+    ``writable``. The remount keeps the source's locked flags (noexec) as a user namespace
+    requires; nosuid and nodev are always added (a device node in a granted directory is no way
+    to the host's devices: the jail's four are bound on their own)."""
     source = f"/proc/self/fd/{source_fd}"
     try:
         mount(source, target, None, MS_BIND | (MS_REC if recursive else 0))
@@ -78,9 +82,9 @@ def bind(source_fd: int, target: str, writable: bool, recursive: bool = False) -
         # A user namespace may refuse a non-recursive bind that would uncover what another
         # mount hides below the source: take the mounts below it too.
         mount(source, target, None, MS_BIND | MS_REC)
-    flags = MS_BIND | MS_REMOUNT | MS_NOSUID | (0 if writable else MS_RDONLY)
+    flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | (0 if writable else MS_RDONLY)
     locked = os.statvfs(target).f_flag
-    flags |= (MS_NODEV if locked & os.ST_NODEV else 0) | (MS_NOEXEC if locked & os.ST_NOEXEC else 0)
+    flags |= MS_NOEXEC if locked & os.ST_NOEXEC else 0
     mount(None, target, None, flags)
 
 
@@ -160,8 +164,9 @@ class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
-def drop_privileges(uid: int, seccomp_filter: CompiledFilter | None) -> None:
-    """Become ``uid`` (when root) and drop every capability, then lock down for good."""
+def drop_privileges(uid: int, seccomp_filter: CompiledFilter | None, writable: Iterable[str] | None = None) -> None:
+    """Become ``uid`` (when root) and drop every capability, then lock down for good
+    (``writable``: see :func:`restrict_writes`)."""
     if os.geteuid() == 0 and uid:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
@@ -172,8 +177,64 @@ def drop_privileges(uid: int, seccomp_filter: CompiledFilter | None) -> None:
     check(_libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0), "pdeathsig")  # reset by setuid
     check(_libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")  # own /proc/self readable
     check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    if writable is not None:
+        restrict_writes(writable)
     if seccomp_filter is not None:
         seccomp_filter.load()
+
+
+# Landlock (syscalls 444-446 on every architecture: the generic table).
+_SYS_LANDLOCK = {"create_ruleset": 444, "add_rule": 445, "restrict_self": 446}
+_LANDLOCK_WRITE_FILE, _LANDLOCK_RULE_PATH_BENEATH, _LANDLOCK_CREATE_RULESET_VERSION = 1 << 1, 1, 1
+_libc.syscall.restype = ctypes.c_long
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: none, or disabled)."""
+    version = _libc.syscall(_SYS_LANDLOCK["create_ruleset"], None, ctypes.c_size_t(0), _LANDLOCK_CREATE_RULESET_VERSION)
+    return max(0, int(version))
+
+
+def restrict_writes(writable: Iterable[str]) -> bool:
+    """With Landlock, no file may be opened for writing outside ``writable`` (the scratch space,
+    ``/dev``, ``/proc``, writable grants), whatever it is: a read-only mount stops regular files
+    already, not a named pipe (FIFO) in a read-only grant, which a host process may read. False
+    where the kernel has no Landlock (nothing is restricted then)."""
+    attr = _RulesetAttr(_LANDLOCK_WRITE_FILE)
+    size = ctypes.c_size_t(ctypes.sizeof(attr))
+    ruleset = _libc.syscall(_SYS_LANDLOCK["create_ruleset"], ctypes.byref(attr), size, 0)
+    if ruleset < 0:
+        return False
+    try:
+        for path in writable:
+            try:
+                parent = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # not there: nothing to write to
+            try:
+                rule = _PathBeneath(_LANDLOCK_WRITE_FILE, parent)
+                check(_libc.syscall(_SYS_LANDLOCK["add_rule"], ruleset, _LANDLOCK_RULE_PATH_BENEATH,
+                                    ctypes.byref(rule), 0), f"landlock_add_rule {path}")  # fmt: skip
+            finally:
+                os.close(parent)
+        check(_libc.syscall(_SYS_LANDLOCK["restrict_self"], ruleset, 0), "landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+    return True
+
+
+def writable_in_jail(grants: Iterable[str]) -> list[str]:
+    """Where a jailed run may open files for writing (see :func:`restrict_writes`)."""
+    return [SCRATCH, "/dev", "/proc", *grants]
 
 
 class _SockFilter(ctypes.Structure):

@@ -84,6 +84,7 @@ class Worker:
         if self.jail:
             policy = RootPolicy(**{k: _tuples(v) for k, v in config["policy"].items()})
             self.carry = policy.below_scratch()
+            self.writable = policy.writable
             # Compiled before the root is swapped: libseccomp is found through ldconfig.
             self.seccomp = _jail.compile_seccomp(allow_network=False) if config.get("seccomp") else None
             self.isolation = _jail.isolate_worker(policy)
@@ -93,9 +94,10 @@ class Worker:
                 self.uid = 0  # only our own uid is mapped: runs keep it, minus every capability
                 self.shared_uid = shares_process_budget_in_user_namespace()
             self.isolation.append("seccomp filter" if self.seccomp else "no seccomp (pyseccomp absent)")
+            self.isolation.append(_jail.landlock_layer())
             self.isolation += [f"uid {self.uid}" if self.uid else "no capabilities", "no_new_privs"]
         else:
-            self.carry = ()
+            self.carry, self.writable = (), ()
             self.isolation = ["no isolation (rlimits and wall-clock kill only)"]
         self.hidden = tuple(config["policy"].get("hidden", ())) if self.jail else ()
         for name in config.get("preload", []):
@@ -121,6 +123,7 @@ class Worker:
             uid=self.uid,
             carry=self.carry,
             hidden=self.hidden,
+            writable=self.writable,
             seccomp=self.seccomp,
             control_in=control_in,
             pid_ns_fd=os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC),

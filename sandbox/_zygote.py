@@ -48,6 +48,7 @@ class ChildMaker:
     uid: int
     carry: tuple[tuple[str, bool], ...]
     hidden: tuple[str, ...]
+    writable: tuple[str, ...]  # the writable grants: with /tmp, /dev and /proc, all a run may write
     seccomp: Any  # a CompiledFilter, or None
     control_in: int  # the pool's request pipe, read directly by run children
     pid_ns_fd: int
@@ -131,7 +132,7 @@ class ChildMaker:
                     wait_for_parent(parent)  # see _fork_in_new_pid_namespace
                 _jail.enter_run(self.uid, *profile, self.carry, self.hidden)
                 os.chdir(WORKDIR)
-                _jail.drop_privileges(self.uid, self.seccomp)
+                _jail.drop_privileges(self.uid, self.seccomp, _jail.writable_in_jail(self.writable))
             else:
                 assert workdir is not None
                 _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)

@@ -16,7 +16,7 @@ import json
 import os
 import shutil
 
-from sandbox._jail import compile_seccomp
+from sandbox._jail import compile_seccomp, landlock_layer
 from sandbox._lockdown import SCRATCH, SHM_DIR
 from sandbox._root import Grants, RootPolicy, root_policy
 from sandbox._uids import UidPool
@@ -109,6 +109,7 @@ class BwrapBackend(SubprocessBackend):
             "minimal /dev",
             "private /tmp and workdir per run (byte and inode quotas)",
             "seccomp filter" if self._seccomp else "no seccomp",
+            landlock_layer(),
             "unprivileged uid" if self.as_root else "no capabilities",
             "rlimits",
             self._accounting_layer(),
@@ -126,7 +127,7 @@ class BwrapBackend(SubprocessBackend):
         uid = uid if uid is not None else os.getuid()
         scratch = {"disk_mb": limits.disk_mb, "max_files": limits.max_files, "uid": uid,
                    "carry": [list(entry) for entry in self.root.below_scratch()],
-                   "hide": list(self.root.hidden)}  # fmt: skip
+                   "hide": list(self.root.hidden), "writable": list(self.root.writable)}  # fmt: skip
         config = {**config, "scratch": scratch}
         argv = [self.bwrap, *self._root_args[limits.network]]
         argv += [

@@ -23,7 +23,13 @@ import os
 import shutil
 from pathlib import Path
 
-from sandbox._jail import _CLONE_NEW_FLAGS, _DENIED_SYSCALLS, _REFUSED_SYSCALLS, _UNCONNECTED_SOCKET_TYPES
+from sandbox._jail import (
+    _CLONE_NEW_FLAGS,
+    _DENIED_SYSCALLS,
+    _REFUSED_SYSCALLS,
+    _UNCONNECTED_SOCKET_TYPES,
+    landlock_layer,
+)
 from sandbox._limits import clean_environment
 from sandbox._lockdown import SCRATCH, scratch_options
 from sandbox._root import Grants, RootPolicy, root_policy
@@ -118,7 +124,7 @@ def nsjail_argv(
         argv.append("--disable_clone_newnet")
     else:
         argv.append("--iface_no_lo")  # not even a loopback of its own: every connect is refused
-    config = {**harness_config, "scratch_dirs": True}
+    config = {**harness_config, "scratch_dirs": True, "writable": list(root.writable)}
     argv += ["--", python, "-I", "-B", f"{JAIL_HARNESS_DIR}/_harness.py", json.dumps(config)]
     return argv
 
@@ -173,6 +179,7 @@ class NsjailBackend(SubprocessBackend):
             "minimal /dev",
             "private /tmp and workdir per run (byte and inode quotas)",
             "kafel seccomp policy",
+            landlock_layer(),
             "unprivileged uid" if self.as_root else "user namespace",
             "rlimits",
             self._accounting_layer(),

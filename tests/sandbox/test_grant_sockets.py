@@ -1,15 +1,19 @@
-"""No socket inside a granted directory is reachable, whatever its type and however addressed.
+"""No socket inside a granted directory is reachable, whatever its type and however addressed;
+no named pipe in a read-only grant takes a run's writes; no device node in a grant opens.
 
 ``socket(AF_UNIX)`` is refused, but ``socketpair`` is allowed (multiprocessing needs it), and an
 unconnected datagram end of a pair can address any named socket: ``sendto``, ``sendmsg`` with an
 address, or ``connect`` then ``send``. A granted directory's datagram socket took a run's
-messages that way. Attacked on every jailing backend present, for read-only and writable grants.
+messages that way. A read-only mount does not stop writes into a FIFO (a host process reading
+it gets them): Landlock does. Attacked on every jailing backend present, read-only and writable
+grants.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import uuid
 from pathlib import Path
@@ -17,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import Limits, Status
+from sandbox._lockdown import landlock_abi
 from tests.sandbox.jails import jail_backend
 
 ATTACKS = r"""
@@ -108,3 +113,68 @@ def test_socketpairs_for_multiprocessing_still_work(granted):
             "print(d.recv(4).decode())")
     result = backend.run(code, limits=Limits(cpu_s=5, wall_s=10))
     assert (result.status, result.stdout) == (Status.OK, "ping\npong\n"), result
+
+
+IPC_AND_DEVICES = r"""
+import json, os
+outcome = {}
+for label, base in json.loads(BASES).items():
+    try:
+        fd = os.open(base + "/pipe", os.O_WRONLY | os.O_NONBLOCK)
+        os.write(fd, b"from the run")
+        outcome[label + " fifo"] = "written"
+    except OSError as exc:
+        outcome[label + " fifo"] = exc.errno
+    try:
+        with open(base + "/zero", "rb") as handle:
+            outcome[label + " device"] = len(handle.read(8))
+    except OSError as exc:
+        outcome[label + " device"] = exc.errno
+print(json.dumps(outcome))
+"""
+
+
+@pytest.fixture()
+def srv_dir():
+    """A directory outside /tmp (below /tmp, Landlock's rule for the run's scratch space covers a
+    read-only grant too: see the promises page)."""
+    base = Path("/srv") / f"coa-test-{uuid.uuid4().hex[:8]}"
+    base.mkdir(parents=True)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize("kind", ["pool", "bwrap", "nsjail"])
+def test_a_read_only_grant_is_no_way_to_write_to_a_host_pipe_or_to_open_a_device(kind, srv_dir):
+    bases = {"ro": srv_dir / "ro", "rw": srv_dir / "rw"}
+    readers = {}
+    for label, base in bases.items():
+        base.mkdir()
+        base.chmod(0o777)
+        os.mkfifo(base / "pipe")
+        (base / "pipe").chmod(0o666)
+        readers[label] = os.open(base / "pipe", os.O_RDONLY | os.O_NONBLOCK)  # a host process listening
+        os.mknod(base / "zero", 0o666 | 0o020000, os.makedev(1, 5))  # a copy of /dev/zero, world-readable
+        (base / "zero").chmod(0o666)
+    backend = jail_backend(kind, read_only_paths=[str(bases["ro"])], writable_paths=[str(bases["rw"])])
+    try:
+        code = IPC_AND_DEVICES.replace("BASES", repr(json.dumps({k: str(v) for k, v in bases.items()})))
+        result = backend.run(code, limits=Limits(cpu_s=5, wall_s=10))
+        assert result.status is Status.OK, result
+        outcome = json.loads(result.stdout)
+        received = {}
+        for label, fd in readers.items():
+            try:
+                received[label] = os.read(fd, 100)
+            except BlockingIOError:
+                received[label] = b""
+        if landlock_abi():
+            assert received["ro"] == b"" and outcome["ro fifo"] != "written", outcome
+        assert received["rw"] == b"from the run"  # a writable grant is the caller's to give
+        if kind == "nsjail":
+            pytest.skip("nsjail's command line binds grants without nodev (its config file could)")
+        assert outcome["ro device"] != 8 and outcome["rw device"] != 8, outcome
+    finally:
+        backend.close()
+        for fd in readers.values():
+            os.close(fd)

@@ -107,19 +107,19 @@ def test_a_cell_that_ignores_sigxcpu_still_stops_at_its_cpu_budget(pool):
         result = session.run(code)
         assert result.status is Status.TIMEOUT, result
         assert result.limit_hit == "timeout", result
-        assert result.cpu_s <= 1.5, result
+        assert result.cpu_s <= 2.0, result  # (before: as long as the wall clock allowed)
         after = session.run("print(6 * 7)", limits=Limits(wall_s=1, cpu_s=1))
         assert after.stdout.endswith("42\n"), after
 
 
 def test_a_cells_forked_children_share_its_cpu_budget(pool):
-    """Two spinners forked by a sleeping cell say how much CPU they had: together no more than
+    """Three spinners forked by a sleeping cell say how much CPU they had: together no more than
     the cell's budget (before: each its own RLIMIT_CPU, the sleeping cell none at all)."""
     with Session(Limits(cpu_s=1, wall_s=40), warm_spare=False) as session:
         result = session.run(SPINNERS_REPORTING)
         assert result.status is Status.TIMEOUT, result
-        assert cpu_the_spinners_had(result.stdout) <= 1.5, result.stdout
-        assert result.cpu_s <= 1.5, result
+        assert cpu_the_spinners_had(result.stdout) <= 2.0, result.stdout
+        assert result.cpu_s <= 2.0, result
 
 
 def test_a_session_is_one_memory_budget(pool):
@@ -137,3 +137,25 @@ def test_sessions_get_uids_of_their_own(pool):
             pytest.skip("runs keep the caller's uid here (not root)")
         assert len(uids) == 2
         assert not uids & set(pool.uids())
+
+
+FORGE_CELL_RECORD = r"""
+import os, struct, time
+forged = struct.pack("=c16sid", b"C", os.urandom(16), 0, 0.0)
+for fd in range(3, 16):
+    try:
+        os.write(fd, forged)
+    except OSError:
+        pass
+time.sleep(0.3)
+print("late output of the forging cell", flush=True)
+raise SystemExit(3)
+"""
+
+
+def test_a_forged_cell_record_neither_ends_the_cell_nor_leaks_into_the_next(pool):
+    with Session(Limits(cpu_s=5, wall_s=10), warm_spare=False) as session:
+        forger = session.run(FORGE_CELL_RECORD)
+        assert (forger.exit_code, forger.stdout) == (3, "late output of the forging cell\n"), forger
+        after = session.run("print('next cell')")
+        assert (after.status, after.exit_code, after.stdout) == (Status.OK, 0, "next cell\n"), after
