@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,6 +170,15 @@ def build_site(world: World, *, slow_delay_s: float = 1.0, huge_page_bytes: int 
             f"partnership with {_e(project.partner)}.</p>",
             indexed=False)
 
+    _add_awkward_pages(w, add, pages, slow_delay_s=slow_delay_s, huge_page_bytes=huge_page_bytes)
+    return Site(world=w, pages=pages)
+
+
+def _add_awkward_pages(w: World, add: Callable[..., None], pages: dict[str, Page], *, slow_delay_s: float,
+                       huge_page_bytes: int) -> None:
+    """The pages a crawler must survive: PDF reports, a slow ledger, redirect chains to the
+    symposia, a missing newsletter, a JavaScript-rendered dashboard and a huge log."""
+    name = w.institute
     report_items = [_link(f"/files/annual-report-{r.year}.pdf", f"Annual report {r.year} (PDF)")
                     for r in w.reports]
     add("/reports/index.html", f"Annual reports of the {w.short_name}",
@@ -233,4 +243,3 @@ def build_site(world: World, *, slow_delay_s: float = 1.0, huge_page_bytes: int 
         f"<p>The archive's first entry was written in {w.founded + 1}; it holds {n} lines.</p>"
         + "".join(filler),
         summary=f"The complete instrument log archive of the {name} (very long).")
-    return Site(world=w, pages=pages)

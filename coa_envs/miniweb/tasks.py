@@ -13,6 +13,7 @@ script really works against the real tools instead of only trusting the final an
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 from coa_envs.miniweb.site import JS_PAGE_PATH, SLOW_PAGE_PATH
 from coa_envs.miniweb.world import World
@@ -110,6 +111,14 @@ def build_tasks(world: World, base_url: str, *, include_js: bool = False) -> lis
                  ""),
             ])
 
+    _add_awkward_tasks(w, base, rng, add, include_js=include_js)
+    return tasks
+
+
+def _add_awkward_tasks(w: World, base: str, rng: random.Random, add: Callable[..., None], *,
+                       include_js: bool) -> None:
+    """The tasks whose evidence sits behind the awkward pages: a PDF, a redirect chain, a slow
+    page and (``include_js``) a JavaScript-rendered one."""
     reports_url = f"{base}/reports/index.html"
     for report in rng.sample(list(w.reports), 2):
         pdf_url = f"{base}/files/annual-report-{report.year}.pdf"
@@ -161,4 +170,3 @@ def build_tasks(world: World, base_url: str, *, include_js: bool = False) -> lis
                         "wave height"), f"{height} metres"),
                 (answer_action(f"The dashboard reports {height} metres.", height), ""),
             ], needs_js=True)
-    return tasks
