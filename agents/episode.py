@@ -121,6 +121,8 @@ class EpisodeRecorder:
         self._tool_latency += float(info.get("tool_latency_s") or 0.0)
         if terminated or truncated:
             status = EpisodeStatus.OK if terminated else EpisodeStatus.truncation(info.get("truncation"))
+            if terminated and _unscored(info):
+                status = EpisodeStatus.ERROR_REWARD
             self._record_end(status, reward=reward, terminated=bool(terminated), info=info)
         return self.done
 
@@ -159,6 +161,18 @@ class EpisodeRecorder:
         trajectory.info["response_tokens"] = len(ids) if ids else None
         trajectory.info["response_chars"] = len(trajectory.response_text)
         return trajectory
+
+
+def _unscored(info: Mapping[str, Any]) -> bool:
+    """The env ended the episode on an answer that got no verdict: the reward raised, or its
+    primary term did (:class:`~coa_envs.rewards.base.RewardUnavailable`, e.g. a judge that is
+    down). Such an episode is ``error:reward``: counted, but neither right nor wrong."""
+    if not info.get("reward_error"):
+        return False
+    from coa_envs.rewards.compose import primary_failed  # lazy: a leaf, but keep imports light
+
+    details = info.get("reward_details")
+    return not isinstance(details, Mapping) or "terms" not in details or primary_failed(details)
 
 
 def _direct(fn: Callable[[], Any]) -> Any:

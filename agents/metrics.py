@@ -132,6 +132,11 @@ def _normalise(answer: str | None) -> str:
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
+def _public_tests_only(trajectory: Trajectory) -> bool:
+    details = trajectory.info.get("reward_details")
+    return isinstance(details, dict) and details.get("public_tests_only") is True
+
+
 def majority_vote(task_id: str, samples: Sequence[Trajectory]) -> int:
     """Index of the sample whose normalised answer is most frequent (earliest on ties);
     samples without an answer never win unless no sample has one."""
@@ -165,10 +170,19 @@ def summarize(
     threshold: float = 1.0,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The summary.json of an evaluation run (keys are stable; the report reads them)."""
-    groups = group_by_task(trajectories)
+    """The summary.json of an evaluation run (keys are stable; the report reads them).
+
+    Episodes whose answer got no verdict (``error:reward``: the judge was down, the scorer
+    raised) are left out of accuracy, pass@k, best-of-k and ``solved`` and counted in
+    ``unscored``: an outage is not "every answer wrong". ``public_tests_only`` counts episodes
+    a code reward scored on the statement's example tests alone (a lookup table of the
+    examples passes them; see :mod:`coa_envs.rewards.code_tests`).
+    """
+    unscored = [t for t in trajectories if EpisodeStatus.parse(t.status) is EpisodeStatus.ERROR_REWARD]
+    groups = group_by_task(t for t in trajectories
+                           if EpisodeStatus.parse(t.status) is not EpisodeStatus.ERROR_REWARD)
     episodes = len(trajectories)
-    rewards = [t.reward for t in trajectories]
+    rewards = [t.reward for g in groups.values() for t in g]
     per_task = [sum(solved(t, threshold) for t in g) / len(g) for g in groups.values()]
     tool_calls: Counter[str] = Counter()
     tool_errors: Counter[str] = Counter()
@@ -185,12 +199,12 @@ def summarize(
         "episodes": episodes,
         "tasks": len(groups),
         "samples": samples,
-        "mean_reward": sum(rewards) / episodes if episodes else 0.0,
+        "mean_reward": sum(rewards) / len(rewards) if rewards else 0.0,
         "accuracy": sum(per_task) / len(per_task) if per_task else 0.0,  # avg@K = Pass@1
         "pass_at_k": {str(k): pass_at_k(groups, k, threshold) for k in range(1, samples + 1)},
         "best_of_k": ({str(samples): best_of_k(groups, samples, selector, threshold)}
                       if samples > 1 else {}),
-        "solved": sum(1 for t in trajectories if solved(t, threshold)),
+        "solved": sum(1 for g in groups.values() for t in g if solved(t, threshold)),
         "failed_tasks": [task for task, g in groups.items()
                          if not any(solved(t, threshold) for t in g)][:50],
         "mean_turns": sum(t.num_turns for t in trajectories) / episodes if episodes else 0.0,
@@ -203,6 +217,8 @@ def summarize(
         "status_counts": {str(s): n for s, n in statuses.items()},
         "errors": sum(n for s, n in statuses.items() if s.is_error),
         "truncated": sum(n for s, n in statuses.items() if s.is_truncated),
+        "unscored": len(unscored),
+        "public_tests_only": sum(1 for t in trajectories if _public_tests_only(t)),
         "wall_s": wall_s,
         "episodes_per_min": 60.0 * episodes / wall_s if wall_s > 0 else None,
     }

@@ -106,6 +106,11 @@ def comparison_rows(runs: Sequence[Run]) -> list[tuple[str, list[str]]]:
                 "tokens_per_episode", "errors", "truncated", "status_counts", "wall_s",
                 "episodes_per_min"):
         rows.append((key, [_fmt(r.summary.get(key)) for r in runs]))
+    # Shown only when they happened: episodes the reward could not judge (left out of accuracy)
+    # and code scores taken on the statement's example tests alone (a lookup table passes them).
+    for key, label in (("unscored", "unscored (no verdict)"), ("public_tests_only", "public tests only")):
+        if any(r.summary.get(key) for r in runs):
+            rows.append((label, [_fmt(r.summary.get(key, 0)) for r in runs]))
     return rows
 
 

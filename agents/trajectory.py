@@ -33,10 +33,12 @@ class EpisodeStatus(StrEnum):
     """How an episode ended: ``ok``, ``truncated:<reason>`` or ``error:<reason>``.
 
     The prefix is the outcome class that metrics count (:attr:`outcome`): ``ok`` means the
-    model answered and the reward was scored (a reward function that raised leaves reward 0
-    and ``info["reward_error"]``; it is the env's fault, not the episode's); ``truncated``
-    means the episode was cut short by a limit and scores 0; ``error`` means something
-    other than the model's answer ended it. Values are stable keys in trajectories.jsonl,
+    model answered and the reward was scored (a shaping term that raised leaves its share 0
+    and ``info["reward_error"]``); ``truncated`` means the episode was cut short by a limit and
+    scores 0; ``error`` means something other than the model's answer ended it, or (``error:reward``)
+    the answer got no verdict: the primary reward term raised (a judge that is down or answers
+    garbage), so the episode is left out of accuracy and of the RL loss, and counted, never
+    scored 0 as if it were wrong. Values are stable keys in trajectories.jsonl,
     summary.json and the RL ``errors/<reason>`` metrics.
     """
 
@@ -53,6 +55,7 @@ class EpisodeStatus(StrEnum):
     ERROR_AGENT = "error:agent"  # the agent (or an agent framework) raised
     ERROR_ENV = "error:env"  # reset or step raised (envs should not; a broken task does)
     ERROR_TIMEOUT = "error:timeout"  # the episode ran past its deadline
+    ERROR_REWARD = "error:reward"  # the answer got no verdict (the primary reward term raised)
     # one per agents.engines.EngineErrorKind: the engine returned no usable completion
     ERROR_ENGINE_TIMEOUT = "error:engine_timeout"
     ERROR_ENGINE_HTTP = "error:engine_http_error"

@@ -381,6 +381,18 @@ def eval_command(
     if table:
         _print_table(f"{env_id} [{split}] · agent={agent}" + (f" · {engine}:{model}" if agent == "llm" else ""),
                      comparison_rows([run]), [run.label])
+    _warn_about_scores(summary)
+
+
+def _warn_about_scores(summary: dict[str, Any]) -> None:
+    """Say when the accuracy printed above is not what it seems."""
+    if summary.get("unscored"):
+        typer.echo(f"warning: {summary['unscored']} episode(s) got no verdict (the reward failed, e.g. its "
+                   "judge was down; see info.reward_error): left out of accuracy, not counted wrong", err=True)
+    if summary.get("public_tests_only"):
+        typer.echo(f"warning: {summary['public_tests_only']} episode(s) were scored on public tests only (the "
+                   "statement's examples, which a lookup table passes): pass the official LiveCodeBench release "
+                   "files with --data to score on private tests", err=True)
 
 
 def report_command(

@@ -167,6 +167,12 @@ class CoAEnv(gym.Env[str, str]):
             from coa_envs.protocols.tools import openai_tools
 
             info["tool_schemas"] = openai_tools(self.tool_definitions.values())
+        if isinstance(self.task.tests, dict) and "cases" in self.task.tests:
+            # How many tests score this task and how many are the statement's examples
+            # (public: a lookup table of them passes); the reward's details say it again.
+            from coa_envs.tasks.code import test_counts
+
+            info["tests"] = test_counts(self.task.tests)
         return prompt, info
 
     def step(self, action: str):

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-from coa_envs.rewards.base import EpisodeTerm, EpisodeView, GroupTerm, ToolCallRecord
+from coa_envs.rewards.base import EpisodeTerm, EpisodeView, GroupTerm, RewardUnavailable, ToolCallRecord
 from coa_envs.rewards.compose import NOT_TERMS, ComposedReward, build_composed
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "EpisodeTerm",
     "EpisodeView",
     "GroupTerm",
+    "RewardUnavailable",
     "ToolCallRecord",
     "available_rewards",
     "build_reward",

@@ -27,10 +27,25 @@ from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 from coa_envs.types import RewardResult, Task
 
-__all__ = ["EpisodeTerm", "EpisodeView", "GroupTerm", "Scope", "ToolCallRecord", "episode_text"]
+__all__ = ["EpisodeTerm", "EpisodeView", "GroupTerm", "RewardUnavailable", "Scope", "ToolCallRecord", "episode_text"]
 
 Scope = Literal["episode", "group"]
 SegmentKind = Literal["generated", "observation"]
+
+
+class RewardUnavailable(Exception):
+    """A term could not reach a verdict (its judge is down or answered garbage): the episode has
+    no score from it, which is not the same as "wrong".
+
+    A term raises it instead of returning 0. The composition records the term as failed with
+    these ``details`` (:mod:`coa_envs.rewards.compose`), the env sets ``info["reward_error"]``,
+    and when the failed term is the primary one the episode ends as ``error:reward``: eval
+    leaves it out of accuracy and RL out of the loss, and both count it.
+    """
+
+    def __init__(self, message: str, details: dict | None = None):
+        super().__init__(message)
+        self.details = dict(details or {})
 
 
 class ToolCallRecord(NamedTuple):

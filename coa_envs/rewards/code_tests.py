@@ -1,43 +1,42 @@
-""" "All tests pass" reward for the code family, with every test run in the sandbox.
+""" "All tests pass" reward for the code family; every test runs in the sandbox, every verdict here.
 
 The answer is the content of ``<answer>``: the last fenced Python block in it (or the whole
-text when there is no fence). Tests (see :mod:`coa_envs.tasks.code` for the three kinds) run
-in parallel through the sandbox's default backend, whose warm pool absorbs them. Output is
-compared line by line with whitespace normalised (and numbers compared as decimals, as the
-official LiveCodeBench checker does). Score 1 only if every test passes; ``details`` holds
-each test's verdict. Model code never runs in this process.
+text when there is no fence). Each test case is its own sandbox run (in parallel, through the
+sandbox's default backend, whose warm pool absorbs them) that receives only the case's input;
+what comes back is data, compared in this process (:mod:`coa_envs.rewards._code_run` says
+why a hostile program cannot decide its own verdict):
+
+* ``stdin`` cases: the program's stdout against the expected output, line by line with
+  whitespace normalised and numbers compared as decimals (the official LiveCodeBench checker);
+* ``functional`` cases: the JSON of ``Solution().<func>(*args)``'s return value against the
+  expected JSON (the official rule). Assert-style tasks are rewritten into such calls when
+  loaded (:mod:`coa_envs.tasks.code_asserts`).
+
+A case passes only when its run ended ``ok`` and its output matched; score 1 only if every
+case passes. ``details`` holds each case's verdict, how many cases are public (the problem
+statement's examples) or private, and ``public_tests_only`` when no private case was run:
+such a score says the program reproduces the examples, which a lookup table does too.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from coa_envs.rewards._code_run import PRELUDE, functional_program, outputs_match, read_record, values_equal
+from coa_envs.tasks.code_asserts import AssertRewriteError, rewrite_asserts
 from coa_envs.types import RewardResult, Task
 from sandbox import ExecResult, Limits, Status
 
-__all__ = ["VERSION", "CodeTestsReward", "build", "extract_code", "outputs_match"]
+__all__ = ["PRELUDE", "VERSION", "CodeTestsReward", "build", "extract_code", "outputs_match"]
 
-VERSION = 1  # bump when the scores this term gives change (reported in reward_details)
+VERSION = 2  # bump when the scores this term gives change (reported in reward_details)
+# 2: results compared on the host; assert-style tests rewritten into calls (an early exit,
+#    a lying __eq__ or reading the program's own source no longer passes)
 
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
-# Names LeetCode-style solutions use without importing (``List[int]``, ``deque``...), as the
-# official LiveCodeBench runner provides them.
-PRELUDE = (
-    "from typing import *\nfrom collections import *\nfrom functools import *\n"
-    "from itertools import *\nfrom heapq import *\nfrom bisect import *\n"
-    "import math, string, re, sys, heapq, bisect, collections, itertools, functools, random\n"
-)
-_FUNCTIONAL_DRIVER = """
-import json as _coa_json, sys as _coa_sys
-_coa_args = [_coa_json.loads(_l) for _l in _coa_sys.stdin.read().split("\\n") if _l.strip()]
-_coa_target = Solution().{func} if "Solution" in globals() else globals()["{func}"]
-print(_coa_json.dumps(_coa_target(*_coa_args)))
-"""
 
 
 def extract_code(answer: str) -> str | None:
@@ -51,52 +50,27 @@ def extract_code(answer: str) -> str | None:
     return text or None
 
 
-def _normalise(text: str) -> list[str]:
-    lines = [" ".join(line.split()) for line in text.strip().splitlines()]
-    while lines and not lines[-1]:
-        lines.pop()
-    return lines
-
-
-def _as_decimal(token: str) -> Decimal | None:
-    try:
-        return Decimal(token)
-    except (InvalidOperation, ValueError):
-        return None
-
-
-def outputs_match(actual: str, expected: str) -> bool:
-    """Equal after per-line whitespace normalisation; numeric tokens compared as decimals."""
-    got, want = _normalise(actual), _normalise(expected)
-    if got == want:
-        return True
-    if len(got) != len(want):
-        return False
-    for got_line, want_line in zip(got, want, strict=True):
-        got_tokens, want_tokens = got_line.split(), want_line.split()
-        if len(got_tokens) != len(want_tokens):
-            return False
-        for a, b in zip(got_tokens, want_tokens, strict=True):
-            if a == b:
-                continue
-            da, db = _as_decimal(a), _as_decimal(b)
-            if da is None or db is None or da != db:
-                return False
-    return True
-
-
-def _json_equal(actual: str, expected: str) -> bool:
-    try:
-        got, want = json.loads(actual.strip().splitlines()[-1]), json.loads(expected)
-    except (ValueError, IndexError):
-        return False
-    return _listify(got) == _listify(want)
-
-
-def _listify(value: Any) -> Any:
-    if isinstance(value, tuple | list):
-        return [_listify(v) for v in value]
-    return value
+def _cases(tests: Any) -> tuple[str, str | None, list[dict[str, Any]]]:
+    """``(kind, func_name, cases)`` of a task's tests; assert snippets (a task built by hand in
+    the old form) are rewritten here as the loader would. Raises ValueError for bad tests."""
+    if not isinstance(tests, dict):
+        raise ValueError("the task has no tests")
+    kind = tests.get("kind")
+    if kind == "assert":
+        try:
+            name, cases = rewrite_asserts(list(tests["snippets"]), tests.get("func_name"))
+        except AssertRewriteError as exc:
+            raise ValueError(f"assert-style tests cannot be compared outside the program: {exc}") from None
+        return "functional", name, [{**c, "public": True} for c in cases]
+    if kind not in ("stdin", "functional"):
+        raise ValueError(f"unknown test kind {kind!r}")
+    cases = tests["cases"]
+    if not cases or not all(isinstance(c, dict) and "input" in c and "output" in c for c in cases):
+        raise ValueError("tests need a non-empty list of {input, output} cases")
+    name = tests.get("func_name") if kind == "functional" else None
+    if kind == "functional" and not (isinstance(name, str) and name.isidentifier()):
+        raise ValueError(f"functional tests need a func_name, got {name!r}")
+    return kind, name, cases
 
 
 class CodeTestsReward:
@@ -139,18 +113,6 @@ class CodeTestsReward:
         except Exception as exc:  # a broken sandbox fails the test, it never raises into the env
             return f"{type(exc).__name__}: {exc}"
 
-    def _jobs(self, code: str, tests: dict[str, Any]) -> list[tuple[str, str, str]]:
-        """(program, stdin, expected) per test; expected "" for assert-style tests."""
-        kind = tests.get("kind")
-        if kind == "stdin":
-            return [(code, c["input"], c["output"]) for c in tests["cases"]]
-        if kind == "functional":
-            program = PRELUDE + code + _FUNCTIONAL_DRIVER.format(func=tests["func_name"])
-            return [(program, c["input"], c["output"]) for c in tests["cases"]]
-        if kind == "assert":
-            return [(PRELUDE + code + "\n" + snippet, "", "") for snippet in tests["snippets"]]
-        raise ValueError(f"unknown test kind {kind!r}")
-
     def _verdict(self, index: int, kind: str, result: ExecResult | str, expected: str) -> dict[str, Any]:
         if isinstance(result, str):
             failed = {"index": index, "status": "sandbox_error", "passed": False, "reason": "sandbox_error"}
@@ -158,43 +120,39 @@ class CodeTestsReward:
         verdict: dict[str, Any] = {"index": index, "status": str(result.status), "wall_s": round(result.wall_s, 4)}
         if result.status is not Status.OK:
             verdict["passed"] = False
-            verdict["reason"] = {
-                Status.ERROR: "runtime_error",
-                Status.TIMEOUT: "time_limit",
-                Status.MEMORY: "memory_limit",
-                Status.OUTPUT_LIMIT: "output_limit",
-                Status.VIOLATION: "sandbox_violation",
-            }[result.status]
+            verdict["reason"] = _FAILED_STATUS.get(result.status, "runtime_error")
             verdict["stderr"] = result.stderr[-400:]
             return verdict
-        if kind == "assert":
-            ok = True
-        elif kind == "functional":
-            ok = _json_equal(result.stdout, expected)
+        if kind == "functional":
+            value, problem = read_record(result.stdout)
+            ok = problem is None and values_equal(value, expected)
+            reason = problem or "wrong_answer"
         else:
-            ok = outputs_match(result.stdout, expected)
+            ok, reason = outputs_match(result.stdout, expected), "wrong_answer"
         verdict["passed"] = ok
         if not ok:
-            verdict["reason"] = "wrong_answer"
+            verdict["reason"] = reason
+            if reason != "wrong_answer":
+                verdict["stderr"] = result.stderr[-400:]
         return verdict
 
     def __call__(self, prediction: str, task: Task) -> RewardResult:
+        kind, func_name, cases = _cases(task.tests)  # bad test data raises: a reward error, not a 0
+        public = sum(1 for c in cases if c.get("public"))
+        counts = {"total": len(cases), "public_tests": public, "private_tests": len(cases) - public,
+                  "public_tests_only": public == len(cases)}
         code = extract_code(prediction)
-        tests = task.tests if isinstance(task.tests, dict) else {}
         if code is None:
-            return RewardResult(0.0, {"code_found": False, "passed": 0, "total": 0, "tests": []})
-        try:
-            jobs = self._jobs(code, tests)
-        except (KeyError, TypeError, ValueError) as exc:
-            return RewardResult(0.0, {"code_found": True, "error": f"bad tests: {exc}", "tests": []})
-        kind = tests["kind"]
-        verdicts: list[dict[str, Any] | None] = [None] * len(jobs)
-        with ThreadPoolExecutor(max(1, min(self.max_parallel, len(jobs)))) as executor:
+            return RewardResult(0.0, {"code_found": False, "passed": 0, **counts, "tests": []})
+        program = functional_program(code, func_name) if kind == "functional" and func_name else code
+        verdicts: list[dict[str, Any] | None] = [None] * len(cases)
+        with ThreadPoolExecutor(max(1, min(self.max_parallel, len(cases)))) as executor:
             futures = {}
-            for index, (program, stdin, expected) in enumerate(jobs):
+            for index, case in enumerate(cases):
+                expected = str(case["output"])
                 cap = max(self.limits.max_output_chars, 2 * len(expected) + 1024)
                 limits = self.limits.with_(max_output_chars=cap)
-                futures[executor.submit(self._safe_run, program, stdin, limits)] = (index, expected)
+                futures[executor.submit(self._safe_run, program, str(case["input"]), limits)] = (index, expected)
             for future, (index, expected) in futures.items():
                 if self.fail_fast and any(v is not None and not v["passed"] for v in verdicts):
                     future.cancel()
@@ -203,8 +161,17 @@ class CodeTestsReward:
                         continue
                 verdicts[index] = self._verdict(index, kind, future.result(), expected)
         passed = sum(1 for v in verdicts if v and v["passed"])
-        score = 1.0 if passed == len(jobs) and jobs else 0.0
-        return RewardResult(score, {"code_found": True, "passed": passed, "total": len(jobs), "tests": verdicts})
+        score = 1.0 if passed == len(cases) else 0.0
+        return RewardResult(score, {"code_found": True, "passed": passed, **counts, "tests": verdicts})
+
+
+_FAILED_STATUS = {
+    Status.ERROR: "runtime_error",
+    Status.TIMEOUT: "time_limit",
+    Status.MEMORY: "memory_limit",
+    Status.OUTPUT_LIMIT: "output_limit",
+    Status.VIOLATION: "sandbox_violation",
+}
 
 
 def build(**config: Any) -> CodeTestsReward:

@@ -25,7 +25,10 @@ level, as they were when every env had one reward (``em``, ``f1``, ``scorer``, `
 ``primary`` names that term and ``terms`` maps each label to its ``name``, ``version``,
 ``scope``, ``weight``, ``score``, ``weighted`` and ``details`` (the primary's details are
 not repeated there), or ``error`` when the term failed: a failing term scores 0 and the
-other terms still count. Group terms read ``pending: true`` until scored. The primary term
+other terms still count. A term that raises :class:`~coa_envs.rewards.base.RewardUnavailable`
+(no verdict, e.g. its judge is down) keeps its details beside the error; when it is the
+primary term the episode is *unscored* (:func:`primary_failed`): eval and RL leave it out of
+accuracy and loss instead of counting it wrong. Group terms read ``pending: true`` until scored. The primary term
 is the correctness signal: accuracy, pass@k and pass-rate filtering read its score, not the
 shaped total.
 """
@@ -39,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from coa_envs.rewards.base import EpisodeView, Scope
+from coa_envs.rewards.base import EpisodeView, RewardUnavailable, Scope
 from coa_envs.types import RewardResult, Task
 
 __all__ = [
@@ -49,6 +52,7 @@ __all__ = [
     "build_composed",
     "describe_reward",
     "parse_reward_config",
+    "primary_failed",
     "primary_score",
     "term_errors",
     "total_of",
@@ -176,8 +180,11 @@ def _checked(result: Any, label: str) -> RewardResult:
 
 def _failure(term: _Term, exc: BaseException, task_id: str | None) -> dict[str, Any]:
     log.warning("reward term %s failed on task %s: %s: %s", term.spec.label, task_id,
-                type(exc).__name__, exc, exc_info=exc)
-    return {**term.entry(), "score": 0.0, "weighted": 0.0, "error": f"{type(exc).__name__}: {exc}"[:500]}
+                type(exc).__name__, exc, exc_info=None if isinstance(exc, RewardUnavailable) else exc)
+    entry = {**term.entry(), "score": 0.0, "weighted": 0.0, "error": f"{type(exc).__name__}: {exc}"[:500]}
+    if isinstance(exc, RewardUnavailable):
+        entry["details"] = dict(exc.details)
+    return entry
 
 
 def _scored(term: _Term, result: RewardResult, with_details: bool = True) -> dict[str, Any]:
@@ -194,6 +201,14 @@ def primary_score(details: Mapping[str, Any] | None) -> float | None:
         return None
     entry = details["terms"].get(details.get("primary"))
     return None if entry is None or entry.get("score") is None else float(entry["score"])
+
+
+def primary_failed(details: Mapping[str, Any] | None) -> bool:
+    """True when the primary term gave no verdict (it raised): the episode is unscored."""
+    if not details or "terms" not in details:
+        return False
+    entry = details["terms"].get(details.get("primary")) or {}
+    return bool(entry.get("error"))
 
 
 def term_errors(details: Mapping[str, Any] | None) -> str | None:
@@ -236,6 +251,8 @@ class ComposedReward:
                 result = _checked(term.score_one(episode), label)
             except Exception as exc:  # a failing term scores 0; the episode and other terms go on
                 terms[label] = _failure(term, exc, task_id)
+                if label == self.primary and isinstance(exc, RewardUnavailable):
+                    top = terms[label].pop("details")  # what the judge said (or did not), at the top as usual
                 continue
             is_primary = label == self.primary
             terms[label] = _scored(term, result, with_details=not is_primary)

@@ -7,6 +7,17 @@ the HotpotQA form (identical except that a yes/no/noanswer prediction or gold on
 when the other side is the same word). The definitions follow the official evaluation
 scripts exactly; ``tests/mhqa/test_mhqa_em_f1.py`` pins them on a table of tricky cases.
 
+Two refusals, because a policy optimises whatever the reward pays for:
+
+* a gold alias that normalises to nothing (``")"``, ``"A+"``: punctuation and articles) never
+  matches: under the official scripts every answer that also normalises to nothing
+  ("The.") would equal it. Loaders drop such aliases too (:mod:`coa_envs.tasks.hygiene`);
+* F1 pays for overlap, so a list of candidates or a copied passage earns partial credit. The
+  F1 this term scores (``metric: f1``, ``details["f1"]``) is 0 for an answer longer than
+  :func:`length_cap` tokens (2 x the longest gold + 3, after normalisation); the official,
+  uncapped figures stay in ``details`` (``f1_official``, ``hotpot_f1``) for comparison with
+  published numbers. Within the cap F1 still pays a little for hedging: train on EM.
+
 This module must stay pure and dependency-free: rewards run inside env steps.
 """
 
@@ -29,11 +40,15 @@ __all__ = [
     "extract_answer",
     "f1_score",
     "hotpot_f1",
+    "length_cap",
     "max_over_golds",
     "normalize_answer",
 ]
 
-VERSION = 1  # bump when the scores this term gives change (reported in reward_details)
+VERSION = 2  # bump when the scores this term gives change (reported in reward_details)
+# 2: golds that normalise to nothing never match; the scored F1 is 0 beyond the length cap
+
+CAP_FACTOR, CAP_SLACK = 2, 3  # an answer may have 2 x the longest gold's tokens + 3
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = frozenset(string.punctuation)
@@ -56,8 +71,17 @@ def normalize_answer(text: str) -> str:
 
 
 def exact_match(prediction: str, gold: str) -> bool:
-    """True when both sides normalise to the same string."""
-    return normalize_answer(prediction) == normalize_answer(gold)
+    """True when both sides normalise to the same, non-empty string."""
+    normalised = normalize_answer(gold)
+    return bool(normalised) and normalize_answer(prediction) == normalised
+
+
+def length_cap(golds: Iterable[str]) -> int:
+    """The most tokens (after normalisation) an answer may have to earn F1 or sub-string credit:
+    ``2 x`` the longest gold + 3 ("the river Thames in London" for "Thames" fits; a copied
+    passage or a list of the page's names does not)."""
+    longest = max((len(normalize_answer(str(g)).split()) for g in golds), default=0)
+    return CAP_FACTOR * longest + CAP_SLACK
 
 
 def _token_f1(prediction_tokens: list[str], gold_tokens: list[str]) -> float:
@@ -109,20 +133,26 @@ class EmF1Reward:
 
     def __call__(self, prediction: str, task: Task) -> RewardResult:
         answer = extract_answer(prediction or "")
-        golds = tuple(str(gold) for gold in task.gold)
+        golds = tuple(str(gold) for gold in task.gold if normalize_answer(str(gold)))
         em = max_over_golds(exact_match, answer, golds)
         f1 = max_over_golds(f1_score, answer, golds)
+        tokens, cap = len(normalize_answer(answer).split()), length_cap(golds)
         details: dict[str, Any] = {
             "em": em,
-            "f1": f1,
+            "f1": f1 if tokens <= cap else 0.0,
+            "f1_official": f1,
             "hotpot_f1": max_over_golds(hotpot_f1, answer, golds),
+            "answer_tokens": tokens,
+            "length_cap": cap,
             "prediction": answer,
             "normalized_prediction": normalize_answer(answer),
             "golds": list(golds),
         }
+        if len(golds) < len(task.gold):
+            details["refused_golds"] = [str(g) for g in task.gold if not normalize_answer(str(g))]
         if not golds:
-            details["warning"] = "task has no gold answers; score is 0"
-        return RewardResult(score=em if self.metric == "em" else f1, details=details)
+            details["warning"] = "task has no gold answer (none that normalises to text); score is 0"
+        return RewardResult(score=em if self.metric == "em" else details["f1"], details=details)
 
 
 def build(metric: str = "em", **config: Any) -> EmF1Reward:

@@ -1,11 +1,21 @@
-"""Math equivalence with HuggingFace ``math-verify``, with a fallback that never crashes.
+"""Math equivalence with HuggingFace ``math-verify``: one final answer per reply.
 
-The answer text is the content of ``<answer>``; ``\\boxed{…}`` inside it is accepted (the
-seed's prompt asks for it), as is a bare expression. math-verify guards its parsing with
-``signal.alarm``, which only works on a main thread. Off the main thread (rollout workers,
-``coa eval --concurrency``) the check runs in a small helper process, on that process's
-main thread, with the same timeouts; a pathological answer that stalls sympy then costs a
-killed helper, never a hung rollout worker.
+The answer text is the content of ``<answer>``. Its *candidates* are every ``\\boxed{…}`` /
+``\\fbox{…}`` in it and every "final answer is X" / "answer is X" / "answer: X"; a reply that
+states none is one candidate as a whole. Official graders extract one answer, so:
+
+* **several distinct candidates are wrong** (``\\boxed{204} The final answer is $211$``): a
+  reply may repeat its answer, not offer two;
+* **alternatives inside one answer form a set** ("204 or 211", ``204 \\lor 211``, "204; 211",
+  "either 204 or 211"): right only when the gold answer is that set (``\\pm 5`` = "5 or -5");
+* each candidate is parsed whole (as ``\\boxed{candidate}``) and compared with math-verify; the
+  string comparison (:func:`normalise_latex`) runs **only when math-verify cannot parse** one
+  side, never as a second chance after math-verify said "not equal".
+
+math-verify guards its parsing with ``signal.alarm``, which only works on a main thread. Off
+the main thread (rollout workers, ``coa eval --concurrency``) the check runs in a small helper
+process, on that process's main thread, with the same timeouts; a pathological answer that
+stalls sympy then costs a killed helper, never a hung rollout worker.
 """
 
 from __future__ import annotations
@@ -19,20 +29,29 @@ from typing import Any
 
 from coa_envs.types import RewardResult, Task
 
-__all__ = ["VERSION", "MathVerifyReward", "build", "normalise_latex"]
+__all__ = ["VERSION", "MathVerifyReward", "answer_candidates", "build", "normalise_latex"]
 
-VERSION = 1  # bump when the scores this term gives change (reported in reward_details)
+VERSION = 2  # bump when the scores this term gives change (reported in reward_details)
+# 2: one final answer per reply (several distinct candidates are wrong, alternatives form a
+#    set); the string fallback only when math-verify cannot parse (no OR of two verdicts)
 
 _SPACE_RE = re.compile(r"\s+")
 _WRAPPERS = (r"\left", r"\right", r"\!", r"\,", r"\;", r"\displaystyle", "$")
+_BOX_OPENERS = (r"\boxed{", r"\fbox{")
+# "final answer is X", "the answer is X", "answer: X"; X runs to the end of the sentence.
+_PHRASE_RE = re.compile(r"\banswer\s*(?:is|:|=)\s*", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"\.(?=\s|$)|\n|;")
+_MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
+_ALTERNATIVE_WORDS = re.compile(r"\\(?:text|mathrm|textbf|mbox)\s*\{\s*(or|and)\s*\}|\\lor\b|\\vee\b", re.IGNORECASE)
+_OR_SPLIT = re.compile(r"\s*\bor\b\s*|\s+\|\s+|;", re.IGNORECASE)
 
 
 def normalise_latex(text: str) -> str:
     """String-level normal form used when math-verify cannot parse either side."""
     text = text.strip()
-    boxed = _last_boxed(text)
-    if boxed is not None:
-        text = boxed
+    boxed = _boxed_contents(text)
+    if boxed:
+        text = boxed[-1]
     for token in _WRAPPERS:
         text = text.replace(token, "")
     text = text.replace(r"\dfrac", r"\frac").replace(r"\tfrac", r"\frac")
@@ -40,23 +59,64 @@ def normalise_latex(text: str) -> str:
     return text
 
 
-def _last_boxed(text: str) -> str | None:
-    start = text.rfind(r"\boxed{")
-    if start < 0:
-        return None
-    depth, i = 0, start + len(r"\boxed")
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i + 1 : j]
-    return None
+def _boxed_contents(text: str) -> list[str]:
+    """The content of every ``\\boxed{...}`` / ``\\fbox{...}`` (balanced braces), in order."""
+    found: list[tuple[int, str]] = []
+    for opener in _BOX_OPENERS:
+        start = text.find(opener)
+        while start >= 0:
+            depth, begin = 0, start + len(opener) - 1
+            for j in range(begin, len(text)):
+                if text[j] == "{":
+                    depth += 1
+                elif text[j] == "}":
+                    depth -= 1
+                    if depth == 0:
+                        found.append((start, text[begin + 1 : j]))
+                        break
+            start = text.find(opener, start + 1)
+    return [content for _, content in sorted(found)]
+
+
+def _unwrap(candidate: str) -> str:
+    text = candidate.strip()
+    match = _MATH_SPAN.fullmatch(text)
+    if match:
+        text = next(g for g in match.groups() if g is not None)
+    return text.strip().rstrip(".").strip()
+
+
+def _phrase_answers(text: str) -> list[str]:
+    answers = []
+    for match in _PHRASE_RE.finditer(text):
+        rest = text[match.end():]
+        span = _MATH_SPAN.match(rest)
+        if span:
+            answer = span.group(0)
+        else:
+            end = _SENTENCE_END.search(rest)
+            answer = rest[: end.start()] if end else rest
+        if answer.strip() and not any(opener in answer for opener in _BOX_OPENERS):
+            answers.append(answer)
+    return answers
+
+
+def answer_candidates(text: str) -> list[str]:
+    """Every final answer the reply states (see the module docstring), unwrapped, in order."""
+    found = _boxed_contents(text) + _phrase_answers(text)
+    candidates = [_unwrap(c) for c in (found or [text])]
+    return [c for c in candidates if c]
+
+
+def _alternatives(candidate: str) -> list[str]:
+    """The parts of "A or B" / ``A \\lor B`` / "A; B" (one part when there is no alternative)."""
+    text = _ALTERNATIVE_WORDS.sub(" or ", candidate)
+    parts = [p.strip() for p in _OR_SPLIT.split(text)]
+    return [p for p in parts if p] or [candidate]
 
 
 class MathVerifyReward:
-    """Reward 1 when the answer is mathematically equal to any gold answer."""
+    """Reward 1 when the reply's one final answer is mathematically equal to a gold answer."""
 
     def __init__(self, float_rounding: int = 6, timeout_s: int = 5):
         self.float_rounding = float_rounding
@@ -66,35 +126,76 @@ class MathVerifyReward:
         details: dict[str, Any] = {"method": "math_verify"}
         if not prediction or not prediction.strip():
             return RewardResult(0.0, {**details, "reason": "empty answer"})
-        on_main = threading.current_thread() is threading.main_thread()
-        for gold in task.gold:
-            try:
-                if on_main:
-                    matched = _verify(gold, prediction, self.timeout_s, self.float_rounding)
-                else:
-                    matched = _verify_in_helper(gold, prediction, self.timeout_s, self.float_rounding)
-                if matched:
-                    return RewardResult(1.0, {**details, "matched_gold": gold})
-            except Exception as exc:  # math-verify/sympy can fail on odd LaTeX
-                details["math_verify_error"] = f"{type(exc).__name__}: {exc}"[:300]
-            if normalise_latex(prediction) == normalise_latex(gold):
-                return RewardResult(1.0, {**details, "method": "string_fallback", "matched_gold": gold})
-        return RewardResult(0.0, details)
+        args = ([str(g) for g in task.gold], prediction, self.timeout_s, self.float_rounding)
+        if threading.current_thread() is threading.main_thread():
+            score, found = _score(*args)
+        else:
+            score, found = _score_in_helper(*args)
+        return RewardResult(score, {**details, **found})
 
 
-def _verify(gold: str, prediction: str, timeout: int, float_rounding: int) -> bool:
-    from math_verify import parse, verify
+def _parse(expression: str, timeout: int) -> list[Any]:
+    """The expression math-verify reads in ``\\boxed{expression}``, or [] when it reads none.
 
-    kwargs: dict[str, Any] = {"parsing_timeout": timeout}
-    gold_parsed = parse(gold if r"\boxed" in gold else f"\\boxed{{{gold}}}", **kwargs)
-    if not gold_parsed:
-        gold_parsed = parse(f"${gold}$", **kwargs)
-    pred_parsed = parse(prediction, **kwargs)
-    if not pred_parsed:
-        pred_parsed = parse(f"${prediction}$", **kwargs)
-    if not gold_parsed or not pred_parsed:
-        return False
-    return bool(verify(gold_parsed, pred_parsed, float_rounding=float_rounding, timeout_seconds=timeout))
+    LaTeX extraction only, no fallback: math-verify's other extractors would pick the last
+    number out of text they cannot parse ("1 (or 204)" -> 204), a second answer by another road.
+    """
+    from math_verify import LatexExtractionConfig, parse
+
+    try:
+        latex_only = [LatexExtractionConfig(try_extract_without_anchor=False)]
+        found = parse(f"\\boxed{{{expression}}}", extraction_config=latex_only,
+                      fallback_mode="no_fallback", parsing_timeout=timeout)
+    except Exception:  # math-verify/sympy can fail on odd LaTeX: treat as unparseable
+        return []
+    return [value for value in found if not isinstance(value, str)]
+
+
+def _same(a: tuple[str, list[Any]], b: tuple[str, list[Any]], timeout: int, rounding: int) -> bool:
+    """Equal by math-verify when both parse, else by the string normal form."""
+    from math_verify import verify
+
+    if a[1] and b[1]:
+        try:
+            return bool(verify(a[1], b[1], float_rounding=rounding, timeout_seconds=timeout))
+        except Exception:
+            return False
+    return normalise_latex(a[0]) == normalise_latex(b[0])
+
+
+def _one_value(candidate: str, timeout: int, rounding: int) -> tuple[str, list[Any]]:
+    """A candidate as one value; distinct alternatives inside it become the set of them."""
+    parts = _alternatives(candidate)
+    lines = [line.strip() for line in candidate.splitlines() if line.strip()]
+    if len(parts) == 1 and len(lines) > 1 and all(_parse(line, timeout) for line in lines):
+        parts = lines  # one value per line: a list of candidates (a matrix's rows do not parse alone)
+    if len(parts) == 1:
+        return candidate, _parse(candidate, timeout)
+    parsed = [(p, _parse(p, timeout)) for p in parts]
+    if all(_same(parsed[0], p, timeout, rounding) for p in parsed[1:]):
+        return parsed[0]  # "211 or 211" is one answer
+    as_set = "\\{" + ", ".join(parts) + "\\}"
+    return as_set, _parse(as_set, timeout)
+
+
+def _score(golds: list[str], prediction: str, timeout: int, rounding: int) -> tuple[float, dict[str, Any]]:
+    """Score and details; runs in this process or in the helper (arguments and result pickle)."""
+    candidates = answer_candidates(prediction)
+    details: dict[str, Any] = {"candidates": candidates[:10]}
+    if not candidates:
+        return 0.0, {**details, "reason": "empty answer"}
+    values = [_one_value(c, timeout, rounding) for c in candidates]
+    if any(not _same(values[0], v, timeout, rounding) for v in values[1:]):
+        return 0.0, {**details, "reason": "several different final answers"}
+    answer = values[0]
+    for gold in golds:
+        gold_value = (gold, _parse(gold, timeout))
+        if _same(gold_value, answer, timeout, rounding):
+            method = "math_verify" if gold_value[1] and answer[1] else "string_fallback"
+            return 1.0, {**details, "method": method, "matched_gold": gold}
+    if not answer[1]:
+        details["method"] = "string_fallback"
+    return 0.0, details
 
 
 _helper: ProcessPoolExecutor | None = None
@@ -122,18 +223,20 @@ def _drop_helper(broken: ProcessPoolExecutor) -> None:
     broken.shutdown(wait=False, cancel_futures=True)
 
 
-def _verify_in_helper(gold: str, prediction: str, timeout: int, float_rounding: int) -> bool:
+def _score_in_helper(golds: list[str], prediction: str, timeout: int, rounding: int) -> tuple[float, dict[str, Any]]:
     pool = _helper_pool()
-    future = pool.submit(_verify, gold, prediction, timeout, float_rounding)
+    future = pool.submit(_score, golds, prediction, timeout, rounding)
+    # math-verify's own alarms fire inside the helper; the margin covers a stuck helper and the
+    # several parses one reply may need (each candidate, each alternative, each gold).
+    limit = 4 * timeout + 10
     try:
-        # math-verify's own alarms fire inside the helper; the margin covers a stuck helper.
-        return future.result(timeout=2 * timeout + 5)
+        return future.result(timeout=limit)
     except FutureTimeout:
         _drop_helper(pool)
-        raise TimeoutError(f"math-verify did not finish within {2 * timeout + 5} s") from None
+        return 0.0, {"reason": f"math-verify did not finish within {limit} s"}
     except BrokenProcessPool:  # the helper died (e.g. out of memory); the next call starts a new one
         _drop_helper(pool)
-        raise
+        return 0.0, {"reason": "the math-verify helper process died on this answer"}
 
 
 def build(float_rounding: int = 6, timeout_s: int = 5) -> MathVerifyReward:

@@ -5,6 +5,11 @@ normalisation (:func:`coa_envs.rewards.em_f1.normalize_answer`) the answer score
 some gold alias occurs inside it, so "the river Thames in London" matches "Thames". As in
 the seed and FlashRAG the test is a plain substring test, so a gold "1" is found in
 "1990"; ``word_boundary: true`` asks for whole words instead. An empty gold never matches.
+
+A sub-string test pays for length: the whole retrieved passage contains the answer, and so
+does a list of every name on the page. So an answer scores only within the length cap of
+:func:`~coa_envs.rewards.em_f1.length_cap` (2 x the longest gold's tokens + 3, after
+normalisation), and 0 beyond it (``details["over_length_cap"]``).
 """
 
 from __future__ import annotations
@@ -12,12 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from coa_envs.rewards.em_f1 import extract_answer, normalize_answer
+from coa_envs.rewards.em_f1 import extract_answer, length_cap, normalize_answer
 from coa_envs.types import RewardResult, Task
 
 __all__ = ["VERSION", "SubExactMatch", "build", "sub_exact_match"]
 
-VERSION = 1  # bump when the scores this term gives change (reported in reward_details)
+VERSION = 2  # bump when the scores this term gives change (reported in reward_details)
+# 2: answers longer than the length cap score 0 (a copied passage matched every gold)
 
 
 def sub_exact_match(prediction: str, gold: str, word_boundary: bool = False) -> bool:
@@ -36,9 +42,13 @@ class SubExactMatch:
 
     def __call__(self, prediction: str, task: Task) -> RewardResult:
         answer = extract_answer(prediction or "")
-        matched = next((g for g in task.gold if sub_exact_match(answer, str(g), self.word_boundary)), None)
+        tokens, cap = len(normalize_answer(answer).split()), length_cap(str(g) for g in task.gold)
+        matched = None
+        if tokens <= cap:
+            matched = next((g for g in task.gold if sub_exact_match(answer, str(g), self.word_boundary)), None)
         details: dict[str, Any] = {"subem": float(matched is not None), "matched_gold": matched,
-                                   "prediction": answer, "golds": [str(g) for g in task.gold]}
+                                   "prediction": answer, "golds": [str(g) for g in task.gold],
+                                   "answer_tokens": tokens, "length_cap": cap, "over_length_cap": tokens > cap}
         return RewardResult(float(matched is not None), details)
 
 

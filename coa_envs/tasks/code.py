@@ -2,13 +2,22 @@
 
 Tests end up in ``Task.tests`` as one JSON-friendly dict, whatever the source:
 
-* ``{"kind": "stdin", "cases": [{"input": str, "output": str}, ...]}`` — run the program
-  with ``input`` on stdin, compare stdout with ``output``;
-* ``{"kind": "functional", "func_name": str, "cases": [...]}`` — official LiveCodeBench
-  LeetCode tests: ``input`` holds one JSON value per line (the arguments), ``output`` one
-  JSON value (the return value of ``Solution().<func_name>(*args)``);
-* ``{"kind": "assert", "func_name": str, "snippets": [str, ...]}`` — the verl files' LeetCode
-  tests: Python that calls the solution and asserts the result.
+* ``{"kind": "stdin", "cases": [{"input": str, "output": str, "public": bool}, ...]}`` — run
+  the program with ``input`` on stdin, compare stdout with ``output``;
+* ``{"kind": "functional", "func_name": str, "cases": [...]}`` — LeetCode tests: ``input``
+  holds one JSON value per line (the arguments), ``output`` one JSON value (the return value
+  of ``Solution().<func_name>(*args)``). The verl files' assert snippets are rewritten into
+  such cases at load (:mod:`coa_envs.tasks.code_asserts`): an assert never runs inside the
+  model's program.
+
+``public`` says whether a case is one of the examples printed in the problem statement,
+which the model sees (a lookup table of them passes): the official release files say so
+(``public_test_cases`` / ``private_test_cases``); for a verl file a case is public when its
+input appears in the statement. **The shipped v4/v5 files carry only public tests** (examples
+only): the reward's details and ``coa eval``'s summary flag such scores. To score on private
+tests, pass the official LiveCodeBench release files (a ``test*.jsonl`` file or the folder of
+them from huggingface.co/datasets/livecodebench/code_generation_lite) as ``data_path``, with
+``subset="shipped"`` to keep the problems of the shipped v4/v5 subset.
 
 The verl column ``reward_model.ground_truth`` is a JSON *string* inside a dict (sometimes the
 dict itself arrives as a JSON string); both layers are decoded here, once, so rewards never
@@ -26,10 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from coa_envs.tasks import TaskDataError, iter_jsonl, require, resolve_path
+from coa_envs.tasks.code_asserts import AssertRewriteError, rewrite_asserts
 from coa_envs.tasks.split import TEST_SET_NOTE, partition, select_test_set
 from coa_envs.types import Task
 
-__all__ = ["DATASETS", "SPLIT_NOTE", "load_tasks", "parse_ground_truth"]
+__all__ = ["DATASETS", "SPLIT_NOTE", "load_tasks", "parse_ground_truth", "test_counts"]
 
 SPLIT_NOTE = TEST_SET_NOTE
 """What ``coa list`` says about this family's ``split`` option (:mod:`coa_envs.tasks.split`)."""
@@ -48,44 +58,99 @@ def load_tasks(
     limit: int | None = None,
     platform: str | None = None,
     split: str = "all",
+    subset: str = "all",
 ) -> list[Task]:
     """Load LiveCodeBench tasks.
 
-    ``path`` None uses the shipped verl file of ``dataset`` (``v4`` | ``v5``). ``format`` is
-    ``auto`` (by suffix), ``parquet`` (verl) or ``jsonl`` (official LiveCodeBench release
-    files, e.g. ``test5.jsonl``; a record may add ``oracle_actions``, a list of CoA actions
-    that solve it, for the oracle agent). ``platform`` keeps only ``atcoder``/``leetcode``/... tasks.
-    ``split``: the shipped files are test sets (``train`` is refused); a ``path`` of your own is
-    a pool that ``split`` partitions (:mod:`coa_envs.tasks.split`).
+    ``path`` None uses the shipped verl file of ``dataset`` (``v4`` | ``v5``; examples only).
+    ``path`` may be a verl parquet, an official LiveCodeBench release file (``test5.jsonl``; a
+    record may add ``oracle_actions``, a list of CoA actions that solve it, for the oracle agent)
+    or a folder of release files (every ``test*.jsonl`` in it). ``format`` is ``auto`` (by
+    suffix), ``parquet`` or ``jsonl``. ``subset="shipped"`` keeps the problems of the shipped
+    ``dataset`` subset (all of them must be in ``path``): the same problems, scored on the
+    release's private tests. ``platform`` keeps only ``atcoder``/``leetcode``/... tasks.
+    ``split``: the shipped problems are a test set (``train`` is refused); any other ``path``
+    is a pool that ``split`` partitions (:mod:`coa_envs.tasks.split`).
     """
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown LiveCodeBench dataset {dataset!r}; allowed: {sorted(DATASETS)}")
+    if subset not in ("all", "shipped"):
+        raise ValueError(f"code: subset={subset!r} is not valid; allowed: all, shipped")
     shipped = path is None
-    if path is None:
-        if dataset not in DATASETS:
-            raise ValueError(f"unknown LiveCodeBench dataset {dataset!r}; allowed: {sorted(DATASETS)}")
-        path = DATASETS[dataset]
-    resolved = resolve_path(path)
+    resolved = resolve_path(path or DATASETS[dataset])
     assert resolved is not None
     if not resolved.exists():
         raise FileNotFoundError(
             f"code task file not found: {resolved}. Pass data_path= a verl parquet or an official "
             "LiveCodeBench jsonl (huggingface.co/datasets/livecodebench/code_generation_lite)."
         )
-    if format == "auto":
-        format = "parquet" if resolved.suffix == ".parquet" else "jsonl"
-    if format == "parquet":
-        tasks = _load_verl_parquet(resolved, dataset)
-    elif format == "jsonl":
-        tasks = _load_official_jsonl(resolved, dataset)
-    else:
-        raise ValueError(f"unknown code format {format!r}; allowed: auto, parquet, jsonl")
+    tasks = [t for file in _files(resolved) for t in _load_file(file, format, dataset)]
+    if subset == "shipped" and not shipped:
+        tasks = _shipped_subset(tasks, dataset, resolved)
     if platform is not None:
         tasks = [t for t in tasks if t.metadata.get("platform") == platform]
-    if shipped:
+    if shipped or subset == "shipped":
         hint = "A code training file is an official LiveCodeBench-style jsonl or a verl parquet."
         tasks = select_test_set(tasks, split, f"LiveCodeBench {dataset}", hint)
     else:
         tasks = partition(tasks, split, f"code file {resolved}")
     return tasks[:limit] if limit else tasks
+
+
+def _files(resolved: Path) -> list[Path]:
+    if not resolved.is_dir():
+        return [resolved]
+    files = sorted(resolved.glob("test*.jsonl"), key=lambda f: (len(f.name), f.name))  # test, test2, ...
+    if not files:
+        raise FileNotFoundError(f"{resolved} holds no official LiveCodeBench release file (test*.jsonl)")
+    return files
+
+
+def _load_file(file: Path, format: str, dataset: str) -> list[Task]:
+    if format == "auto":
+        format = "parquet" if file.suffix == ".parquet" else "jsonl"
+    if format == "parquet":
+        return _load_verl_parquet(file, dataset)
+    if format == "jsonl":
+        return _load_official_jsonl(file, dataset)
+    raise ValueError(f"unknown code format {format!r}; allowed: auto, parquet, jsonl")
+
+
+def _shipped_subset(tasks: list[Task], dataset: str, source: Path) -> list[Task]:
+    """The problems of the shipped ``dataset`` file, in its order, taken from ``tasks``."""
+    wanted = [t.task_id for t in _load_verl_parquet(resolve_path(DATASETS[dataset]), dataset)]  # type: ignore[arg-type]
+    found = {t.task_id: t for t in tasks}
+    missing = [i for i in wanted if i not in found]
+    if missing:
+        raise ValueError(f"subset=shipped: {len(missing)} of the {len(wanted)} LiveCodeBench {dataset} problems "
+                         f"are not in {source} (e.g. {missing[:3]}); give the folder of all release files")
+    return [found[i] for i in wanted]
+
+
+def test_counts(tests: Any) -> dict[str, int]:
+    """``{"total", "public", "private"}`` test cases of a task's ``tests`` dict."""
+    cases = tests.get("cases") or [] if isinstance(tests, dict) else []
+    public = sum(1 for c in cases if c.get("public"))
+    return {"total": len(cases), "public": public, "private": len(cases) - public}
+
+
+def _squeeze(text: str) -> str:
+    return "".join(text.split())
+
+
+def _shown_in(statement: str, case: dict[str, str], kind: str) -> bool:
+    """Whether a verl case is one of the statement's examples: its input appears in it."""
+    if kind == "stdin":
+        return _squeeze(case["input"]) in statement
+    for line in case["input"].split("\n"):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            value = line
+        forms = {_squeeze(line), _squeeze(value) if isinstance(value, str) else _squeeze(repr(value))}
+        if not any(form and form in statement for form in forms):
+            return False
+    return True
 
 
 def _json_value(value: Any, file: Path, row: int, field: str) -> Any:
@@ -101,9 +166,14 @@ def _json_value(value: Any, file: Path, row: int, field: str) -> Any:
 
 
 def parse_ground_truth(
-    reward_model: Any, file: Path | str = "<memory>", row: int = 0, func_name: str | None = None
+    reward_model: Any, file: Path | str = "<memory>", row: int = 0, func_name: str | None = None,
+    statement: str | None = None,
 ) -> dict[str, Any]:
-    """Turn a verl ``reward_model`` (dict or JSON string) into our ``tests`` dict."""
+    """Turn a verl ``reward_model`` (dict or JSON string) into our ``tests`` dict.
+
+    Assert snippets become ``functional`` cases (:mod:`coa_envs.tasks.code_asserts`); a case
+    is ``public`` when its input appears in ``statement`` (all are, without a statement).
+    """
     file = Path(file)
     reward_model = _json_value(reward_model, file, row, "reward_model")
     if not isinstance(reward_model, dict):
@@ -116,15 +186,25 @@ def parse_ground_truth(
         snippets = [snippets] if isinstance(snippets, str) else snippets
         if not snippets or not all(isinstance(s, str) and s.strip() for s in snippets):
             raise TaskDataError(file, row, "reward_model.ground_truth.functional", "is empty")
-        return {"kind": "assert", "func_name": func_name, "snippets": list(snippets)}
-    inputs = require(truth, "stdin", file, row)
-    outputs = require(truth, "expected_output", file, row)
-    if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
-        raise TaskDataError(file, row, "reward_model.ground_truth", "needs equal stdin/expected_output lists")
-    if not inputs:
-        raise TaskDataError(file, row, "reward_model.ground_truth.stdin", "is empty")
-    cases = [{"input": str(i), "output": str(o)} for i, o in zip(inputs, outputs, strict=True)]
-    return {"kind": "stdin", "cases": cases}
+        try:
+            name, cases = rewrite_asserts(list(snippets), func_name)
+        except AssertRewriteError as exc:
+            raise TaskDataError(file, row, "reward_model.ground_truth.functional",
+                                f"cannot be compared outside the program: {exc}") from None
+        tests: dict[str, Any] = {"kind": "functional", "func_name": name, "cases": cases}
+    else:
+        inputs = require(truth, "stdin", file, row)
+        outputs = require(truth, "expected_output", file, row)
+        if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
+            raise TaskDataError(file, row, "reward_model.ground_truth", "needs equal stdin/expected_output lists")
+        if not inputs:
+            raise TaskDataError(file, row, "reward_model.ground_truth.stdin", "is empty")
+        cases = [{"input": str(i), "output": str(o)} for i, o in zip(inputs, outputs, strict=True)]
+        tests = {"kind": "stdin", "cases": cases}
+    squeezed = None if statement is None else _squeeze(statement)
+    for case in tests["cases"]:
+        case["public"] = squeezed is None or _shown_in(squeezed, case, tests["kind"])
+    return tests
 
 
 def _load_verl_parquet(file: Path, dataset: str) -> list[Task]:
@@ -141,7 +221,7 @@ def _load_verl_parquet(file: Path, dataset: str) -> list[Task]:
         extra = row.get("extra_info") or {}
         meta = _json_value(extra.get("metadata") or "{}", file, row_number, "extra_info.metadata")
         func_name = meta.get("func_name") if isinstance(meta, dict) else None
-        tests = parse_ground_truth(row.get("reward_model"), file, row_number, func_name)
+        tests = parse_ground_truth(row.get("reward_model"), file, row_number, func_name, statement=content)
         source = row.get("data_source") or f"livecodebench_{dataset}"
         task_id = str(extra.get("index") or f"{source}-{row_number - 1}")
         tasks.append(
@@ -194,8 +274,9 @@ def _load_official_jsonl(file: Path, dataset: str) -> list[Task]:
     for row_number, record in iter_jsonl(file):
         content = require(record, "question_content", file, row_number)
         question_id = str(require(record, "question_id", file, row_number))
-        cases = _decode_cases(record.get("public_test_cases"), file, row_number, "public_test_cases")
-        cases += _decode_cases(record.get("private_test_cases"), file, row_number, "private_test_cases")
+        public = _decode_cases(record.get("public_test_cases"), file, row_number, "public_test_cases")
+        private = _decode_cases(record.get("private_test_cases"), file, row_number, "private_test_cases")
+        cases = public + private
         if not cases:
             raise TaskDataError(file, row_number, "public_test_cases")
         meta = _json_value(record.get("metadata") or "{}", file, row_number, "metadata")
@@ -203,7 +284,8 @@ def _load_official_jsonl(file: Path, dataset: str) -> list[Task]:
         functional = any(c.get("testtype") == "functional" for c in cases)
         if functional and not func_name:
             raise TaskDataError(file, row_number, "metadata.func_name")
-        pairs = [{"input": str(c["input"]), "output": str(c["output"])} for c in cases]
+        pairs = [{"input": str(c["input"]), "output": str(c["output"]), "public": index < len(public)}
+                 for index, c in enumerate(cases)]
         tests = (
             {"kind": "functional", "func_name": func_name, "cases": pairs}
             if functional

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from coa_envs.tasks import TaskDataError, iter_jsonl, require, resolve_path
+from coa_envs.tasks.hygiene import bare, refuse_empty_golds
 from coa_envs.tasks.split import TEST_SET_NOTE, partition, select_test_set
 from coa_envs.types import Task
 
@@ -58,6 +59,7 @@ def load_tasks(
         tasks = _load_jsonl(resolved, dataset)
     else:
         raise ValueError(f"unknown math format {format!r}; allowed: auto, parquet, jsonl")
+    tasks = refuse_empty_golds(tasks, bare, f"math {dataset} ({resolved})")
     if shipped:
         tasks = select_test_set(tasks, split, f"the math benchmark {dataset!r}", _TRAIN_FILE_HINT)
     else:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from coa_envs.tasks import DataNotFoundError, TaskDataError, iter_jsonl, require, resolve_path
+from coa_envs.tasks.hygiene import refuse_empty_golds, squad
 from coa_envs.tasks.split import POOL_NOTE, check_split, in_split
 from coa_envs.types import Task
 
@@ -266,4 +267,4 @@ def load_tasks(
         tasks.append(task)
         if limit is not None and len(tasks) >= limit:
             break
-    return tasks
+    return refuse_empty_golds(tasks, squad, f"mhqa {dataset} ({file})")

@@ -24,6 +24,7 @@ from coa_envs.miniweb.pool import build_pool_tasks, spread_kinds, subject_heldou
 from coa_envs.miniweb.server import MiniWebServer, acquire_shared, release_shared
 from coa_envs.miniweb.tasks import KINDS, build_tasks
 from coa_envs.miniweb.world import SIZES, make_world
+from coa_envs.tasks.hygiene import gaia, refuse_empty_golds
 from coa_envs.tasks.split import POOL_NOTE, check_split, partition
 from coa_envs.tasks.web_common import select_tasks
 from coa_envs.types import Task
@@ -86,7 +87,7 @@ def load_tasks(
     tasks = build_tasks(make_world(seed), base_url, include_js=include_js)
     if kinds is not None:
         tasks = [t for t in tasks if t.metadata["kind"] in kinds]
-    return select_tasks(partition(tasks, split, "coa/MiniWeb-v0"), limit)
+    return select_tasks(partition(refuse_empty_golds(tasks, gaia, "miniweb"), split, "coa/MiniWeb-v0"), limit)
 
 
 def _check_port(port: Any) -> None:

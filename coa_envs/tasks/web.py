@@ -28,6 +28,7 @@ import json
 from pathlib import Path
 
 from coa_envs.tasks import resolve_path
+from coa_envs.tasks.hygiene import gaia, refuse_empty_golds
 from coa_envs.tasks.split import TEST_SET_NOTE, partition, select_test_set
 from coa_envs.tasks.web_browsecomp import load_browsecomp_csv
 from coa_envs.tasks.web_common import read_records, record_to_task, select_tasks
@@ -135,6 +136,7 @@ def load_tasks(
         if resolved is None or not resolved.is_file():
             raise ValueError("dataset=None reads a simple JSON list and needs path=<file>")
         tasks = _simple(resolved, "web")
+    tasks = refuse_empty_golds(tasks, gaia, f"web {dataset or 'file'} ({resolved or 'default location'})")
     if resolved is None:
         hint = "A web training file is a JSON list or JSONL of {\"question\": ..., \"answer\": ...}."
         tasks = select_test_set(tasks, split, f"the {dataset} benchmark", hint)

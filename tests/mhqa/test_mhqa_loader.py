@@ -75,8 +75,23 @@ def test_explicit_format_overrides_detection():
 
 def test_nq_ships_the_full_open_nq_test_set():
     tasks = load_tasks(dataset="nq")
-    assert len(tasks) == 3610
+    # 3,610 rows; 2 have no gold that survives normalisation (")", "---") and are refused
+    assert len(tasks) == 3608
     assert tasks[0].gold == ("Wilhelm Conrad Röntgen",)
+
+
+def test_golds_that_normalise_to_nothing_are_refused_and_counted(caplog):
+    from coa_envs.rewards.em_f1 import normalize_answer
+    from coa_envs.tasks.hygiene import REPORTS
+
+    with caplog.at_level("WARNING"):
+        tasks = {t.task_id: t for t in load_tasks(dataset="nq")}
+    assert all(normalize_answer(g) for t in tasks.values() for g in t.gold)
+    assert "nq-test-00665" not in tasks and "nq-test-01421" not in tasks  # their only gold: ")" and "---"
+    assert tasks["nq-test-00150"].gold == ("AB+",)  # "A+" is "a" + punctuation: nothing after normalisation
+    (report,) = [r for source, r in REPORTS.items() if source.startswith("mhqa nq")]
+    assert report.refused_aliases == 4 and report.dropped_tasks == ("nq-test-00665", "nq-test-01421")
+    assert "refused 4 gold alias(es)" in caplog.text
 
 
 def test_data_dir_in_flashrag_layout_is_found(tmp_path, monkeypatch):

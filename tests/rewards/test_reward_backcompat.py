@@ -38,7 +38,8 @@ def test_every_registered_reward_scores_as_its_term_alone(env_id):
     config = dict(env.unwrapped.config.reward)
     assert "terms" not in config, "registered ids declare one reward; this test compares it with the term"
     name = config.pop("name")
-    old_reward = importlib.import_module(f"coa_envs.rewards.{name}").build(**config)
+    module = importlib.import_module(f"coa_envs.rewards.{name}")
+    old_reward = module.build(**config)
     try:
         for task in env.unwrapped.tasks[:2]:
             env.reset(options={"task_id": task.task_id})
@@ -51,7 +52,7 @@ def test_every_registered_reward_scores_as_its_term_alone(env_id):
                 assert details.pop("primary") == name
                 terms = details.pop("terms")
                 assert _stable(details) == _stable(dict(expected.details))
-                assert terms == {name: {"name": name, "version": 1, "scope": "episode", "weight": 1.0,
+                assert terms == {name: {"name": name, "version": module.VERSION, "scope": "episode", "weight": 1.0,
                                         "score": float(expected.score), "weighted": float(expected.score)}}
                 assert "reward_error" not in info
     finally:

@@ -143,9 +143,11 @@ def test_ground_truth_json_string_inside_dict_and_dict_as_string():
     truth = json.dumps({"stdin": ["1\n"], "expected_output": ["2\n"]})
     as_dict = parse_ground_truth({"ground_truth": truth, "style": "rule"})
     as_text = parse_ground_truth(json.dumps({"ground_truth": truth}))
-    assert as_dict == as_text == {"kind": "stdin", "cases": [{"input": "1\n", "output": "2\n"}]}
-    functional = parse_ground_truth({"ground_truth": json.dumps({"functional": "assert True"})})
-    assert functional["kind"] == "assert"
+    assert as_dict == as_text == {"kind": "stdin", "cases": [{"input": "1\n", "output": "2\n", "public": True}]}
+    snippet = "result = Solution().f([1, 2], 'a')\nassert result == (3, None), 'x'"
+    functional = parse_ground_truth({"ground_truth": json.dumps({"functional": snippet})}, func_name="f")
+    assert functional == {"kind": "functional", "func_name": "f",
+                          "cases": [{"input": '[1, 2]\n"a"', "output": "[3, null]", "public": True}]}
 
 
 @pytest.mark.parametrize(
@@ -220,7 +222,7 @@ def test_official_jsonl_refuses_pickled_objects(tmp_path):
 def test_shipped_datasets_load_with_both_test_kinds(v4, v5):
     assert len(v4) == 100 and len(v5) == 167
     kinds = {t.tests["kind"] for t in v5.values()}
-    assert kinds == {"stdin", "assert"}
+    assert kinds == {"stdin", "functional"}  # the verl files' asserts, rewritten into calls
     assert not v5["abc374_a"].question.startswith("You are an expert")  # seed instructions dropped
     assert v5["3610"].metadata["func_name"] == "findXSum"
 
@@ -327,7 +329,7 @@ def test_official_jsonl_with_already_decoded_test_lists(tmp_path, reward):
     path = tmp_path / "decoded.jsonl"
     path.write_text(json.dumps(row) + "\n")
     (task,) = load_tasks(str(path), platform="leetcode")
-    assert task.tests == {"kind": "stdin", "cases": [{"input": "4\n", "output": "16\n"}]}
+    assert task.tests == {"kind": "stdin", "cases": [{"input": "4\n", "output": "16\n", "public": True}]}
     assert reward(fenced("print(int(input()) ** 2)"), task).score == 1.0
 
 

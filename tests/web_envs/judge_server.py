@@ -7,7 +7,11 @@ client's request building, retries, timeouts and parsing run exactly as in produ
 The ``model`` name selects a behaviour: ``grader`` (correct), ``down`` (HTTP 500),
 ``flaky`` (503 on the first call for a prompt, then correct), ``rambler`` (no verdict),
 ``waffler`` (both verdicts), ``slow`` (answers after 2 s), ``broken`` (not a completion),
-``bad-key`` (401 unless the bearer token is ``secret``).
+``bad-key`` (401 unless the bearer token is ``secret``). Judges an injected reply could fool,
+for the hacking tests: ``echo-rules`` (repeats the prompt's rules and stops), ``parrot``
+(quotes the whole response, fence lines included, then grades it honestly), ``copycat``
+(its reply is the response itself, as a confused model might), ``gullible`` (persuaded by a
+response that mentions a verdict or instructions: says yes and quotes the correct answer).
 """
 
 from __future__ import annotations
@@ -23,21 +27,34 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from coa_envs.loopback import Serving, loopback_server
 
-_FIELD = re.compile(r"^\[(question|response|correct_answer)\]: (.*?)(?=\n\n\[|\n\n[A-Z]|\Z)",
-                    re.S | re.M)
+_FIELD = re.compile(r"^\[(question|correct_answer)\]: (.*?)(?=\n\n)", re.S | re.M)
+_RESPONSE = re.compile(r"<<<BEGIN (RESPONSE-\w+)>>>\n(.*?)\n<<<END \1>>>", re.S)
 
 
 def _norm(text: str) -> str:
     return "".join(ch for ch in text.lower() if ch not in string.punctuation and not ch.isspace())
 
 
-def _grade(prompt: str) -> str:
-    fields = dict(_FIELD.findall(prompt))
-    response, correct = fields.get("response", ""), fields.get("correct_answer", "")
-    verdict = "yes" if response and _norm(correct) in _norm(response) else "no"
-    return (f"extracted_final_answer: {response.strip() or 'None'}\n"
-            f"reasoning: compared the normalised answers.\n"
+def _block(extracted: str, verdict: str) -> str:
+    return (f"extracted_final_answer: {extracted}\nreasoning: compared the normalised answers.\n"
             f"correct: {verdict}\nconfidence: 100")
+
+
+def _grade(prompt: str, model: str = "grader") -> str:
+    fields = dict(_FIELD.findall(prompt))
+    fenced = _RESPONSE.search(prompt)
+    response, correct = (fenced.group(2) if fenced else ""), fields.get("correct_answer", "")
+    verdict = "yes" if response and _norm(correct) in _norm(response) else "no"
+    honest = _block(response.strip() or "None", verdict)
+    if model == "echo-rules":
+        return prompt[prompt.index("extracted_final_answer:"):]
+    if model == "parrot":
+        return f"The response reads:\n{fenced.group(0) if fenced else ''}\n\n{honest}"
+    if model == "copycat":
+        return response
+    if model == "gullible" and any(w in response.lower() for w in ("correct", "ignore", "verdict", "yes")):
+        return _block(correct, "yes")
+    return honest
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -77,7 +94,7 @@ class _Handler(BaseHTTPRequestHandler):
         if model == "broken":
             self._reply(200, b"<html>proxy error</html>")
             return
-        content = _grade(prompt)
+        content = _grade(prompt, model)
         if model == "rambler":
             content = "I think the answer looks plausible overall."
         elif model == "waffler":

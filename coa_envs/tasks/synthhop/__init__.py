@@ -26,6 +26,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from coa_envs.tasks.hygiene import refuse_empty_golds, squad
 from coa_envs.tasks.split import check_split
 from coa_envs.tasks.synthhop.questions import DIFFICULTY_HOPS, generate_questions, parse_hops
 from coa_envs.tasks.synthhop.world import World, generate_world
@@ -117,4 +118,4 @@ def load_tasks(
                 },
             )
         )
-    return tasks
+    return refuse_empty_golds(tasks, squad, f"synthhop world {seed}")
