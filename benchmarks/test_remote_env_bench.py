@@ -26,7 +26,7 @@ import coa_envs  # noqa: F401
 from coa_envs.registry import REMOTE_ID
 from tests.service.servers import serve_process
 
-ENV = "coa/AIME24-v0"
+ENV = "coa/AIME24-v1"
 LONG = {"max_turns": 10**6, "context_budget_chars": 10**9}  # stay mid-episode for the whole run
 ROUNDS, STEPS = 12, 40
 

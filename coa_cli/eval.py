@@ -290,7 +290,7 @@ MAX_NEW_TOKENS = typer.Option(512, help="Token budget of one model turn.")
 
 
 def eval_command(
-    env_id: str = typer.Argument(..., help="A registered id, e.g. coa/MATH500-v0"),
+    env_id: str = typer.Argument(..., help="A registered id, e.g. coa/MATH500-v1"),
     agent: str | None = typer.Option(None, help="oracle | replay:FILE | llm | MODULE:NAME "
                                                 "(default: llm with --model, else oracle)"),
     model: str | None = MODEL,

@@ -6,6 +6,7 @@ import json
 
 import typer
 
+from coa_cli.audit import audit_reward_command
 from coa_cli.bench import bench_command
 from coa_cli.cache import app as cache_app
 from coa_cli.compare import compare_command
@@ -76,6 +77,7 @@ app.command("serve-env")(serve_env_command)
 app.command("distill")(distill_command)
 app.command("teach")(teach_command)
 app.command("bench")(bench_command)
+app.command("audit-reward")(audit_reward_command)
 app.command("view")(view_command)
 app.command("pairs")(pairs_command)
 app.command("export-adapter")(export_adapter_command)

@@ -1,6 +1,6 @@
 """``coa serve-env``: serve registered env ids over HTTP and WebSocket (see :mod:`coa_envs.service`).
 
-``coa serve-env coa/MATH500-v0 coa/NQ-v0 --port 8100 -e max_turns=4`` builds each id once
+``coa serve-env coa/MATH500-v1 coa/NQ-v1 --port 8100 -e max_turns=4`` builds each id once
 (a bad ``--env-option`` fails here, not in a client), then serves sessions until interrupted.
 ``-e`` is the ``KEY=VALUE`` syntax of ``coa eval`` (:mod:`coa_cli.options`); the old ``--set``
 still works for one release, with a message saying where it moved.

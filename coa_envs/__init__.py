@@ -1,7 +1,7 @@
 """coa-envs: Chain-of-Agents environments for Gymnasium.
 
 Importing the package registers every id in ``envs_registry.yaml`` with Gymnasium, so
-``gym.make("coa/AIME24-v0")`` works after ``import coa_envs``. The import is kept light
+``gym.make("coa/AIME24-v1")`` works after ``import coa_envs``. The import is kept light
 (no torch, no transformers): heavy backends load inside the tool that needs them.
 """
 

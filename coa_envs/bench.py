@@ -81,7 +81,7 @@ def noop_tool_step() -> tuple[Any, Callable[[], Any]]:
 
     import coa_envs  # noqa: F401  (registers the ids)
 
-    env = gym.make("coa/AIME24-v0").unwrapped
+    env = gym.make("coa/AIME24-v1").unwrapped
     env._tools = {"code": NoOpTool()}
     env.reset(seed=0)
     counter = iter(range(10**12))

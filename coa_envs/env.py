@@ -170,9 +170,9 @@ class CoAEnv(gym.Env[str, str]):
         if isinstance(self.task.tests, dict) and "cases" in self.task.tests:
             # How many tests score this task and how many are the statement's examples
             # (public: a lookup table of them passes); the reward's details say it again.
-            from coa_envs.tasks.code import test_counts
+            from coa_envs.tasks.code import count_tests
 
-            info["tests"] = test_counts(self.task.tests)
+            info["tests"] = count_tests(self.task.tests)
         return prompt, info
 
     def step(self, action: str):

@@ -1,7 +1,7 @@
 """Train with TRL's GRPOTrainer on a coa env (multi-turn CoA episodes through its rollout_func).
 
     python examples/trl_grpo_coa.py                    # tiny model, SFT warm start, 4 GRPO steps on CPU
-    python examples/trl_grpo_coa.py --model DIR --env coa/NQ-v0 --steps 100 --no-warm-start
+    python examples/trl_grpo_coa.py --model DIR --env coa/NQ-v1 --steps 100 --no-warm-start
 
 Each prompt of a GRPO group is a whole episode in the env (tools run for real, observations
 masked out of the loss), scored by the env's own reward.

@@ -15,8 +15,8 @@ _WEB = FIXTURES / "web_envs" / "fixtures"  # invented tasks in each benchmark's 
 _CODE = FIXTURES / "sandbox" / "fixtures" / "livecodebench_oracle.jsonl"  # official jsonl format
 MAKE_KWARGS: dict[str, dict] = {
     "coa/GAIA-v0": {"data_path": str(_WEB / "gaia")},
-    "coa/BrowseComp-v0": {"data_path": str(_WEB / "browse_comp_test_set.csv")},
-    "coa/HLE-v0": {"data_path": str(_WEB / "hle")},
+    "coa/BrowseComp-v1": {"data_path": str(_WEB / "browse_comp_test_set.csv")},
+    "coa/HLE-v1": {"data_path": str(_WEB / "hle")},
     # No reference solutions ship with LiveCodeBench: four of its problems with our own.
     "coa/LiveCodeBench-v4": {"data_path": str(_CODE)},
     "coa/LiveCodeBench-v5": {"data_path": str(_CODE)},
@@ -24,7 +24,7 @@ MAKE_KWARGS: dict[str, dict] = {
 # Only NQ's questions ship; the other QA benchmarks run on 3-question fixtures, one per source format.
 _MHQA = FIXTURES / "mhqa" / "fixtures"
 MAKE_KWARGS.update({
-    f"coa/{env}-v0": {"data_path": str(_MHQA / name)}
+    f"coa/{env}-v1": {"data_path": str(_MHQA / name)}
     for env, name in [("HotpotQA", "hotpotqa.json"), ("2Wiki", "flashrag.jsonl"), ("MuSiQue", "musique.jsonl"),
                       ("Bamboogle", "seed.jsonl"), ("TriviaQA", "triviaqa.jsonl"), ("PopQA", "popqa.jsonl")]
 })

@@ -20,7 +20,7 @@ from agents.trajectory import Trajectory
 
 __all__ = ["SHOWCASE_ENV", "XSS_MARK", "write_large_run", "write_showcase_run"]
 
-SHOWCASE_ENV = "coa/MATH500-v0"
+SHOWCASE_ENV = "coa/MATH500-v1"
 #: Set on ``window`` by the script in the hostile episode if the page ever ran it.
 XSS_MARK = "__coaViewerXss"
 _SYSTEM = "Solve the problem as a small team would, in tagged blocks; run code with <code>; end with <answer>."
@@ -123,7 +123,7 @@ def write_large_run(path: str | Path, target_bytes: int, seed: int = 0, broken_e
             lines += 1
             task = f"large-{lines // 4:06d}"
             reward = float(rng.random() < 0.4)
-            trajectory = Trajectory(env_id=("coa/SynthHop-v0", "coa/MATH500-v0")[lines % 2], task_id=task,
+            trajectory = Trajectory(env_id=("coa/SynthHop-v0", "coa/MATH500-v1")[lines % 2], task_id=task,
                                     prompt_text=f"Question {lines}?", prompt_ids=list(range(1, 60)),
                                     reward=reward, sample_index=lines % 4, terminated=True,
                                     status=("ok", "truncated:max_turns", "error:timeout")[lines % 3],

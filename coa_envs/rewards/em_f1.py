@@ -14,9 +14,11 @@ Two refusals, because a policy optimises whatever the reward pays for:
   ("The.") would equal it. Loaders drop such aliases too (:mod:`coa_envs.tasks.hygiene`);
 * F1 pays for overlap, so a list of candidates or a copied passage earns partial credit. The
   F1 this term scores (``metric: f1``, ``details["f1"]``) is 0 for an answer longer than
-  :func:`length_cap` tokens (2 x the longest gold + 3, after normalisation); the official,
-  uncapped figures stay in ``details`` (``f1_official``, ``hotpot_f1``) for comparison with
-  published numbers. Within the cap F1 still pays a little for hedging: train on EM.
+  :func:`length_cap` tokens (2 x the longest gold + 3, after normalisation), and an answer that
+  enumerates candidates (", ", ";", "|", "/", " or ", " and ", one per line) scores its worst
+  candidate (:func:`capped_score`). The official, uncapped figures stay in ``details``
+  (``f1_official``, ``hotpot_f1``) for comparison with published numbers. Within the cap F1
+  still gives partial credit for shared words (even "of"): it is a metric, train on EM.
 
 This module must stay pure and dependency-free: rewards run inside env steps.
 """
@@ -26,7 +28,7 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +37,9 @@ from coa_envs.types import RewardResult, Task
 __all__ = [
     "VERSION",
     "EmF1Reward",
+    "answer_parts",
     "build",
+    "capped_score",
     "exact_match",
     "extract_answer",
     "f1_score",
@@ -82,6 +86,39 @@ def length_cap(golds: Iterable[str]) -> int:
     passage or a list of the page's names does not)."""
     longest = max((len(normalize_answer(str(g)).split()) for g in golds), default=0)
     return CAP_FACTOR * longest + CAP_SLACK
+
+
+_LIST_SEPARATORS = {  # how answers enumerate candidates; a separator some gold itself contains is kept
+    ";": r";", "|": r"\|", "newline": r"\n", "comma": r",\s", "slash": r"\s/\s", "or": r"\bor\b", "and": r"\band\b",
+}
+
+
+def answer_parts(answer: str, golds: Iterable[str]) -> list[str]:
+    """The candidates an answer enumerates ("Wudia, Giarelora or Repae" -> three), or the answer
+    itself. A separator that occurs in a gold (", " in "Washington, D.C.", " and " in "Tom and
+    Jerry") does not split."""
+    lowered = [f" {str(g).lower()} " for g in golds]
+    kinds = [pattern for kind, pattern in _LIST_SEPARATORS.items()
+             if not any(re.search(pattern, g if kind != "newline" else g.strip()) for g in lowered)]
+    if not kinds:
+        return [answer]
+    parts = [p.strip() for p in re.split("|".join(kinds), answer, flags=re.IGNORECASE)]
+    parts = [p for p in parts if normalize_answer(p)]
+    return parts or [answer]
+
+
+def capped_score(metric: Any, answer: str, golds: Sequence[str]) -> tuple[float, dict[str, Any]]:
+    """``metric`` (best over golds) as a reward a policy cannot raise by hedging: 0 beyond
+    :func:`length_cap` tokens; an answer that enumerates candidates scores its *worst* part
+    (every candidate listed must be right). Returns the score and what was refused."""
+    tokens, cap = len(normalize_answer(answer).split()), length_cap(golds)
+    parts = answer_parts(answer, golds)
+    details: dict[str, Any] = {"answer_tokens": tokens, "length_cap": cap, "over_length_cap": tokens > cap}
+    if len(parts) > 1:
+        details["candidates"] = parts[:10]
+    if tokens > cap or not golds:
+        return 0.0, details
+    return min(max_over_golds(metric, part, golds) for part in parts), details
 
 
 def _token_f1(prediction_tokens: list[str], gold_tokens: list[str]) -> float:
@@ -135,15 +172,13 @@ class EmF1Reward:
         answer = extract_answer(prediction or "")
         golds = tuple(str(gold) for gold in task.gold if normalize_answer(str(gold)))
         em = max_over_golds(exact_match, answer, golds)
-        f1 = max_over_golds(f1_score, answer, golds)
-        tokens, cap = len(normalize_answer(answer).split()), length_cap(golds)
+        capped_f1, refusals = capped_score(f1_score, answer, golds)
         details: dict[str, Any] = {
             "em": em,
-            "f1": f1 if tokens <= cap else 0.0,
-            "f1_official": f1,
+            "f1": capped_f1,
+            "f1_official": max_over_golds(f1_score, answer, golds),
             "hotpot_f1": max_over_golds(hotpot_f1, answer, golds),
-            "answer_tokens": tokens,
-            "length_cap": cap,
+            **refusals,
             "prediction": answer,
             "normalized_prediction": normalize_answer(answer),
             "golds": list(golds),

@@ -178,8 +178,24 @@ def _one_value(candidate: str, timeout: int, rounding: int) -> tuple[str, list[A
     return as_set, _parse(as_set, timeout)
 
 
+_warmed = False
+
+
+def _warm() -> None:
+    """Load math-verify's parsers once, outside any parse timeout: the first parse imports
+    sympy's LaTeX machinery (seconds on a loaded machine), which must not count against the
+    timeout of whatever answer happens to be scored first."""
+    global _warmed
+    if not _warmed:
+        from math_verify import LatexExtractionConfig, parse
+
+        parse("\\boxed{\\frac{1}{2}}", extraction_config=[LatexExtractionConfig()], parsing_timeout=120)
+        _warmed = True
+
+
 def _score(golds: list[str], prediction: str, timeout: int, rounding: int) -> tuple[float, dict[str, Any]]:
     """Score and details; runs in this process or in the helper (arguments and result pickle)."""
+    _warm()
     candidates = answer_candidates(prediction)
     details: dict[str, Any] = {"candidates": candidates[:10]}
     if not candidates:
@@ -209,7 +225,7 @@ def _helper_pool() -> ProcessPoolExecutor:
             import multiprocessing
 
             # forkserver: forking a process that runs threads (the caller's) can deadlock.
-            _helper = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("forkserver"))
+            _helper = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("forkserver"), initializer=_warm)
         return _helper
 
 

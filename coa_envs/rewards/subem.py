@@ -9,7 +9,9 @@ the seed and FlashRAG the test is a plain substring test, so a gold "1" is found
 A sub-string test pays for length: the whole retrieved passage contains the answer, and so
 does a list of every name on the page. So an answer scores only within the length cap of
 :func:`~coa_envs.rewards.em_f1.length_cap` (2 x the longest gold's tokens + 3, after
-normalisation), and 0 beyond it (``details["over_length_cap"]``).
+normalisation), and 0 beyond it (``details["over_length_cap"]``); an answer that enumerates
+candidates ("Wudia, Giarelora") scores only when every candidate contains a gold
+(:func:`~coa_envs.rewards.em_f1.capped_score`).
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from coa_envs.rewards.em_f1 import extract_answer, length_cap, normalize_answer
+from coa_envs.rewards.em_f1 import capped_score, extract_answer, normalize_answer
 from coa_envs.types import RewardResult, Task
 
 __all__ = ["VERSION", "SubExactMatch", "build", "sub_exact_match"]
 
 VERSION = 2  # bump when the scores this term gives change (reported in reward_details)
-# 2: answers longer than the length cap score 0 (a copied passage matched every gold)
+# 2: answers longer than the length cap score 0 (a copied passage matched every gold); a list
+#    of candidates scores only when every candidate matches
 
 
 def sub_exact_match(prediction: str, gold: str, word_boundary: bool = False) -> bool:
@@ -42,14 +45,13 @@ class SubExactMatch:
 
     def __call__(self, prediction: str, task: Task) -> RewardResult:
         answer = extract_answer(prediction or "")
-        tokens, cap = len(normalize_answer(answer).split()), length_cap(str(g) for g in task.gold)
-        matched = None
-        if tokens <= cap:
-            matched = next((g for g in task.gold if sub_exact_match(answer, str(g), self.word_boundary)), None)
-        details: dict[str, Any] = {"subem": float(matched is not None), "matched_gold": matched,
-                                   "prediction": answer, "golds": [str(g) for g in task.gold],
-                                   "answer_tokens": tokens, "length_cap": cap, "over_length_cap": tokens > cap}
-        return RewardResult(float(matched is not None), details)
+        golds = [str(g) for g in task.gold]
+        score, refusals = capped_score(lambda part, gold: sub_exact_match(part, gold, self.word_boundary),
+                                       answer, golds)
+        matched = next((g for g in golds if sub_exact_match(answer, g, self.word_boundary)), None) if score else None
+        details: dict[str, Any] = {"subem": score, "matched_gold": matched, "prediction": answer, "golds": golds,
+                                   **refusals}
+        return RewardResult(score, details)
 
 
 def build(word_boundary: bool = False) -> SubExactMatch:

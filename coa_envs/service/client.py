@@ -1,7 +1,7 @@
 """``RemoteEnv``: a Gymnasium env whose episodes run in a ``coa serve-env`` server.
 
-``gym.make("coa/Remote-v0", base_url="http://host:8100", env_id="coa/MATH500-v0")`` behaves
-like ``gym.make("coa/MATH500-v0")``: same observations, rewards, ``info`` and spaces, so
+``gym.make("coa/Remote-v0", base_url="http://host:8100", env_id="coa/MATH500-v1")`` behaves
+like ``gym.make("coa/MATH500-v1")``: same observations, rewards, ``info`` and spaces, so
 ``coa eval --env-url`` and the RL rollout workers (``env_url:``) use it unchanged. It holds
 one WebSocket (the OpenEnv session protocol of :mod:`coa_envs.service.wire`), i.e. one
 server-side env instance, for its lifetime.

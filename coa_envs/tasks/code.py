@@ -39,7 +39,7 @@ from coa_envs.tasks.code_asserts import AssertRewriteError, rewrite_asserts
 from coa_envs.tasks.split import TEST_SET_NOTE, partition, select_test_set
 from coa_envs.types import Task
 
-__all__ = ["DATASETS", "SPLIT_NOTE", "load_tasks", "parse_ground_truth", "test_counts"]
+__all__ = ["DATASETS", "SPLIT_NOTE", "count_tests", "load_tasks", "parse_ground_truth"]
 
 SPLIT_NOTE = TEST_SET_NOTE
 """What ``coa list`` says about this family's ``split`` option (:mod:`coa_envs.tasks.split`)."""
@@ -127,7 +127,7 @@ def _shipped_subset(tasks: list[Task], dataset: str, source: Path) -> list[Task]
     return [found[i] for i in wanted]
 
 
-def test_counts(tests: Any) -> dict[str, int]:
+def count_tests(tests: Any) -> dict[str, int]:
     """``{"total", "public", "private"}`` test cases of a task's ``tests`` dict."""
     cases = tests.get("cases") or [] if isinstance(tests, dict) else []
     public = sum(1 for c in cases if c.get("public"))

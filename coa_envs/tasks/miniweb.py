@@ -83,7 +83,7 @@ def load_tasks(
         check_split(split, "coa/MiniWebLarge-v0")
         tasks = [t for t in build_pool_tasks(make_world(seed, size=world), base_url)
                  if split == "all" or subject_heldout(t.metadata["subject"]) == (split == "test")]
-        return select_tasks(spread_kinds(tasks), limit)
+        return select_tasks(spread_kinds(refuse_empty_golds(tasks, gaia, "miniweb large")), limit)
     tasks = build_tasks(make_world(seed), base_url, include_js=include_js)
     if kinds is not None:
         tasks = [t for t in tasks if t.metadata["kind"] in kinds]

@@ -54,7 +54,7 @@ HOW_TO_GET: dict[str, str] = {
         "  Download the official encrypted CSV (columns problem, answer, canary):\n"
         "  https://openaipublic.blob.core.windows.net/simple-evals/browse_comp_test_set.csv\n"
         "Save it as $COA_DATA_DIR/browse_comp_test_set.csv (set COA_DATA_DIR) or pass "
-        "gym.make('coa/BrowseComp-v0', data_path='/path/to/browse_comp_test_set.csv'); rows are "
+        "gym.make('coa/BrowseComp-v1', data_path='/path/to/browse_comp_test_set.csv'); rows are "
         "decrypted with their canary on load. A JSON list [{\"question\": ..., \"answer\": ...}] "
         "also works as data_path."
     ),
@@ -64,7 +64,7 @@ HOW_TO_GET: dict[str, str] = {
         "  2. huggingface-cli login   (or export HF_TOKEN=...)\n"
         "  3. huggingface-cli download cais/hle --repo-type dataset --local-dir $COA_DATA_DIR/hle\n"
         "Then set COA_DATA_DIR (the loader reads $COA_DATA_DIR/hle/data/test-*.parquet) or pass "
-        "gym.make('coa/HLE-v0', data_path='/path/to/hle' or a .parquet/.jsonl file). With "
+        "gym.make('coa/HLE-v1', data_path='/path/to/hle' or a .parquet/.jsonl file). With "
         "`datasets` installed, a token and the internet the loader fetches cais/hle itself."
     ),
 }

@@ -231,7 +231,7 @@ def test_the_episode_loop_releases_the_episodes_cache(tiny_model, tiny_tokenizer
 
     engine = HFEngine(tiny_model, tiny_tokenizer)
     policy = LLMPolicy(engine, sampling=SamplingParams(max_new_tokens=12), seed=5)
-    env = gym.make("coa/MATH500-v0", max_turns=3)
+    env = gym.make("coa/MATH500-v1", max_turns=3)
     try:
         trajectory = run_episode(env, policy, options={"task_index": 0})
     finally:

@@ -19,7 +19,7 @@ from agents.episode import EpisodeRecorder, run_episode
 from agents.metrics import summarize
 from agents.trajectory import EpisodeStatus, Trajectory, read_trajectories
 
-ENV_ID = "coa/MATH500-v0"
+ENV_ID = "coa/MATH500-v1"
 # A benchmark test set: the RL worker, which plays split=train unless told, is told "test".
 ENV_KWARGS = {"tools": {"code": {"backend": "subprocess"}}, "task_options": {"split": "test"}}
 MAX_TURNS = 3

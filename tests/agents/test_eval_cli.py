@@ -28,7 +28,7 @@ def _eval(env_id, out, *args):
 def two_runs(tiny_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("eval")
     outs = {}
-    for env_id, name in (("coa/MATH500-v0", "math"), ("coa/SynthHop-v0", "synthhop")):
+    for env_id, name in (("coa/MATH500-v1", "math"), ("coa/SynthHop-v0", "synthhop")):
         outs[name] = root / name
         printed = _eval(env_id, outs[name], "--model", str(tiny_dir), "--engine", "hf", *TINY).output
         assert "pass@2" in printed and "best-of-2" in printed  # the printed table
@@ -62,7 +62,7 @@ def test_report_compares_two_envs_side_by_side(two_runs, tmp_path):
     table = (tmp_path / "comparison.md").read_text()
     assert "| metric | math | synthhop |" in table and "| pass@2 |" in table
     data = json.loads((tmp_path / "comparison.json").read_text())
-    assert [r["summary"]["env_id"] for r in data["runs"]] == ["coa/MATH500-v0", "coa/SynthHop-v0"]
+    assert [r["summary"]["env_id"] for r in data["runs"]] == ["coa/MATH500-v1", "coa/SynthHop-v0"]
     for name in ("accuracy_vs_turns.png", "tool_usage.png"):
         assert (tmp_path / name).read_bytes()[:8] == PNG
 
@@ -80,7 +80,7 @@ def test_eval_over_coa_serve_with_the_openai_engine_is_token_exact(tiny_dir, tin
 
     engine = HFEngine(str(tiny_dir))
     with serve_in_thread(create_app(engine, engine.tokenizer, "tiny")) as url:
-        _eval("coa/MATH500-v0", tmp_path, "--engine", "openai", "--base-url", url, "--model", "tiny",
+        _eval("coa/MATH500-v1", tmp_path, "--engine", "openai", "--base-url", url, "--model", "tiny",
               "--tokenizer", str(tiny_dir), *TINY)
     records = list(read_trajectories(tmp_path / "trajectories.jsonl"))
     assert len(records) == 4
@@ -96,7 +96,7 @@ def test_eval_against_a_dead_endpoint_reports_failures_and_finishes(tmp_path):
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    _eval("coa/MATH500-v0", tmp_path, "--engine", "openai", "--base-url",
+    _eval("coa/MATH500-v1", tmp_path, "--engine", "openai", "--base-url",
           f"http://127.0.0.1:{port}/v1", "--model", "m", "--api-mode", "chat", *TINY)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status_counts"] == {"error:engine_http_error": 4}
@@ -104,8 +104,8 @@ def test_eval_against_a_dead_endpoint_reports_failures_and_finishes(tmp_path):
 
 
 def test_resume_runs_only_the_missing_episodes(tmp_path):
-    _eval("coa/AIME24-v0", tmp_path, "--n", "2", "--samples", "2", "--no-progress")
-    _eval("coa/AIME24-v0", tmp_path, "--n", "3", "--samples", "2", "--resume", "--no-progress")
+    _eval("coa/AIME24-v1", tmp_path, "--n", "2", "--samples", "2", "--no-progress")
+    _eval("coa/AIME24-v1", tmp_path, "--n", "3", "--samples", "2", "--resume", "--no-progress")
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["resumed_episodes"] == 4 and summary["episodes"] == 6
     assert summary["accuracy"] == 1.0 and summary["pass_at_k"] == {"1": 1.0, "2": 1.0}
@@ -141,7 +141,7 @@ def test_hosted_api_flag_turns_the_openai_engines_server_extensions_off(monkeypa
     monkeypatch.setattr(eval_cli, "build_policy", record)
     for flag, expected in (("--hosted-api", False), ("--server-extensions", True), (None, True)):
         built.clear()
-        args = ["eval", "coa/MATH500-v0", "--agent", "llm", "--engine", "openai", "--model", "m",
+        args = ["eval", "coa/MATH500-v1", "--agent", "llm", "--engine", "openai", "--model", "m",
                 "--base-url", "http://127.0.0.1:9/v1", "--n", "1", "--out", str(tmp_path)]
         CliRunner().invoke(app, args + ([flag] if flag else []))
         assert built["server_extensions"] is expected

@@ -26,7 +26,7 @@ ANSWER = "It is <answer>\\boxed{42}</answer><|im_end|>"
 
 
 def _env():
-    return gym.make("coa/AIME24-v0", protocol="tools")
+    return gym.make("coa/AIME24-v1", protocol="tools")
 
 
 def test_local_policy_plays_a_tools_episode_token_exact(tiny_tokenizer, scripted_lm):

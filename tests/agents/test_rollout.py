@@ -18,7 +18,7 @@ from agents.trajectory import read_trajectories
 
 def _math_env(**overrides):
     options = {"max_turns": 2, **overrides}
-    return lambda: gym.make("coa/MATH500-v0", **options)
+    return lambda: gym.make("coa/MATH500-v1", **options)
 
 
 def test_concurrent_batched_rollouts_equal_sequential(tiny_tokenizer, tiny_model):

@@ -39,7 +39,7 @@ def test_http_episode_matches_in_process_and_is_token_exact(served, tiny_tokeniz
     remote = OpenAIEngine(url, "tiny", tokenizer=tiny_tokenizer, max_retries=0)
     results = []
     for engine in (remote, local):
-        env = gym.make("coa/MATH500-v0", max_turns=3)
+        env = gym.make("coa/MATH500-v1", max_turns=3)
         policy = LLMPolicy(engine, tiny_tokenizer, sampling=sampling, seed=11)
         trajectory = run_episode(env, policy, options={"task_index": 2})
         policy.fill_trajectory(trajectory)

@@ -41,7 +41,7 @@ def _assert_token_exact(trajectory: Trajectory, tokenizer) -> None:
 
 
 def _math_env():
-    return gym.make("coa/MATH500-v0", max_turns=4)
+    return gym.make("coa/MATH500-v1", max_turns=4)
 
 
 def test_scripted_episode_is_token_exact(tiny_tokenizer, scripted_lm):

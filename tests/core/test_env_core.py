@@ -11,14 +11,14 @@ from coa_envs.types import ErrorKind
 
 @pytest.fixture
 def env():
-    environment = gym.make("coa/AIME24-v0")
+    environment = gym.make("coa/AIME24-v1")
     environment.reset(seed=0)
     yield environment
     environment.close()
 
 
 def test_reset_picks_task_from_seed_or_task_id():
-    env = gym.make("coa/MATH500-v0")
+    env = gym.make("coa/MATH500-v1")
     ids = {env.reset(seed=s)[1]["task_id"] for s in range(20)}
     assert len(ids) > 1
     first = env.unwrapped.tasks[3].task_id
@@ -44,7 +44,7 @@ def test_code_tool_observation_is_rendered_like_the_seed(env):
 
 def test_info_tool_is_always_a_list_aligned_with_its_error_kinds():
     """One shape for every step: no call, one call, parallel calls (a failing one among them)."""
-    env = gym.make("coa/AIME24-v0", allow_parallel_tools=True, tools={"code": {"backend": "subprocess"}})
+    env = gym.make("coa/AIME24-v1", allow_parallel_tools=True, tools={"code": {"backend": "subprocess"}})
     env.reset(seed=0)
     try:
         *_, info = env.step("<think>no closing tag")
@@ -83,7 +83,7 @@ def test_code_errors_are_observations_not_crashes(env):
 
 
 def test_truncated_at_max_turns():
-    env = gym.make("coa/AIME24-v0", max_turns=2)
+    env = gym.make("coa/AIME24-v1", max_turns=2)
     env.reset(seed=0)
     assert env.step("<think>x</think>")[3] is False
     _, _, terminated, truncated, info = env.step("<think>y</think>")
@@ -91,7 +91,7 @@ def test_truncated_at_max_turns():
 
 
 def test_truncated_at_context_budget():
-    env = gym.make("coa/AIME24-v0", context_budget_chars=3000)
+    env = gym.make("coa/AIME24-v1", context_budget_chars=3000)
     env.reset(seed=0)
     _, _, _, truncated, info = env.step("<think>" + "z" * 3000 + "</think>")
     assert truncated and info["truncation"] == "context_budget"
@@ -130,7 +130,7 @@ def test_step_after_the_end_does_not_crash(env):
 )
 def test_bad_make_options_fail_at_make_time_naming_the_key(overrides, fragment):
     with pytest.raises(ValueError, match=None) as error:
-        gym.make("coa/AIME24-v0", **overrides)
+        gym.make("coa/AIME24-v1", **overrides)
     assert fragment in str(error.value)
 
 
@@ -143,7 +143,7 @@ def test_unknown_env_id_lists_close_matches():
 def test_overrides_apply(tmp_path):
     data = tmp_path / "tasks.jsonl"
     data.write_text('{"question": "What is 2+2?", "answer": "4"}\n{"question": "3*3?", "answer": ["9"]}\n')
-    env = gym.make("coa/MATH500-v0", data_path=str(data), max_turns=3)
+    env = gym.make("coa/MATH500-v1", data_path=str(data), max_turns=3)
     assert len(env.unwrapped.tasks) == 2 and env.unwrapped.config.max_turns == 3
     env.reset(options={"task_index": 1})
     assert env.step("<answer>\\boxed{9}</answer>")[1] == 1.0
@@ -153,7 +153,7 @@ def test_data_file_with_missing_field_names_file_row_and_field(tmp_path):
     data = tmp_path / "tasks.jsonl"
     data.write_text('{"question": "ok", "answer": "1"}\n{"answer": "2"}\n')
     with pytest.raises(ValueError, match=r"tasks.jsonl: row 2: field 'question' is missing"):
-        gym.make("coa/MATH500-v0", data_path=str(data))
+        gym.make("coa/MATH500-v1", data_path=str(data))
 
 
 def test_env_config_validates_itself_whoever_builds_it():
@@ -162,7 +162,7 @@ def test_env_config_validates_itself_whoever_builds_it():
 
     from coa_envs.config import EnvConfig
 
-    config = gym.make("coa/AIME24-v0").unwrapped.config
+    config = gym.make("coa/AIME24-v1").unwrapped.config
     with pytest.raises(ValueError, match="max_observation_chars=0 is not valid; allowed: a positive integer"):
         dataclasses.replace(config, max_observation_chars=0)
     with pytest.raises(ValueError, match=r"family='poetry' is not valid; allowed: \['code', "):
@@ -184,4 +184,4 @@ def test_every_setting_is_declared_once_and_listed():
     assert listed == {f.metadata["key"] or f.name for f in fields} | set(TASK_OVERRIDES)
     assert listed.issuperset(OVERRIDE_KEYS) and listed.issuperset(REGISTRY_KEYS)
     with pytest.raises(ValueError, match=r"unknown keys \['max_turn'\]; allowed: \['allow_parallel_tools'"):
-        build_config({**entry("coa/AIME24-v0"), "max_turn": 3}, {})
+        build_config({**entry("coa/AIME24-v1"), "max_turn": 3}, {})

@@ -61,3 +61,57 @@ def test_off_main_thread_checks_keep_math_verify_timeouts(caplog):
         scores = list(pool.map(lambda c: reward(c[0], task(c[1])).score, cases))
     assert scores == [c[2] for c in cases]
     assert "Timeout is disabled" not in caplog.text
+
+
+# -- one final answer per reply -----------------------------------------------------------------
+@pytest.mark.parametrize(
+    "prediction",
+    [
+        "\\boxed{204} The final answer is $211$.",  # the reply: the fallback used to OR the two
+        "The final answer is $211$. \\boxed{204}",
+        "\\boxed{204}\\boxed{211}",
+        "\\fbox{211} \\boxed{204}",
+        "The answer is 204. The final answer is 211.",
+        "Answer: 204\nFinal answer: 211",
+        "204 or 211",
+        "either 204 or 211",
+        "211 (or 204)",
+        "$204$ or $211$",
+        "204 \\lor 211",
+        "211 \\vee 204",
+        "204 | 211",
+        "204; 211",
+        "204\n211",
+        "\\boxed{204, 211}",
+        "\\boxed{\\{204, 211\\}}",
+        "\\boxed{204 \\text{ or } 211}",
+        "x = 204 \\text{ or } x = 211",
+    ],
+)
+def test_several_distinct_answers_are_wrong_even_when_one_is_right(prediction):
+    result = reward(prediction, task("211"))
+    assert result.score == 0.0, result.details
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold"),
+    [
+        ("\\boxed{211} The final answer is $211$.", "211"),  # the same answer twice is one answer
+        ("The final answer is $\\frac{1}{2}$.", "0.5"),
+        ("Answer: 211", "211"),
+        ("211 or 211", "211"),
+        ("5 or -5", "\\pm 5"),  # alternatives are a set: right when the gold is that set
+        ("\\boxed{x = 211}", "211"),
+        ("$3\\sqrt{2}$", "3\\sqrt{2}"),
+    ],
+)
+def test_one_answer_stated_once_or_repeated_still_scores(prediction, gold):
+    assert reward(prediction, task(gold)).score == 1.0
+
+
+def test_string_fallback_only_when_math_verify_cannot_parse():
+    # both sides parse and differ: no second chance by string comparison
+    assert reward("\\boxed{2+2}", task("4")).details["method"] == "math_verify"
+    assert reward("\\boxed{5}", task("4")).score == 0.0
+    unparseable = reward("\\boxed{\\unknownmacro{x}^{^}}", task("\\unknownmacro{x}^{^}"))
+    assert unparseable.score == 1.0 and unparseable.details["method"] == "string_fallback"

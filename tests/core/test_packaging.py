@@ -26,7 +26,7 @@ def test_wheel_ships_registry_and_data_and_registers_the_same_ids(tmp_path):
     assert (site / "coa_envs" / "envs_registry.yaml").is_file()
     code = (
         "import json, sys, gymnasium as gym, coa_envs;"
-        "e = gym.make('coa/AIME24-v0'); obs = e.reset(seed=0)[0];"
+        "e = gym.make('coa/AIME24-v1'); obs = e.reset(seed=0)[0];"
         "print(json.dumps({'file': coa_envs.__file__, 'ids': coa_envs.ids(), 'torch': 'torch' in sys.modules,"
         " 'obs': obs[-80:]}))"
     )

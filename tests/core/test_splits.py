@@ -74,7 +74,7 @@ def test_a_data_path_file_of_a_test_set_family_is_split(tmp_path):
     (tmp_path / "train.jsonl").write_text(rows + "\n", encoding="utf-8")
     sizes = {}
     for split in ("train", "test", "all"):
-        env = gym.make("coa/MATH500-v0", data_path=str(tmp_path / "train.jsonl"), task_options={"split": split})
+        env = gym.make("coa/MATH500-v1", data_path=str(tmp_path / "train.jsonl"), task_options={"split": split})
         sizes[split] = len(env.unwrapped.tasks)
         env.close()
     assert sizes["train"] + sizes["test"] == sizes["all"] == 200 and 20 < sizes["test"] < 60
@@ -90,12 +90,12 @@ def test_the_partition_is_fixed_and_ignores_order_case_and_spacing():
 
 def test_unknown_split_is_refused_with_the_allowed_values():
     with pytest.raises(ValueError, match=r"split='dev'.*\['train', 'test', 'all'\]"):
-        gym.make("coa/NQ-v0", task_options={"split": "dev"})
+        gym.make("coa/NQ-v1", task_options={"split": "dev"})
 
 
 def test_mhqa_source_split_still_picks_the_file(tmp_path):
     (tmp_path / "nq").mkdir()
-    (tmp_path / "nq" / "train.jsonl").write_text('{"question": "q1?", "golden_answers": ["a"]}\n')
+    (tmp_path / "nq" / "train.jsonl").write_text('{"question": "q1?", "golden_answers": ["x"]}\n')
     from coa_envs.tasks.mhqa import load_tasks
 
     tasks = load_tasks(str(tmp_path), dataset="nq", source_split="train")

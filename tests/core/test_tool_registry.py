@@ -60,7 +60,7 @@ def test_a_registered_tool_parses_is_described_runs_and_is_listed(toy_tool):
 
     assert "</reverse>" in worker_stop_strings()  # RL's workers stop after it too (they used the import-time list)
 
-    env = gym.make("coa/MATH500-v0", tools={"reverse": {"backend": "upper"}})
+    env = gym.make("coa/MATH500-v1", tools={"reverse": {"backend": "upper"}})
     try:
         _, info = env.reset(seed=0)
         assert info["tools"] == ["code", "reverse"]
@@ -82,7 +82,7 @@ def test_a_registered_tool_parses_is_described_runs_and_is_listed(toy_tool):
 
 def test_a_bad_backend_of_a_registered_tool_names_the_allowed_ones(toy_tool):
     with pytest.raises(ValueError, match=r"tools.reverse.backend='gpu' is not valid; allowed: \['python', 'upper'\]"):
-        gym.make("coa/MATH500-v0", tools={"reverse": {"backend": "gpu"}})
+        gym.make("coa/MATH500-v1", tools={"reverse": {"backend": "gpu"}})
 
 
 def test_unregistering_takes_the_tag_out_of_the_grammar(toy_tool):

@@ -69,7 +69,7 @@ def test_the_same_episode_in_both_protocols_gets_the_same_outcome():
     tools.close()
 
 
-@pytest.mark.parametrize("env_id", ["coa/AIME24-v0", "coa/NQ-v0", "coa/MiniWeb-v0"])
+@pytest.mark.parametrize("env_id", ["coa/AIME24-v1", "coa/NQ-v1", "coa/MiniWeb-v0"])
 def test_check_env_passes_with_the_tools_protocol(env_id):
     env = gym.make(env_id, protocol="tools")
     check_env(env.unwrapped, skip_render_check=True)
@@ -77,7 +77,7 @@ def test_check_env_passes_with_the_tools_protocol(env_id):
 
 
 def test_malformed_messages_are_corrected_not_raised():
-    env = gym.make("coa/AIME24-v0", protocol="tools", max_turns=20)
+    env = gym.make("coa/AIME24-v1", protocol="tools", max_turns=20)
     env.reset(seed=0)
 
     def step(action):
@@ -114,7 +114,7 @@ def test_malformed_messages_are_corrected_not_raised():
 
 
 def test_parallel_calls_when_the_env_allows_them():
-    env = gym.make("coa/AIME24-v0", protocol="tools", allow_parallel_tools=True)
+    env = gym.make("coa/AIME24-v1", protocol="tools", allow_parallel_tools=True)
     env.reset(seed=0)
     message = {"role": "assistant", "tool_calls": [
         {"id": "a", "type": "function", "function": {"name": "code", "arguments": '{"code": "print(1)"}'}},
@@ -128,7 +128,7 @@ def test_parallel_calls_when_the_env_allows_them():
 
 
 def test_a_plain_answer_without_tags_is_the_whole_reply():
-    env = gym.make("coa/AIME24-v0", protocol="tools")
+    env = gym.make("coa/AIME24-v1", protocol="tools")
     env.reset(seed=0, options={"task_index": 0})
     gold = env.unwrapped.task.gold[0]
     _, reward, terminated, _, info = env.step({"role": "assistant", "content": f"\\boxed{{{gold}}}"})
@@ -147,4 +147,4 @@ def test_arguments_round_trip_for_any_schema():
 
 def test_unknown_protocol_is_refused_with_the_choices():
     with pytest.raises(ValueError, match=r"protocol='xml'.*'tags' or 'tools'"):
-        gym.make("coa/AIME24-v0", protocol="xml")
+        gym.make("coa/AIME24-v1", protocol="xml")

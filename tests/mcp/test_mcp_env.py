@@ -27,7 +27,7 @@ def mcp_url():
 
 
 def test_tag_protocol_env_calls_remote_tools(mcp_url):
-    env = gym.make("coa/AIME24-v0", mcp_servers={"web": {"url": mcp_url, "prefix": "remote_"}})
+    env = gym.make("coa/AIME24-v1", mcp_servers={"web": {"url": mcp_url, "prefix": "remote_"}})
     _, info = env.reset(seed=0)
     assert info["tools"][0] == "code" and sorted(info["tools"][1:]) == ["remote_crawl_page", "remote_web_search"]
     assert "<remote_web_search>query</remote_web_search>" in info["messages"][0]["content"]
@@ -43,7 +43,7 @@ def test_tag_protocol_env_calls_remote_tools(mcp_url):
 
 
 def test_tools_protocol_env_sends_remote_schemas_and_validates_arguments(mcp_url):
-    env = gym.make("coa/AIME24-v0", protocol="tools", max_turns=10,
+    env = gym.make("coa/AIME24-v1", protocol="tools", max_turns=10,
                    mcp_servers={"web": {"url": mcp_url, "tools": ["web_search"], "prefix": "remote_"}})
     _, info = env.reset(seed=0)
     names = [t["function"]["name"] for t in info["tool_schemas"]]
@@ -60,14 +60,14 @@ def test_tools_protocol_env_sends_remote_schemas_and_validates_arguments(mcp_url
 
 def test_bad_mcp_config_and_unreachable_server_are_clear(mcp_url):
     with pytest.raises(ValueError, match="exactly one of url"):
-        gym.make("coa/AIME24-v0", mcp_servers={"x": {}})
+        gym.make("coa/AIME24-v1", mcp_servers={"x": {}})
     with pytest.raises(ValueError, match="unknown key"):
-        gym.make("coa/AIME24-v0", mcp_servers={"x": {"url": mcp_url, "timout_s": 1}})
+        gym.make("coa/AIME24-v1", mcp_servers={"x": {"url": mcp_url, "timout_s": 1}})
     clash = gym.make("coa/MiniWeb-v0", mcp_servers={"web": {"url": mcp_url}})
     with pytest.raises(ValueError, match=r"'web_search' is taken; set mcp_servers\.web\.prefix"):
         clash.reset(seed=0)
     clash.close()
-    gone = gym.make("coa/AIME24-v0", mcp_servers={"gone": {"url": "http://127.0.0.1:9/mcp", "connect_timeout_s": 5}})
+    gone = gym.make("coa/AIME24-v1", mcp_servers={"gone": {"url": "http://127.0.0.1:9/mcp", "connect_timeout_s": 5}})
     with pytest.raises(ConnectionError, match=r"MCP server 'gone'.*could not be reached"):
         gone.reset(seed=0)
     gone.close()

@@ -107,7 +107,7 @@ def test_without_data_the_error_says_where_to_get_it_and_samples_are_opt_in(monk
     with pytest.raises(DataNotFoundError, match=r"FlashRAG.*bamboogle/test\.jsonl.*data_path.*source"):
         load_tasks(dataset="bamboogle")
     with pytest.raises(DataNotFoundError, match=r"hotpotqa/dev\.jsonl"):
-        gym.make("coa/HotpotQA-v0")
+        gym.make("coa/HotpotQA-v1")
     with pytest.raises(DataNotFoundError, match="not found"):
         load_tasks("/nonexistent/hotpot.jsonl", dataset="hotpotqa")
     with caplog.at_level(logging.WARNING, logger="coa_envs.tasks.mhqa"):
@@ -196,7 +196,7 @@ def test_every_mhqa_id_passes_env_check_and_oracle_on_each_format(env_id, name):
 
 def test_mhqa_env_without_a_wiki_index_tells_the_model_search_is_not_configured(monkeypatch):
     monkeypatch.delenv("COA_WIKI_INDEX", raising=False)
-    env = gym.make("coa/NQ-v0")
+    env = gym.make("coa/NQ-v1")
     env.reset(seed=0)
     observation, reward, terminated, _, info = env.step("<wiki_search>first nobel prize physics</wiki_search>")
     assert not terminated and reward == 0.0 and info["error_kind"] == "not_configured"
@@ -205,7 +205,7 @@ def test_mhqa_env_without_a_wiki_index_tells_the_model_search_is_not_configured(
 
 
 def test_mhqa_env_with_a_wiki_index_searches_it(small_index):
-    env = gym.make("coa/NQ-v0", tools={"wiki_search": {"index": str(small_index)}})
+    env = gym.make("coa/NQ-v1", tools={"wiki_search": {"index": str(small_index)}})
     env.reset(seed=0)
     observation, *_, info = env.step("<wiki_search>first Nobel Prize in Physics</wiki_search>")
     assert info["error_kind"] is None and "Doc 1 (Title: Wilhelm Röntgen)" in observation

@@ -250,7 +250,7 @@ def test_slow_server_gives_a_tool_timeout_step_and_the_episode_goes_on(small_ind
     slow = _SlowRetriever(open_retriever("bm25", index=str(small_index)), delay_s=0.8)
     with serve_in_thread(slow) as url:
         tools = {"wiki_search": {"backend": "remote", "url": url, "timeout_s": 0.2, "retries": 1, "backoff_s": 0.01}}
-        env = gym.make("coa/NQ-v0", tools=tools)
+        env = gym.make("coa/NQ-v1", tools=tools)
         env.reset(seed=0)
         observation, reward, terminated, truncated, info = env.step("<wiki_search>Budapest</wiki_search>")
         assert info["error_kind"] == "tool_timeout" and not (terminated or truncated) and reward == 0.0

@@ -124,7 +124,7 @@ def test_tool_is_safe_to_share_between_threads(tool):
 def test_bad_queries_through_the_env_become_observations(small_index, query, error_kind, expected):
     import gymnasium as gym
 
-    env = gym.make("coa/NQ-v0", tools={"wiki_search": {"index": str(small_index)}})
+    env = gym.make("coa/NQ-v1", tools={"wiki_search": {"index": str(small_index)}})
     env.reset(seed=0)
     observation, reward, terminated, truncated, info = env.step(f"<wiki_search>{query}</wiki_search>")
     assert info["error_kind"] == error_kind and expected in observation

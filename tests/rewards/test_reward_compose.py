@@ -157,7 +157,7 @@ def test_bad_reward_blocks_fail_at_make_time_naming_the_key(config, message):
 def test_an_override_tunes_the_same_term_and_replaces_with_another():
     assert gym.make("coa/SynthHop-v0", reward={"metric": "f1"}).unwrapped.config.reward == {
         "name": "em_f1", "metric": "f1"}
-    assert gym.make("coa/BrowseComp-v0", data_path="tests/web_envs/fixtures/browse_comp_test_set.csv",
+    assert gym.make("coa/BrowseComp-v1", data_path="tests/web_envs/fixtures/browse_comp_test_set.csv",
                     reward={"name": "gaia"}).unwrapped.config.reward == {"name": "gaia"}  # no judge prompt
     terms = {"terms": [{"name": "em_f1"}, {"name": "format", "weight": 0.1}]}
     assert gym.make("coa/SynthHop-v0", reward=terms).unwrapped.config.reward == terms

@@ -46,7 +46,7 @@ def test_granted_paths_from_env_config_are_visible_and_nothing_beside_them(pool,
     (granted / "data.txt").write_text("42")
     (private / "data.txt").write_text("secret")
     tools = {"code": {"backend": "default", "read_only_paths": [str(granted)]}}
-    env = gym.make("coa/AIME24-v0", tools=tools)
+    env = gym.make("coa/AIME24-v1", tools=tools)
     try:
         env.reset(seed=0)
         code = f"print(open({str(granted / 'data.txt')!r}).read())\nprint(open({str(private / 'data.txt')!r}).read())"

@@ -23,7 +23,7 @@ from coa_envs.registry import REMOTE_ID
 from coa_envs.service import RemoteEnv, RemoteEnvError
 from tests.service.servers import serve
 
-ENV = "coa/AIME24-v0"
+ENV = "coa/AIME24-v1"
 TIMING = {"tool_latency_s", "cpu_s"}  # the only info fields allowed to differ between two runs
 
 
@@ -71,14 +71,14 @@ def test_a_remote_episode_equals_the_in_process_one():
 
 
 def test_remote_env_refusals_raise_with_the_servers_reason():
-    with serve([ENV, "coa/AMC23-v0"]) as url:
+    with serve([ENV, "coa/AMC23-v1"]) as url:
         with pytest.raises(RemoteEnvError, match="name one as env_id"):
             RemoteEnv(url)
         with pytest.raises(RemoteEnvError, match="UNKNOWN_ENV"):
             RemoteEnv(url, "coa/Nope-v0")
         with pytest.raises(RemoteEnvError, match=r"BAD_OVERRIDE.*data_path"):
             RemoteEnv(url, ENV, overrides={"data_path": "/etc"})
-        env = RemoteEnv(url, "coa/AMC23-v0")
+        env = RemoteEnv(url, "coa/AMC23-v1")
         with pytest.raises(RemoteEnvError, match="NO_EPISODE"):
             env.step("<answer>1</answer>")
         env.reset(seed=0)

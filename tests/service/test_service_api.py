@@ -20,7 +20,7 @@ import coa_envs  # noqa: F401
 from coa_cli.main import app as cli
 from tests.service.servers import serve
 
-ENV = "coa/AIME24-v0"
+ENV = "coa/AIME24-v1"
 
 
 def _error(response: httpx.Response, status: int, code: str) -> str:
@@ -179,14 +179,14 @@ def test_websocket_bad_frames_get_errors_and_the_session_goes_on():
 
 
 def test_discovery_endpoints():
-    with serve([ENV, "coa/AMC23-v0"]) as url, httpx.Client(base_url=url, timeout=30) as http:
+    with serve([ENV, "coa/AMC23-v1"]) as url, httpx.Client(base_url=url, timeout=30) as http:
         assert http.get("/health").json()["status"] == "healthy"
-        assert [e["id"] for e in http.get("/envs").json()["envs"]] == [ENV, "coa/AMC23-v0"]
+        assert [e["id"] for e in http.get("/envs").json()["envs"]] == [ENV, "coa/AMC23-v1"]
         assert ENV in http.get("/metadata").json()["description"]
         assert http.get("/schema").json()["action"]["required"] == ["action"]
         # Two ids served: a session must say which.
         assert "name one" in _error(http.post("/sessions", json={}), 422, "VALIDATION_ERROR")
-        assert http.post("/sessions", json={"env_id": "coa/AMC23-v0"}).json()["num_tasks"] == 40
+        assert http.post("/sessions", json={"env_id": "coa/AMC23-v1"}).json()["num_tasks"] == 40
 
 
 def test_cli_refuses_a_bad_set_or_id_before_serving():

@@ -20,7 +20,7 @@ pytest.importorskip("websockets", reason="coa serve-env needs the [serve] extra"
 from coa_envs.service import RemoteEnv, RemoteEnvError
 from tests.service.servers import serve_process
 
-ENV = "coa/AIME24-v0"
+ENV = "coa/AIME24-v1"
 
 
 @pytest.mark.timeout(120)

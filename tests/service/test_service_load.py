@@ -27,7 +27,7 @@ from agents.oracle import oracle_answer_text
 from coa_envs.service import RemoteEnv, RemoteEnvError
 from tests.service.servers import serve_process
 
-ENV = "coa/MATH500-v0"
+ENV = "coa/MATH500-v1"
 SESSIONS = 256
 
 

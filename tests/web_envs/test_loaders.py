@@ -173,8 +173,8 @@ def test_simple_list_without_dataset_and_bad_options(tmp_path):
     ("env_id", "must_mention"),
     [
         ("coa/GAIA-v0", ["huggingface.co/datasets/gaia-benchmark/GAIA", "COA_DATA_DIR", "data_path"]),
-        ("coa/BrowseComp-v0", ["browse_comp_test_set.csv", "COA_DATA_DIR", "data_path"]),
-        ("coa/HLE-v0", ["huggingface.co/datasets/cais/hle", "COA_DATA_DIR", "data_path"]),
+        ("coa/BrowseComp-v1", ["browse_comp_test_set.csv", "COA_DATA_DIR", "data_path"]),
+        ("coa/HLE-v1", ["huggingface.co/datasets/cais/hle", "COA_DATA_DIR", "data_path"]),
     ],
 )
 def test_make_without_data_says_how_to_get_it(env_id, must_mention):

@@ -48,7 +48,7 @@ def test_gaia_env_exposes_attachments_to_the_file_tool():
 
 
 def test_web_search_without_a_key_is_an_observation_not_a_crash():
-    env = gym.make("coa/BrowseComp-v0", data_path=str(FIXTURES / "browse_comp_test_set.csv"))
+    env = gym.make("coa/BrowseComp-v1", data_path=str(FIXTURES / "browse_comp_test_set.csv"))
     try:
         env.reset(seed=0)
         observation, _, terminated, _, info = env.step("<web_search>kite festival town</web_search>")
@@ -61,9 +61,9 @@ def test_web_search_without_a_key_is_an_observation_not_a_crash():
 @pytest.mark.parametrize(
     ("env_id", "data", "expected_scorer"),
     [
-        ("coa/BrowseComp-v0", "browse_comp_test_set.csv", "fallback_em"),
-        ("coa/HLE-v0", "hle", "fallback_em"),
-        ("coa/WebWalkerQA-v0", None, "fallback_em"),
+        ("coa/BrowseComp-v1", "browse_comp_test_set.csv", "fallback_em"),
+        ("coa/HLE-v1", "hle", "fallback_em"),
+        ("coa/WebWalkerQA-v1", None, "fallback_em"),
     ],
 )
 def test_judged_envs_report_the_fallback_without_a_judge(env_id, data, expected_scorer):
@@ -79,7 +79,7 @@ def test_judged_envs_report_the_fallback_without_a_judge(env_id, data, expected_
 
 
 def test_hle_image_question_carries_its_image_file():
-    env = gym.make("coa/HLE-v0", data_path=str(FIXTURES / "hle"))
+    env = gym.make("coa/HLE-v1", data_path=str(FIXTURES / "hle"))
     try:
         prompt, _ = env.reset(options={"task_id": "coa-hle-fixture-0003"})
         assert "Attached files:" in prompt and ".png" in prompt

@@ -238,7 +238,7 @@ class EnvSection:
     plays the tasks of ``task_options.split`` (default ``train``)."""
     envs: list[MixtureEntry] = field(default_factory=list)
     """Several envs instead of ``id``/``kwargs``: ``[{id: coa/SynthHop-v0, weight: 0.5,
-    env_kwargs: {...}}, {id: coa/NQ-v0, weight: 0.5}]``. Each prompt group's env is drawn by
+    env_kwargs: {...}}, {id: coa/NQ-v1, weight: 0.5}]``. Each prompt group's env is drawn by
     weight (seeded by step and group, so a resumed run draws the same); a group is always
     ``group_size`` samples of one task of one env. Metrics per env: ``rollout/<name>/...``
     and, with the periodic eval, ``eval/<name>/heldout_reward_mean`` on that env's held-out
@@ -278,7 +278,7 @@ class EnvSection:
 
     @property
     def label(self) -> str:
-        """The env(s) in words, for titles: ``coa/SynthHop-v0`` or ``SynthHop-v0 + NQ-v0``."""
+        """The env(s) in words, for titles: ``coa/SynthHop-v0`` or ``SynthHop-v0 + NQ-v1``."""
         return " + ".join(e.name for e in self.envs) if self.envs else self.id
 
     @property

@@ -53,7 +53,7 @@ class SFTData:
     """Trajectory JSONL, or the seed's ShareGPT/messages/alpaca JSON(L); file or directory."""
     envs: list[SFTMixtureEntry] = field(default_factory=list)
     """Several envs mixed by weight instead of ``train_path``: ``[{id: coa/SynthHop-v0,
-    weight: 0.7, path: a.jsonl}, {id: coa/NQ-v0, weight: 0.3, path: b.jsonl}]``. Each
+    weight: 0.7, path: a.jsonl}, {id: coa/NQ-v1, weight: 0.3, path: b.jsonl}]``. Each
     optimiser step draws the env of each packed row by weight (seeded by step, so a resumed
     run draws the same); each env's rows keep their own epoch order. Metrics per env:
     ``loss/<name>`` and ``eval_loss/<name>`` (held out per env)."""

@@ -71,7 +71,7 @@ def test_coa_teach_rejects_a_team_that_cannot_act_in_the_env(tmp_path):
     assert result.exit_code != 0 and "no tool agent" in result.output
     math = tmp_path / "math.yaml"
     math.write_text(yaml.safe_dump({"endpoint": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}}))
-    result = runner.invoke(app, ["teach", "coa/AIME24-v0", "--system", str(math), "--out", str(tmp_path / "o")])
+    result = runner.invoke(app, ["teach", "coa/AIME24-v1", "--system", str(math), "--out", str(tmp_path / "o")])
     assert result.exit_code != 0 and "train" in result.output  # a benchmark test set is never taught on
     broken = tmp_path / "broken.yaml"
     broken.write_text("endpoint: {model: m}\n")

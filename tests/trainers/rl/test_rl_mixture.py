@@ -28,7 +28,7 @@ def _config(out: Path, **overrides) -> RLConfig:
                       "entropy_coef": 0.01},
         "model": {"path": "tiny", "config_overrides": {"hidden_size": 32, "layers": 1}},
         "env": {"envs": [{"id": "coa/SynthHop-v0", "weight": 0.6, "env_kwargs": SYNTHHOP},
-                         {"id": "coa/NQ-v0", "weight": 0.4, "env_kwargs": NQ}],
+                         {"id": "coa/NQ-v1", "weight": 0.4, "env_kwargs": NQ}],
                 "max_turns": 2},
         "rollout": {"max_new_tokens": 8, "max_response_tokens": 48},
         "resources": {"use_ray": False, "torch_threads": 1, "micro_batch_size": 3},
@@ -61,13 +61,13 @@ def test_groups_are_one_task_of_one_env_drawn_by_weight(tmp_path):
             envs.append(group[0].env_id)
         drawn = {k: v for k, v in batch.stats.items() if k.startswith("sampling/")
                  and k.endswith("/groups")}
-        assert set(drawn) == {"sampling/SynthHop-v0/groups", "sampling/NQ-v0/groups"}
+        assert set(drawn) == {"sampling/SynthHop-v0/groups", "sampling/NQ-v1/groups"}
         assert sum(drawn.values()) == 6
-        kept = [batch.stats[f"sampling/{name}/groups_kept"] for name in ("SynthHop-v0", "NQ-v0")]
+        kept = [batch.stats[f"sampling/{name}/groups_kept"] for name in ("SynthHop-v0", "NQ-v1")]
         assert kept == [sum(1 for g in batch.groups if g[0].env_id == f"coa/{name}")
-                        for name in ("SynthHop-v0", "NQ-v0")]
-    assert set(envs) == {"coa/SynthHop-v0", "coa/NQ-v0"}
-    assert set(batches[-1].sampler_state) == {"SynthHop-v0", "NQ-v0"}
+                        for name in ("SynthHop-v0", "NQ-v1")]
+    assert set(envs) == {"coa/SynthHop-v0", "coa/NQ-v1"}
+    assert set(batches[-1].sampler_state) == {"SynthHop-v0", "NQ-v1"}
 
 
 def test_mixture_run_logs_per_env_metrics_plots_them_and_resumes_exactly(tmp_path):
@@ -79,7 +79,7 @@ def test_mixture_run_logs_per_env_metrics_plots_them_and_resumes_exactly(tmp_pat
     train_rows = [r for r in rows if "rollout/reward_mean" in r]
     assert len(train_rows) == 4
     for row in train_rows:  # every step logs the envs it drew groups of
-        for name in ("SynthHop-v0", "NQ-v0"):
+        for name in ("SynthHop-v0", "NQ-v1"):
             if row[f"sampling/{name}/groups"]:
                 assert f"rollout/{name}/reward_mean" in row
                 assert row[f"rollout/{name}/episodes"] == 2 * row[f"sampling/{name}/groups"]
@@ -87,18 +87,18 @@ def test_mixture_run_logs_per_env_metrics_plots_them_and_resumes_exactly(tmp_pat
     assert [e["step"] for e in evals] == [0, 2, 4]
     for e in evals:  # each env scored on its own held-out tasks
         assert e["eval/SynthHop-v0/heldout_episodes"] == 3
-        assert e["eval/NQ-v0/heldout_episodes"] == 3
+        assert e["eval/NQ-v1/heldout_episodes"] == 3
         assert e["eval/SynthHop-v0/heldout_tasks"] == 3  # 16 SynthHop tasks: 3 held out
         assert e["eval/heldout_episodes"] == 6
-    assert "rollout/SynthHop-v0/reward_mean" in last or "rollout/NQ-v0/reward_mean" in last
+    assert "rollout/SynthHop-v0/reward_mean" in last or "rollout/NQ-v1/reward_mean" in last
     assert (straight / "reward_curve.png").stat().st_size > 1000
     state = json.loads((straight / "checkpoint-2" / "trainer_state.json").read_text())
-    assert set(state["samplers"]) == {"SynthHop-v0", "NQ-v0"}
+    assert set(state["samplers"]) == {"SynthHop-v0", "NQ-v1"}
 
     interrupted = tmp_path / "interrupted"
     train(_config(interrupted), stop_after=2)
     train(_config(interrupted, **{"bookkeeping.resume": "latest"}))
-    keys = ("rollout/reward_mean", "sampling/SynthHop-v0/groups", "sampling/NQ-v0/groups")
+    keys = ("rollout/reward_mean", "sampling/SynthHop-v0/groups", "sampling/NQ-v1/groups")
     assert [[r.get(k) for k in keys] for r in _rows(interrupted) if "rollout/reward_mean" in r] \
         == [[r.get(k) for k in keys] for r in train_rows]
     from safetensors.torch import load_file
@@ -125,13 +125,13 @@ def test_each_env_trains_on_its_train_side_and_is_evaluated_on_its_test_side(tmp
 
 
 @pytest.mark.parametrize(("env", "message"), [
-    ({"id": "coa/NQ-v0", "envs": [{"id": "coa/SynthHop-v0"}]}, "drop env.id and env.kwargs"),
+    ({"id": "coa/NQ-v1", "envs": [{"id": "coa/SynthHop-v0"}]}, "drop env.id and env.kwargs"),
     ({"envs": [{"id": "coa/SynthHop-v0"}, {"id": "coa/NotAnEnv-v0"}]},
      "env.envs: unknown env id 'coa/NotAnEnv-v0'"),
-    ({"envs": [{"id": "coa/SynthHop-v0", "weight": 0}, {"id": "coa/NQ-v0", "weight": 0}]},
+    ({"envs": [{"id": "coa/SynthHop-v0", "weight": 0}, {"id": "coa/NQ-v1", "weight": 0}]},
      "the weights sum to 0; they must sum to a positive number"),
     ({"envs": [{"id": "coa/SynthHop-v0", "weight": -0.5}]}, "must be a number >= 0"),
-    ({"envs": [{"id": "coa/NQ-v0", "env_kwargs": {"task_options": {"split": "test"}}}]},
+    ({"envs": [{"id": "coa/NQ-v1", "env_kwargs": {"task_options": {"split": "test"}}}]},
      "env.envs[].env_kwargs.task_options.split='test'"),
 ])
 def test_mixture_config_errors(env, message):

@@ -17,7 +17,7 @@ from trainers.sft.sources import MixedRows
 
 def _mixed(weights=(3.0, 1.0), counts=(6, 3), cursors=None):
     entries = mixture_entries([{"id": "coa/SynthHop-v0", "weight": weights[0], "path": "a"},
-                               {"id": "coa/NQ-v0", "weight": weights[1], "path": "b"}],
+                               {"id": "coa/NQ-v1", "weight": weights[1], "path": "b"}],
                               "data.envs", SFTMixtureEntry)
     return MixedRows(entries, [0, counts[0]], list(counts), seed=4, cursors=cursors)
 
@@ -51,7 +51,7 @@ def mixture_values(tmp_path_factory):
             {"id": "coa/SynthHop-v0", "weight": 0.75, "path": str(data / "synthhop.jsonl"),
              "eval_path": str(data / "synthhop_test.jsonl"),
              "env_kwargs": {"task_options": {"num_tasks": 100}}},
-            {"id": "coa/NQ-v0", "weight": 0.25, "path": str(data / "nq.jsonl"),
+            {"id": "coa/NQ-v1", "weight": 0.25, "path": str(data / "nq.jsonl"),
              "eval_path": str(data / "nq_test.jsonl")}],
             "generate": {"n": 20}, "max_seq_len": 1024, "pack_len": 1024},
         "model": {"path": "tiny", "tiny": {"vocab_size": 1024, "hidden_size": 32, "layers": 1,
@@ -72,11 +72,11 @@ def test_mixture_run_logs_per_env_metrics_and_resumes_exactly(mixture_values, tm
     rows = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").open()]
     train_rows = [r for r in rows if "loss" in r]
     drawn = {key for r in train_rows for key in r if key.startswith("loss/")}
-    assert drawn == {"loss/SynthHop-v0", "loss/NQ-v0"}
+    assert drawn == {"loss/SynthHop-v0", "loss/NQ-v1"}
     assert all(sum(v for k, v in r.items() if k.startswith("rows/")) == 2 for r in train_rows)
     evals = [r for r in rows if "eval_loss" in r]
     assert [r["step"] for r in evals] == [0, 3, 6]
-    assert all({"eval_loss/SynthHop-v0", "eval_loss/NQ-v0"} <= set(r) for r in evals)
+    assert all({"eval_loss/SynthHop-v0", "eval_loss/NQ-v1"} <= set(r) for r in evals)
     assert evals[-1]["eval_loss/SynthHop-v0"] < evals[0]["eval_loss/SynthHop-v0"]
     # the held-out files came from the envs' test split, the training files from train
     data = mixture_values["data"]["envs"]
@@ -86,19 +86,19 @@ def test_mixture_run_logs_per_env_metrics_and_resumes_exactly(mixture_values, tm
 
     first = _run(mixture_values, tmp_path / "b", halt_at_step=2)
     state = json.loads((tmp_path / "b" / "checkpoint-2" / "trainer_state.json").read_text())
-    assert set(state["position"]["streams"]) == {"SynthHop-v0", "NQ-v0"}
+    assert set(state["position"]["streams"]) == {"SynthHop-v0", "NQ-v1"}
     resumed = _run(mixture_values, tmp_path / "b", resume="latest")
     assert first.losses + resumed.losses == straight.losses
 
 
 @pytest.mark.parametrize(("envs", "extra", "message"), [
     ([{"id": "coa/NoSuchEnv-v0", "path": "a"}], {}, "unknown env id 'coa/NoSuchEnv-v0'"),
-    ([{"id": "coa/NQ-v0", "weight": 0, "path": "a"}], {},
+    ([{"id": "coa/NQ-v1", "weight": 0, "path": "a"}], {},
      "the weights sum to 0; they must sum to a positive number"),
-    ([{"id": "coa/NQ-v0", "path": "a"}], {"train_path": "x.jsonl"}, "drop data.train_path"),
-    ([{"id": "coa/NQ-v0", "path": "a"}], {"generate": {"env_id": "coa/NQ-v0"}},
+    ([{"id": "coa/NQ-v1", "path": "a"}], {"train_path": "x.jsonl"}, "drop data.train_path"),
+    ([{"id": "coa/NQ-v1", "path": "a"}], {"generate": {"env_id": "coa/NQ-v1"}},
      "data.generate.env_id"),
-    ([{"id": "coa/NQ-v0"}], {}, "give it a path"),
+    ([{"id": "coa/NQ-v1"}], {}, "give it a path"),
 ])
 def test_mixture_config_errors(envs, extra, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
@@ -106,7 +106,7 @@ def test_mixture_config_errors(envs, extra, message):
 
 
 def test_a_missing_file_without_generate_says_how_to_make_it(tmp_path):
-    config = load_config(values={"data": {"envs": [{"id": "coa/NQ-v0",
+    config = load_config(values={"data": {"envs": [{"id": "coa/NQ-v1",
                                                     "path": str(tmp_path / "nq.jsonl")}]},
                                  "bookkeeping": {"output_dir": str(tmp_path / "run"),
                                                  "progress": False}})
