@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from coa_cli.eval import ENV_OPTION
+from coa_cli.options import ENV_OPTION, key_values
 
 __all__ = ["audit_reward_command"]
 
@@ -47,12 +47,11 @@ def audit_reward_command(
     fail_above: float = typer.Option(0.0, help="Exit 1 when a degenerate policy's correctness score exceeds this."),
 ) -> None:
     """Play degenerate policies on ENV_ID and report the best reward each reached."""
-    from coa_cli.eval import env_options
     from coa_envs.audit import audit_env
 
     if n < 1:
         raise typer.BadParameter("--n must be >= 1", param_hint="--n")
-    make_kwargs = env_options(env_option)
+    make_kwargs = key_values(env_option)
     make_kwargs["task_options"] = {**dict(make_kwargs.get("task_options") or {}), "split": split}
     if data:
         make_kwargs["data_path"] = data

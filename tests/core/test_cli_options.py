@@ -30,9 +30,9 @@ def test_serve_env_takes_env_options_and_the_old_set_with_a_moved_message(monkey
 
     monkeypatch.setattr(running, "run_server", lambda app, **kwargs: served.update(app=app, **kwargs))
     runner = CliRunner()
-    ok = runner.invoke(app, ["serve-env", "coa/AIME24-v0", "-e", "max_turns=2", "--port", "0"])
+    ok = runner.invoke(app, ["serve-env", "coa/AIME24-v1", "-e", "max_turns=2", "--port", "0"])
     assert ok.exit_code == 0 and served["port"] == 0 and "moved" not in ok.output, ok.output
-    old = runner.invoke(app, ["serve-env", "coa/AIME24-v0", "--set", "max_turns=0", "--port", "0"])
+    old = runner.invoke(app, ["serve-env", "coa/AIME24-v1", "--set", "max_turns=0", "--port", "0"])
     assert old.exit_code == 2 and "--set moved to --env-option" in old.output and "max_turns" in old.output
-    dotted = runner.invoke(app, ["serve-env", "coa/AIME24-v0", "-e", "tools.code.backend=nope", "--port", "0"])
+    dotted = runner.invoke(app, ["serve-env", "coa/AIME24-v1", "-e", "tools.code.backend=nope", "--port", "0"])
     assert dotted.exit_code == 2 and "backend" in dotted.output, dotted.output

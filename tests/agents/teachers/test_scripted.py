@@ -101,7 +101,7 @@ def test_miniweb_large_episodes_read_the_page_the_search_found():
 
 
 def test_a_task_without_a_solution_path_is_refused_with_the_reason():
-    env = gym.make("coa/MATH500-v0")
+    env = gym.make("coa/MATH500-v1")
     try:
         observation, info = env.reset(seed=0)
         with pytest.raises(ValueError, match="oracle_actions"):
