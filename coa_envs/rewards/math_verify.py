@@ -40,7 +40,6 @@ _WRAPPERS = (r"\left", r"\right", r"\!", r"\,", r"\;", r"\displaystyle", "$")
 _BOX_OPENERS = (r"\boxed{", r"\fbox{")
 # "final answer is X", "the answer is X", "answer: X"; X runs to the end of the sentence.
 _PHRASE_RE = re.compile(r"\banswer\s*(?:is|:|=)\s*", re.IGNORECASE)
-_SENTENCE_END = re.compile(r"\.(?=\s|$)|\n|;")
 _MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 _ALTERNATIVE_WORDS = re.compile(r"\\(?:text|mathrm|textbf|mbox)\s*\{\s*(or|and)\s*\}|\\lor\b|\\vee\b", re.IGNORECASE)
 _OR_SPLIT = re.compile(r"\s*\bor\b\s*|\s+\|\s+|;", re.IGNORECASE)
@@ -86,17 +85,40 @@ def _unwrap(candidate: str) -> str:
     return text.strip().rstrip(".").strip()
 
 
+def _leading_expression(rest: str) -> str:
+    """What follows "answer is": up to the end of the sentence, or a ", " / "; " outside brackets
+    ("42, since 6 x 7 = 42" -> "42"; "(1, 2)." -> "(1, 2)")."""
+    depth = 0
+    for index, char in enumerate(rest):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth = max(0, depth - 1)
+        elif char == "\n" or (char in ".;," and depth == 0 and rest[index + 1 : index + 2] in (" ", "\n", "")):
+            return rest[:index]
+    return rest
+
+
+def _without_boxes(text: str) -> str:
+    for opener in _BOX_OPENERS:
+        for content in _boxed_contents(text):
+            text = text.replace(f"{opener}{content}}}", " ")
+    return text
+
+
 def _phrase_answers(text: str) -> list[str]:
     answers = []
     for match in _PHRASE_RE.finditer(text):
         rest = text[match.end():]
         span = _MATH_SPAN.match(rest)
-        if span:
-            answer = span.group(0)
-        else:
-            end = _SENTENCE_END.search(rest)
-            answer = rest[: end.start()] if end else rest
-        if answer.strip() and not any(opener in answer for opener in _BOX_OPENERS):
+        answer = span.group(0) if span else _leading_expression(rest)
+        if any(opener in answer for opener in _BOX_OPENERS):
+            # the boxes count on their own; what is left beside them counts if it holds a number
+            # ("the answer is 211 \\boxed{204}" states two answers, "is therefore \\boxed{7}" one)
+            answer = _without_boxes(answer)
+            if not any(char.isdigit() for char in answer):
+                continue
+        if _unwrap(answer):
             answers.append(answer)
     return answers
 

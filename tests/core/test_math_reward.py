@@ -86,6 +86,8 @@ def test_off_main_thread_checks_keep_math_verify_timeouts(caplog):
         "\\boxed{\\{204, 211\\}}",
         "\\boxed{204 \\text{ or } 211}",
         "x = 204 \\text{ or } x = 211",
+        "The final answer is 204 \\boxed{211}",
+        "The answer is 204 or maybe 211.",
     ],
 )
 def test_several_distinct_answers_are_wrong_even_when_one_is_right(prediction):
@@ -103,6 +105,9 @@ def test_several_distinct_answers_are_wrong_even_when_one_is_right(prediction):
         ("5 or -5", "\\pm 5"),  # alternatives are a set: right when the gold is that set
         ("\\boxed{x = 211}", "211"),
         ("$3\\sqrt{2}$", "3\\sqrt{2}"),
+        ("The answer is therefore \\boxed{211}.", "211"),
+        ("The final answer is 211, since 200 + 11 = 211.", "211"),
+        ("The answer is (1, 2).", "(1, 2)"),
     ],
 )
 def test_one_answer_stated_once_or_repeated_still_scores(prediction, gold):
