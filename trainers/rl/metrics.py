@@ -25,10 +25,18 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def episode_stats(trajectories: Sequence[Trajectory], prefix: str = "rollout") -> dict[str, float]:
-    """Reward, accuracy, lengths, turns, tool calls and errors over a batch of episodes."""
+    """Reward, accuracy, lengths, turns, tool calls and errors over a batch of episodes.
+
+    Reward and accuracy leave out the episodes the reward could not judge (``error:reward``,
+    e.g. a judge that was down): ``<prefix>/unscored`` counts them instead of scoring them 0.
+    """
     if not trajectories:
         return {f"{prefix}/episodes": 0.0}
-    rewards = [float(t.reward) for t in trajectories]
+    from agents.trajectory import EpisodeStatus
+
+    unscored = sum(1 for t in trajectories if EpisodeStatus.parse(t.status) is EpisodeStatus.ERROR_REWARD)
+    judged = [t for t in trajectories if EpisodeStatus.parse(t.status) is not EpisodeStatus.ERROR_REWARD]
+    rewards = [float(t.reward) for t in judged]
     generated = [sum(len(s.token_ids) for s in t.segments if s.kind == "generated")
                  for t in trajectories]
     responses = [len(t.response_ids()) for t in trajectories]
@@ -38,7 +46,8 @@ def episode_stats(trajectories: Sequence[Trajectory], prefix: str = "rollout") -
         f"{prefix}/episodes": float(len(trajectories)),
         f"{prefix}/reward_mean": _mean(rewards),
         f"{prefix}/reward_std": float(statistics.pstdev(rewards)) if len(rewards) > 1 else 0.0,
-        f"{prefix}/accuracy": _mean([float(solved(t)) for t in trajectories]),  # the primary term
+        f"{prefix}/accuracy": _mean([float(solved(t)) for t in judged]),  # the primary term
+        f"{prefix}/unscored": float(unscored),
         f"{prefix}/response_tokens": _mean(responses),
         f"{prefix}/generated_tokens": _mean(generated),
         f"{prefix}/turns": _mean([t.num_turns for t in trajectories]),
