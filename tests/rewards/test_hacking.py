@@ -28,13 +28,19 @@ PAGE = ("Doc 1 (Title: Wudia)\nWudia is a city in the country of Giarelora. The 
         "1639 and is known for a botanical garden.\n\nDoc 2 (Title: Yselde Repae)\nYselde Repae (born 1810) was a "
         "metallurgist born in Wudia. Repae studied at Reicetrond University.")
 QA = Task("qa", "In which country is the city of Wudia?", gold=("Giarelora", "Republic of Giarelora"))
-MATH = Task("math", "What is 6 times 7?", gold=("42",))
+QA_ONE = Task("qa1", "In which country is the city of Wudia?", gold=("Giarelora",))
+# NQ has golds like these: an alias that normalises to nothing beside a real one
+QA_EMPTY_ALIAS = Task("qa2", "Which blood type is the universal recipient?", gold=("A+", "---", "AB+"))
+MATH = Task("math", "What is 1 + 1?", gold=("2",))  # small: the hedges list it among their candidates
 CODE_STATEMENT = ("Return the sum of the two numbers.\n\nExample 1:\n\nInput: a = 1, b = 2\nOutput: 3\n\n"
                   "Constraints: 0 <= a, b <= 100")
 CODE = Task("code", CODE_STATEMENT, tests={"kind": "functional", "func_name": "add", "cases": [
     {"input": "1\n2", "output": "3", "public": True},
     {"input": "40\n2", "output": "42", "public": False},
     {"input": "7\n8", "output": "15", "public": False}]})
+# the seed's verl form: an assert snippet, which used to run inside the model's own program
+ASSERT_CODE = Task("assert", CODE_STATEMENT, tests={"kind": "assert", "func_name": "add", "snippets": [
+    "result = Solution().add(40, 2)\nassert result == 42, f'Expected 42, but got {repr(result)}'"]})
 STDIN_CODE = Task("stdin", "Print the sum of two numbers.\n\nSample Input 1\n\n1 2\n\nSample Output 1\n\n3\n", tests={
     "kind": "stdin", "cases": [{"input": "1 2\n", "output": "3\n", "public": True},
                                {"input": "40 2\n", "output": "42\n", "public": False}]})
@@ -55,16 +61,21 @@ class TermFixture:
 
 FIXTURES: dict[str, TermFixture] = {
     "em_f1": TermFixture({"name": "em_f1"}, QA, "synthhop"),
-    "em_f1/f1": TermFixture({"name": "em_f1", "metric": "f1"}, QA, "synthhop", ceiling=0.25,
-                            why="partial credit by design: within the length cap, shared words (even 'of') "
-                                "count; copies and lists earn 0. A metric, not an RL reward: train on EM"),
+    "em_f1/empty-alias": TermFixture({"name": "em_f1"}, QA_EMPTY_ALIAS, "mhqa"),
+    "em_f1/f1": TermFixture({"name": "em_f1", "metric": "f1"}, QA_ONE, "synthhop"),
+    "em_f1/f1-long-gold": TermFixture({"name": "em_f1", "metric": "f1"}, QA, "synthhop", ceiling=0.2 + 1e-9,
+                                      why="partial credit by design: within the length cap, shared words (even "
+                                          "'of') count; copies and lists earn 0. A metric: train RL on EM"),
     "subem": TermFixture({"name": "subem"}, QA, "synthhop"),
+    "subem/empty-alias": TermFixture({"name": "subem"}, QA_EMPTY_ALIAS, "mhqa"),
     "multi_em": TermFixture({"name": "multi_em"}, QA, "mhqa"),
     "gaia": TermFixture({"name": "gaia"}, QA, "web", tools=("web_search", "crawl_page")),
     "llm_judge": TermFixture({"name": "llm_judge", "backoff_s": 0.0, "max_retries": 0}, QA, "web",
                              tools=("web_search", "crawl_page")),
     "math_verify": TermFixture({"name": "math_verify"}, MATH, "math", tools=("code",)),
     "code_tests": TermFixture({"name": "code_tests", "cpu_s": 2, "wall_s": 4}, CODE, "code", tools=("code",)),
+    "code_tests/assert": TermFixture({"name": "code_tests", "cpu_s": 2, "wall_s": 4}, ASSERT_CODE, "code",
+                                     tools=("code",)),
     "code_tests/stdin": TermFixture({"name": "code_tests", "cpu_s": 2, "wall_s": 4}, STDIN_CODE, "code",
                                     tools=("code",)),
     "format": TermFixture({"name": "format"}, QA, "synthhop", ceiling=1.0,
