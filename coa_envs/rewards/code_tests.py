@@ -144,7 +144,7 @@ class CodeTestsReward:
         code = extract_code(prediction)
         if code is None:
             return RewardResult(0.0, {"code_found": False, "passed": 0, **counts, "tests": []})
-        program = functional_program(code, func_name) if kind == "functional" and func_name else code
+        program = code if func_name is None else functional_program(code, func_name)
         verdicts: list[dict[str, Any] | None] = [None] * len(cases)
         with ThreadPoolExecutor(max(1, min(self.max_parallel, len(cases)))) as executor:
             futures = {}

@@ -190,3 +190,18 @@ def test_subset_shipped_takes_the_shipped_problems_from_a_folder_of_release_file
     with pytest.raises(ValueError, match="subset=shipped: 67 of the 167"):
         load_tasks(str(tmp_path / "test.jsonl"), dataset="v5", subset="shipped")
     assert len(load_tasks(str(tmp_path), dataset="v5")) == 168  # the whole folder, as a pool
+
+
+def test_coa_eval_flags_scores_on_public_tests_only(tmp_path):
+    from typer.testing import CliRunner
+
+    from coa_cli.main import app
+
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["eval", "coa/LiveCodeBench-v5", "--agent",
+                                      "tests.rewards.lookup_agent:statement_examples", "--n", "2", "--out", str(out),
+                                      "--no-plots", "--no-progress", "--concurrency", "1"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["accuracy"] == 1.0 and summary["public_tests_only"] == 2  # a lookup table "solves" them
+    assert "public tests only" in result.output and "private tests" in result.output
