@@ -36,6 +36,7 @@ from typing import Any
 
 from coa_envs.tasks import TaskDataError, iter_jsonl, require, resolve_path
 from coa_envs.tasks.code_asserts import AssertRewriteError, rewrite_asserts
+from coa_envs.tasks.hygiene import refuse_trivial_tests
 from coa_envs.tasks.split import TEST_SET_NOTE, partition, select_test_set
 from coa_envs.types import Task
 
@@ -85,6 +86,7 @@ def load_tasks(
             "LiveCodeBench jsonl (huggingface.co/datasets/livecodebench/code_generation_lite)."
         )
     tasks = [t for file in _files(resolved) for t in _load_file(file, format, dataset)]
+    tasks = refuse_trivial_tests(tasks, f"code {dataset} ({resolved})")
     if subset == "shipped" and not shipped:
         tasks = _shipped_subset(tasks, dataset, resolved)
     if platform is not None:

@@ -7,6 +7,9 @@ aliases are dropped when tasks are loaded; a task left with no gold is dropped t
 logged (a warning naming the source and a few task ids) and counted in :data:`REPORTS`, which
 ``coa audit-reward`` prints. Each family uses the normalisation its scorer uses: SQuAD's for
 QA (:func:`squad`), GAIA's for web tasks (:func:`gaia`), the string form for math (:func:`bare`).
+Code tasks have tests instead: one whose every case expects nothing (no output, or a call that
+returns ``None``) is passed by a program that does nothing, and is refused the same way
+(:func:`refuse_trivial_tests`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from coa_envs.types import Task
 
-__all__ = ["REPORTS", "GoldHygiene", "bare", "gaia", "refuse_empty_golds", "squad"]
+__all__ = ["REPORTS", "GoldHygiene", "bare", "gaia", "refuse_empty_golds", "refuse_trivial_tests", "squad"]
 
 log = logging.getLogger(__name__)
 
@@ -84,4 +87,27 @@ def refuse_empty_golds(tasks: Sequence[Task], normalise: Callable[[str], str], s
         log.warning("%s: refused %d gold alias(es) that normalise to nothing (%s normalisation), e.g. %s; "
                     "%d task(s) left without a gold answer were dropped%s", source, len(refused),
                     report.normalisation, list(refused[:3]), len(dropped), f": {dropped[:5]}" if dropped else "")
+    return kept
+
+
+def _expects_nothing(case: dict, kind: str) -> bool:
+    output = str(case.get("output", "")).strip()
+    return not output if kind == "stdin" else output in ("", "null")
+
+
+def refuse_trivial_tests(tasks: Sequence[Task], source: str) -> list[Task]:
+    """``tasks`` without the code tasks whose every test case expects nothing."""
+    kept, dropped = [], []
+    for task in tasks:
+        tests = task.tests if isinstance(task.tests, dict) else {}
+        cases = tests.get("cases") or []
+        if cases and all(_expects_nothing(c, tests.get("kind", "stdin")) for c in cases):
+            dropped.append(task.task_id)
+        else:
+            kept.append(task)
+    if dropped:
+        with _lock:
+            REPORTS[source] = GoldHygiene(source, "empty expected output", len(tasks), 0, tuple(dropped))
+        log.warning("%s: %d code task(s) whose every test expects no output were dropped (a program that "
+                    "does nothing passes them): %s", source, len(dropped), dropped[:5])
     return kept

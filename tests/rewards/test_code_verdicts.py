@@ -205,3 +205,14 @@ def test_coa_eval_flags_scores_on_public_tests_only(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["accuracy"] == 1.0 and summary["public_tests_only"] == 2  # a lookup table "solves" them
     assert "public tests only" in result.output and "private tests" in result.output
+
+
+def test_tasks_whose_every_test_expects_nothing_are_refused(tmp_path):
+    from coa_envs.tasks.hygiene import REPORTS
+
+    silent = _official_row("s1", [{"input": "1\n", "output": "\n", "testtype": "stdin"}], [], "print nothing")
+    real = _official_row("s2", [{"input": "1\n", "output": "\n", "testtype": "stdin"}],
+                         [{"input": "2\n", "output": "2\n", "testtype": "stdin"}], "echo unless 1")
+    (tmp_path / "test.jsonl").write_text(json.dumps(silent) + "\n" + json.dumps(real) + "\n")
+    assert [t.task_id for t in load_tasks(str(tmp_path / "test.jsonl"))] == ["s2"]  # a silent program passes s1
+    assert any(r.dropped_tasks == ("s1",) for r in REPORTS.values())
