@@ -118,9 +118,9 @@ class CodeTestsReward:
             failed = {"index": index, "status": "sandbox_error", "passed": False, "reason": "sandbox_error"}
             return {**failed, "stderr": result[-400:]}
         verdict: dict[str, Any] = {"index": index, "status": str(result.status), "wall_s": round(result.wall_s, 4)}
-        if result.status is not Status.OK:
+        if result.status is not Status.OK or result.truncated:  # a cut output is not the program's output
             verdict["passed"] = False
-            verdict["reason"] = _FAILED_STATUS.get(result.status, "runtime_error")
+            verdict["reason"] = _FAILED_STATUS.get(result.status, "output_limit")
             verdict["stderr"] = result.stderr[-400:]
             return verdict
         if kind == "functional":
