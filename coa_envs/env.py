@@ -167,11 +167,8 @@ class CoAEnv(gym.Env[str, str]):
             from coa_envs.protocols.tools import openai_tools
 
             info["tool_schemas"] = openai_tools(self.tool_definitions.values())
-        if isinstance(self.task.tests, dict) and "cases" in self.task.tests:
-            # How many tests score this task and how many are the statement's examples
-            # (public: a lookup table of them passes); the reward's details say it again.
+        if isinstance(self.task.tests, dict) and "cases" in self.task.tests:  # public: the statement's examples
             from coa_envs.tasks.code import count_tests
-
             info["tests"] = count_tests(self.task.tests)
         return prompt, info
 
