@@ -104,7 +104,7 @@ def warm_model(tmp_path_factory):
     torch.set_num_threads(2)
     out = tmp_path_factory.mktemp("warm")
     cfg = _config(out, "smollm2-135m", **{"model.lora.r": 0, "model.warm_start": {
-        "episodes": 48, "max_steps": 30, "learning_rate": 1e-4, "max_seq_len": 768}})
+        "episodes": 32, "max_steps": 24, "learning_rate": 1e-4, "max_seq_len": 768}})
     return str(warm_start(cfg))
 
 

@@ -1,12 +1,15 @@
 """Agentic RL over the CoA envs: PPO, GRPO and DAPO as one loop, algorithm as config.
 
-Layout (each module one job): ``config``/``sections`` (the sectioned config, presets;
-loaded, checkpointed and logged by the shared ``trainers.common``), ``algorithms``
-(advantages and losses as tensor functions), ``batch`` (trajectories to tensors),
-``shaping`` (the training reward: the env's terms plus DAPO's overlong term),
-``models``/``learner``/``optim`` (policy, critic, reference, the update; fp32 masters,
-clipping, LR schedule), ``rollout`` (episode generation inside a worker), ``actors`` (Ray
-placement and fault tolerance), ``metrics`` (episode statistics, the reward curve), and
+Layout (each module one job): ``config``/``sections``/``resources`` (the sectioned config,
+presets; loaded, checkpointed and logged by the shared ``trainers.common``), ``algorithms``
+(advantages, losses and off-policy weights as tensor functions), ``batch`` (trajectories to
+tensors), ``shaping`` (the training reward: the env's terms plus DAPO's overlong term),
+``groups`` (one step's groups: drawn, played, shaped, filtered), ``models``/``learner``/
+``prepare``/``optim`` (policy, critic, reference, LoRA; the no-grad pass and the update),
+``envs``/``episode_loop``/``rollout`` (episode generation inside a worker, batch or
+streaming, partial rollouts), ``actors``/``learners`` (in process or Ray actors, fault
+tolerance), ``streaming`` (the asynchronous batch source, bounded staleness), ``health``
+(rollout-health metrics and alarms), ``metrics`` (episode statistics, the reward curve), and
 ``loop`` (the story top to bottom). Importing this package is light: torch, transformers
 and ray load inside the functions that need them.
 """

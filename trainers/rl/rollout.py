@@ -237,13 +237,9 @@ class RolloutWorker:
 
     def _stream_main(self) -> None:
         result = RolloutResult(trajectories=[])
-
-        def done(key: Any, trajectory: Trajectory) -> None:
-            with self._cv:
-                self._outbox.append((key, trajectory))
-                self._cv.notify_all()
-
-        loop = EpisodeLoop(self, self.config.rollout.episodes_in_flight, result, done)
+        finished: list[tuple[Any, Trajectory]] = []  # handed over with the round's stats
+        loop = EpisodeLoop(self, self.config.rollout.episodes_in_flight, result,
+                           lambda key, trajectory: finished.append((key, trajectory)))
         try:
             while not self._closing:
                 self._load_offered()
@@ -259,8 +255,12 @@ class RolloutWorker:
                 loop.add(ready)
                 if loop.busy:
                     loop.turn(block_timeout=0.02)
-                with self._cv:  # where the time went, for the next collect()
+                with self._cv:  # the finished episodes and where the time went, together
+                    self._outbox.extend(finished)
                     _accumulate(self._stream_stats, result)
+                    if finished:
+                        self._cv.notify_all()
+                finished.clear()
                 result.generation_s = result.env_blocking_s = 0.0
                 result.generated_tokens = result.interrupted_turns = 0
         except BaseException as exc:  # surfaces in collect(), never a silent dead thread

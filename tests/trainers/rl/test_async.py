@@ -220,3 +220,41 @@ def test_hf_engine_interrupt_returns_what_was_sampled_and_resume_continues_it():
         token_ids=prompt + cut.token_ids, resume_ids=cut.token_ids,
         params=SamplingParams(max_new_tokens=8, temperature=0.0, stop=()))], params)[0]
     assert cut.token_ids + rest.token_ids == whole.token_ids
+
+
+def test_an_asynchronous_run_resumes_from_its_checkpoint(tmp_path):
+    """Stopped after step 2 and resumed: the collector starts again at step 3 from the
+    checkpoint's weights and sampler position (episodes in flight at the stop are replayed)."""
+    from trainers.rl.loop import train
+
+    out = tmp_path / "run"
+    cfg = {"algorithm.max_staleness": 1, "bookkeeping.eval_every": 0}
+    train(_config(out, **cfg), stop_after=2)
+    assert (out / "checkpoint-2" / "COMPLETE").exists() and not (out / "final").exists()
+    train(_config(out, **cfg, **{"bookkeeping.resume": "latest"}))
+    rows = _rows(out)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert all(r["async/staleness_max"] <= 1 for r in rows) and (out / "final").is_dir()
+
+
+def test_kl_to_the_reference_is_logged_without_a_kl_loss(tmp_path):
+    """health.kl_to_reference scores the batch with the starting policy: 0 before any update
+    (LoRA: the base with the adapter off is the reference), and the loss has no KL term."""
+    from trainers.rl.learner import Learner
+    from trainers.rl.rollout import EpisodeJob, RolloutWorker
+
+    torch.set_num_threads(1)
+    cfg = _config(tmp_path, **{"health.kl_to_reference": True, "model.lora": {"r": 4}})
+    assert cfg.algorithm.kl_coef == 0 and cfg.uses_reference
+    learner = Learner(cfg)
+    worker = RolloutWorker(cfg)
+    try:
+        worker.set_weights(learner.policy_state(), 0)
+        played = worker.run([EpisodeJob(i, i // 2, i % 2, 7 + i) for i in range(4)]).trajectories
+    finally:
+        worker.close()
+    from trainers.rl.batch import collate
+
+    batch = collate(played, [float(i % 2) for i in range(4)], [i // 2 for i in range(4)])
+    _, stats = learner.prepare(batch)
+    assert stats["kl/ref"] == pytest.approx(0.0, abs=1e-6)
