@@ -14,6 +14,7 @@ from coa_cli.distill import distill_command
 from coa_cli.eval import eval_command, report_command
 from coa_cli.export_adapter import export_adapter_command
 from coa_cli.filter_tasks import filter_tasks_command
+from coa_cli.gateway import gateway_command
 from coa_cli.mcp import app as mcp_app
 from coa_cli.pairs import pairs_command
 from coa_cli.recipe import recipe_app
@@ -73,6 +74,7 @@ app.add_typer(cache_app, name="cache")
 app.add_typer(mcp_app, name="mcp")
 app.add_typer(recipe_app, name="recipe")
 app.command("serve")(serve_command)
+app.command("gateway")(gateway_command)
 app.command("serve-env")(serve_env_command)
 app.command("distill")(distill_command)
 app.command("teach")(teach_command)

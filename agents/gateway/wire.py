@@ -1,0 +1,122 @@
+"""The chat-completions request the gateway accepts and the response shapes it sends.
+
+Every field of OpenAI's request is either implemented or refused with a 400 that names it
+(``unsupported_parameter``; :func:`agents.openai_errors.refuse_unsupported`, the rule ``coa
+serve`` keeps too), so a client never believes a setting took effect when it did not.
+Unlike ``coa serve``, the gateway streams logprobs and tool calls. vLLM's extensions that matter
+for training (``return_token_ids``, ``top_k``, ``add_generation_prompt``,
+``continue_final_message``, ``include_stop_str_in_output``, ``return_tokens_as_token_ids``)
+are accepted too.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agents.openai_errors import HARMLESS_FIELDS, NEUTRAL_FIELDS, APIError, refuse_unsupported
+from agents.openai_wire import stop_list
+
+__all__ = ["ChatRequest", "Chunker", "check_request"]
+
+class ChatRequest(BaseModel):
+    """``POST /v1/chat/completions``: OpenAI's fields plus vLLM's sampling extensions."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int = 0
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    n: int = Field(1, ge=1, le=64)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0)
+    # vLLM extensions
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    include_stop_str_in_output: bool = False
+    return_token_ids: bool = False
+    return_tokens_as_token_ids: bool = False
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        return stop_list(self.stop)
+
+    @property
+    def tools_active(self) -> bool:
+        return bool(self.tools) and self.tool_choice != "none"
+
+    @property
+    def include_usage(self) -> bool:
+        return bool((self.stream_options or {}).get("include_usage"))
+
+
+def check_request(request: ChatRequest) -> None:
+    """Refuse what the gateway does not implement (each with the field it concerns)."""
+    supported = set(ChatRequest.model_fields) | set(HARMLESS_FIELDS)
+    refuse_unsupported(request.model_extra or {}, harmless=HARMLESS_FIELDS, neutral=NEUTRAL_FIELDS,
+                       supported=supported)
+    if request.top_logprobs:
+        raise APIError(400, f"top_logprobs={request.top_logprobs} asks for the most likely alternatives per token, "
+                            "which the engines do not compute; logprobs=true with top_logprobs=0 returns each "
+                            "sampled token's logprob", code="unsupported_value", param="top_logprobs")
+    unknown = sorted(set(request.stream_options or {}) - {"include_usage"})
+    if unknown:
+        raise APIError(400, f"stream_options {unknown} are not supported; supported: include_usage",
+                       code="unsupported_parameter", param=f"stream_options.{unknown[0]}")
+    if request.stream_options and not request.stream:
+        raise APIError(400, "stream_options is only allowed with stream=true", code="invalid_value",
+                       param="stream_options")
+    if request.stream and request.n != 1:
+        raise APIError(400, "stream supports n=1 only; send n=1 or stream=false", code="unsupported_value", param="n")
+    if request.tool_choice not in (None, "auto", "none", "required") and not isinstance(request.tool_choice, dict):
+        raise APIError(400, f"tool_choice={request.tool_choice!r}: use 'auto', 'none', 'required' or "
+                            "{'type': 'function', 'function': {'name': ...}}", code="invalid_value",
+                       param="tool_choice")
+    for name in ("temperature", "top_p"):
+        value = getattr(request, name)
+        if value is not None and (value < 0 or (name == "top_p" and not 0 < value <= 1)):
+            raise APIError(400, f"{name}={value} is out of range", code="invalid_value", param=name)
+
+
+class Chunker:
+    """Chunks of one streamed chat completion: the role first, then deltas, then the finish."""
+
+    def __init__(self, model: str, include_usage: bool) -> None:
+        self.ident = f"chatcmpl-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.model = model
+        self.include_usage = include_usage
+        self.started = False
+
+    def _wrap(self, choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> dict[str, Any]:
+        payload: dict[str, Any] = {"id": self.ident, "object": "chat.completion.chunk", "created": self.created,
+                                   "model": self.model, "system_fingerprint": None, "choices": choices}
+        if self.include_usage:
+            payload["usage"] = usage
+        return payload
+
+    def delta(self, delta: dict[str, Any], *, finish: str | None = None,
+              logprobs: list[dict[str, Any]] | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        if not self.started:
+            delta = {"role": "assistant", **delta}
+            delta.setdefault("content", "")
+            self.started = True
+        choice = {"index": 0, "delta": delta, "logprobs": {"content": logprobs} if logprobs is not None else None,
+                  "finish_reason": finish, **(extra or {})}
+        return self._wrap([choice])
+
+    def usage(self, usage: dict[str, int]) -> dict[str, Any]:
+        return self._wrap([], usage)
