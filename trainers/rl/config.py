@@ -136,6 +136,12 @@ class RLConfig:
         if self.model.lora.enabled and res.learner_workers > 1 and res.learner_strategy == "fsdp":
             raise ConfigError("model.lora with resources.learner_strategy=fsdp is not supported "
                               "(adapters are small: use learner_strategy=ddp)")
+        if rollout.agent and algo.max_staleness:
+            raise ConfigError("rollout.agent plays each step's episodes to the end (the synchronous loop); set "
+                              "algorithm.max_staleness=0 to train an external agent")
+        if rollout.agent and self.env.url:
+            raise ConfigError("rollout.agent plays the env's tasks in the rollout workers; it cannot use a served "
+                              "env (env.url): drop one of them")
         if rollout.engine == "vllm" and res.num_gpus == 0:
             raise ConfigError("rollout.engine=vllm needs resources.num_gpus >= 1; use hf on CPU")
 

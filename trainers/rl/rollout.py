@@ -93,6 +93,7 @@ class RolloutWorker:
         self.engine = engine
         self.tokenizer = tokenizer if tokenizer is not None else engine.tokenizer
         self.weights_version = -1
+        self._external: Any = None  # the gateway + agent runner when rollout.agent is set
         self._envs: dict[tuple[int, bool], list[Any]] = {}  # (env_index, heldout) -> envs
         self._pool = ThreadPoolExecutor(max_workers=config.rollout.tool_threads,
                                         thread_name_prefix=f"rollout{worker_index}-env")
@@ -143,6 +144,8 @@ class RolloutWorker:
 
     def close(self) -> None:
         self.stop_stream()
+        if self._external is not None:
+            self._external.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         for envs in self._envs.values():
             for env in envs:
@@ -165,6 +168,12 @@ class RolloutWorker:
         The jobs of one call are all training jobs or all held-out jobs."""
         if self._stream is not None:
             raise RuntimeError("this worker is streaming: submit() jobs and collect() them")
+        if self.config.rollout.agent:  # an external agent plays the episodes (trainers/rl/external.py)
+            if self._external is None:
+                from trainers.rl.external import ExternalRollouts
+
+                self._external = ExternalRollouts(self)
+            return self._external.run(jobs)
         started = time.perf_counter()
         heldout = bool(jobs) and jobs[0].heldout
         if any(job.heldout != heldout for job in jobs):

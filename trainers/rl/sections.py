@@ -320,6 +320,17 @@ class RolloutSection:
     worker_restart_timeout_s: float = 120.0
     """How long a crashed rollout worker may take to come back (Ray restarts it: a new
     process that loads the env and the model) before its episodes are dropped."""
+    agent: str | None = None
+    """An external agent plays every episode instead of the built-in loop: ``module:function``
+    or ``path/to/file.py:function``, a callable ``fn(task: AgentTask) -> answer`` that talks to
+    the policy through a recording gateway (``trainers/rl/external.py``; e.g.
+    ``examples/gateway_react_agent.py:react_agent``). Sampling settings above are forced on it."""
+    agent_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments bound to ``agent`` (e.g. ``{max_steps: 4}``)."""
+    agent_chat_template: str | None = None
+    """The chat template the gateway renders the agent's requests with instead of the
+    tokenizer's: a Jinja file or ``chatml-tools`` (ChatML with function calling, for a ChatML
+    model such as SmolLM2 whose own template cannot render the tools an agent sends)."""
 
     def __post_init__(self) -> None:
         check_fields(self, "rollout.")
@@ -331,3 +342,6 @@ class RolloutSection:
         at_least(self, "rollout.", 1, ("max_new_tokens", "max_response_tokens",
                                         "episodes_in_flight", "tool_threads"))
         at_least(self, "rollout.", 0, ("max_episode_retries",))
+        if self.agent is not None and ":" not in self.agent:
+            raise ConfigError(f"rollout.agent={self.agent!r}: name the agent callable as module:function or "
+                              "path/to/file.py:function")
