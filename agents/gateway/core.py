@@ -60,7 +60,7 @@ class Gateway:
                  out: str | Path | None = None, allow_client_reward: bool = False,
                  env_overrides: Mapping[str, Any] | None = None, client_env_overrides: frozenset[str] | None = None,
                  env_ids: list[str] | None = None, accept_any_model: bool = False, max_sessions: int = 4096,
-                 idle_timeout_s: float = 3600.0) -> None:
+                 idle_timeout_s: float = 3600.0, keep_finished: int = 256) -> None:
         from coa_envs.service.sessions import DEFAULT_CLIENT_OVERRIDES
 
         self.backend = backend
@@ -71,7 +71,8 @@ class Gateway:
         self.client_env_overrides = DEFAULT_CLIENT_OVERRIDES if client_env_overrides is None else client_env_overrides
         self.env_ids = env_ids
         self.accept_any_model = accept_any_model
-        self.store = SessionStore(max_live=max_sessions, idle_timeout_s=idle_timeout_s, on_expire=self._expire)
+        self.store = SessionStore(max_live=max_sessions, idle_timeout_s=idle_timeout_s, keep_finished=keep_finished,
+                                  on_expire=self._expire)
         self.out = Path(out) if out else None
         self._out_lock = threading.Lock()
         self._env_pool: dict[str, list[Any]] = {}

@@ -65,7 +65,7 @@ class EnvTask:
     def call_tool(self, name: str, arguments: Any) -> str:
         """Run one tool call as an env step; returns the tool's text (the env's corrections
         included). Raises :class:`ToolCallError` for a call that never reaches the env."""
-        from coa_envs.protocols.tools import ToolArgumentError, arguments_to_query
+        from coa_envs.protocols.tools import ToolArgumentError, arguments_to_query, query_to_arguments
 
         definition = self.definitions.get(name)
         if definition is None:
@@ -82,8 +82,7 @@ class EnvTask:
                 return _EPISODE_OVER
             if self.protocol == "tools":
                 call = {"id": "call_0", "type": "function",
-                        "function": {"name": name, "arguments": json.dumps(arguments if isinstance(arguments, dict)
-                                                                           else {"query": query})}}
+                        "function": {"name": name, "arguments": json.dumps(query_to_arguments(definition, query))}}
                 observation = self._step({"role": "assistant", "content": "", "tool_calls": [call]})
             else:
                 observation = self._step(f"<{name}>{query}</{name}>")

@@ -203,7 +203,7 @@ class SessionStore:
     ``keep_finished`` finished sessions stay readable, the oldest dropped first.
     """
 
-    def __init__(self, *, max_live: int = 4096, idle_timeout_s: float = 3600.0, keep_finished: int = 1024,
+    def __init__(self, *, max_live: int = 4096, idle_timeout_s: float = 3600.0, keep_finished: int = 256,
                  on_expire: Callable[[GatewaySession], None] | None = None) -> None:
         self.max_live = max_live
         self.idle_timeout_s = idle_timeout_s

@@ -60,7 +60,8 @@ class ExternalRollouts:
                                default_max_tokens=rollout.max_new_tokens,
                                max_batch_size=max(rollout.episodes_in_flight, 1))
         out = Path(config.bookkeeping.output_dir) / "gateway" / f"rollouts_w{worker.worker_index}.jsonl"
-        self.gateway = Gateway(backend, MODEL_NAME, out=out)
+        # Finished sessions are in the output file: keep few in memory (each holds its token ids).
+        self.gateway = Gateway(backend, MODEL_NAME, out=out, keep_finished=rollout.episodes_in_flight)
         self._stack = contextlib.ExitStack()
         self.url = self._stack.enter_context(serve_in_thread(create_gateway_app(self.gateway,
                                                                                 close_on_shutdown=False)))

@@ -54,6 +54,19 @@ def test_an_env_session_is_scored_by_the_env(engine, tiny_tokenizer, tmp_path):
     assert row["info"]["reward_source"] == "env" and row["answer"] == gold
 
 
+def test_an_env_in_the_tools_protocol_takes_the_same_tool_calls(engine, tiny_tokenizer):
+    with served_gateway(engine, tiny_tokenizer, "tiny") as (url, gw):
+        opened = httpx.post(f"{url}/sessions", json={"env_id": "coa/SynthHop-v0", "task_index": 2,
+                                                      "env_kwargs": {"protocol": "tools"}}).json()
+        sid = opened["session_id"]
+        tool = httpx.post(f"{url}/sessions/{sid}/tools/wiki_search",
+                          json={"arguments": json.dumps({"query": opened["question"]})}).json()
+        assert "Doc 1" in tool["content"]
+        gold = gw.session(sid).task.env.unwrapped.task.gold[0]
+        assert httpx.post(f"{url}/sessions/{sid}/finish", json={"answer": gold}).json()["reward"] == 1.0
+        assert gw.session(sid).trajectories[0].tool_calls == {"wiki_search": 1}
+
+
 def test_env_sessions_refuse_what_a_client_may_not_choose(engine, tiny_tokenizer):
     with served_gateway(engine, tiny_tokenizer, "tiny") as (url, _):
         tools = httpx.post(f"{url}/sessions", json={"env_id": "coa/SynthHop-v0",
