@@ -85,7 +85,6 @@ class MiniWebServer:
         self._workdir = tempfile.TemporaryDirectory(prefix="coa-miniweb-")
         self.pages_jsonl = site.export_jsonl(Path(self._workdir.name) / "pages.jsonl", self.base_url)
         self._serving = Serving(self._http, poll_interval=0.1, name="coa-miniweb")
-        self.closed = False
 
     @property
     def hits(self) -> Counter[str]:
@@ -95,10 +94,12 @@ class MiniWebServer:
     def url(self, path: str = "/") -> str:
         return self.base_url + (path if path.startswith("/") else "/" + path)
 
+    @property
+    def closed(self) -> bool:
+        return self._serving.stopped
+
     def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
+        """Stop serving and delete the search export (a second call does nothing)."""
         self._serving.stop()
         self._workdir.cleanup()
 
