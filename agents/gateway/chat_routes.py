@@ -1,0 +1,71 @@
+"""The gateway's chat routes: OpenAI's chat completions, per session or for one call.
+
+``POST /sessions/{sid}/v1/chat/completions`` answers in session ``sid`` (opened on first use);
+``POST /v1/chat/completions`` answers in the session its ``X-Session-Id`` header names, or,
+without one, in a one-call session finished at once. Streamed replies are server-sent events.
+"""
+
+# No ``from __future__ import annotations``: FastAPI reads the body models' annotations.
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from agents.gateway.core import Gateway
+from agents.gateway.sessions import GatewaySession
+from agents.gateway.wire import ChatRequest, check_request
+
+__all__ = ["SESSION_HEADER", "chat_routes"]
+
+SESSION_HEADER = "X-Session-Id"
+
+
+def chat_routes(gateway: Gateway) -> Any:
+    """An ``APIRouter`` with the chat completion routes over ``gateway``."""
+    from fastapi import APIRouter, Request
+    from fastapi.responses import JSONResponse, StreamingResponse
+
+    router = APIRouter()
+
+    async def answer(session: GatewaySession, body: ChatRequest, one_call: bool) -> Any:
+        check_request(body)
+        gateway.check_model(body.model)
+        session.check_open()
+        backend = gateway.backend
+        headers = {SESSION_HEADER: session.session_id}
+        if not body.stream:
+            try:
+                result = await backend.complete(session, body, body.model or gateway.model_name)
+            finally:
+                if one_call:
+                    await asyncio.to_thread(gateway.finish, session)
+            return JSONResponse(result, headers=headers)
+        try:
+            prepared = await backend.prepare_stream(session, body)
+        except BaseException:
+            if one_call:
+                await asyncio.to_thread(gateway.finish, session)
+            raise
+
+        async def events() -> AsyncIterator[str]:
+            try:
+                async for event in backend.stream(session, body, body.model or gateway.model_name, *prepared):
+                    yield event
+            finally:
+                if one_call:
+                    await asyncio.to_thread(gateway.finish, session)
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={**headers, "Cache-Control": "no-cache"})
+
+    @router.post("/sessions/{sid}/v1/chat/completions")
+    async def session_chat(sid: str, body: ChatRequest) -> Any:
+        return await answer(gateway.store.get_or_open(sid), body, one_call=False)
+
+    @router.post("/v1/chat/completions")
+    async def chat(body: ChatRequest, request: Request) -> Any:
+        sid = request.headers.get(SESSION_HEADER)
+        if sid:
+            return await answer(gateway.store.get_or_open(sid), body, one_call=False)
+        return await answer(gateway.open_session(), body, one_call=True)
+
+    return router

@@ -1,0 +1,101 @@
+"""The gateway's sessions API: open, list and describe sessions, run an env tool, finish.
+
+``POST /sessions`` opens a session (on a coa env task when ``env_id`` is given) and answers
+with its ``base_url``, the question, the env's prompt messages and its tools;
+``POST /sessions/{sid}/tools/{name}`` runs an env tool; ``POST /sessions/{sid}/finish`` scores
+and closes it; ``GET /sessions/{sid}/trajectories`` gives what it recorded.
+"""
+
+# No ``from __future__ import annotations``: FastAPI reads the body models' annotations.
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agents.gateway.core import Gateway
+from agents.openai_errors import APIError
+
+__all__ = ["FinishBody", "OpenBody", "ToolBody", "session_routes"]
+
+
+class OpenBody(BaseModel):
+    """``POST /sessions``."""
+
+    model_config = ConfigDict(extra="forbid")
+    env_id: str | None = None
+    task_id: str | None = None
+    task_index: int | None = Field(None, ge=0)
+    env_kwargs: dict[str, Any] | None = None
+    seed: int | None = None
+    session_id: str | None = None
+    metadata: dict[str, Any] | None = None
+
+class ToolBody(BaseModel):
+    """``POST /sessions/{sid}/tools/{name}``."""
+
+    model_config = ConfigDict(extra="forbid")
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+
+class FinishBody(BaseModel):
+    """``POST /sessions/{sid}/finish``."""
+
+    model_config = ConfigDict(extra="forbid")
+    answer: str | None = None
+    reward: float | None = None
+    error: str | None = None
+
+
+def session_routes(gateway: Gateway, base: Callable[[Any], str]) -> Any:
+    """An ``APIRouter`` with the sessions API over ``gateway``; ``base(request)`` is the URL
+    the session URLs are built on."""
+    from fastapi import APIRouter, Request
+    from fastapi.responses import JSONResponse
+
+    router = APIRouter()
+
+    @router.post("/sessions")
+    async def open_session(body: OpenBody, request: Request) -> Any:
+        session = await asyncio.to_thread(
+            gateway.open_session, session_id=body.session_id, env_id=body.env_id, task_id=body.task_id,
+            task_index=body.task_index, env_kwargs=body.env_kwargs, seed=body.seed,
+            info={"metadata": body.metadata} if body.metadata else None)
+        return JSONResponse(gateway.describe_session(session, base(request)), status_code=201)
+
+    @router.get("/sessions")
+    def list_sessions() -> dict[str, Any]:
+        return {"object": "list", "data": [s.describe() for s in gateway.store.live()]}
+
+    @router.get("/sessions/{sid}")
+    def describe(sid: str) -> dict[str, Any]:
+        return gateway.session(sid).describe()
+
+    @router.post("/sessions/{sid}/tools/{name}")
+    async def call_tool(sid: str, name: str, body: ToolBody) -> dict[str, Any]:
+        from agents.gateway.envtask import ToolCallError
+
+        session = gateway.session(sid)
+        session.check_open()
+        if session.task is None:
+            raise APIError(404, f"session {sid!r} plays no env task, so it has no env tools", code="no_env_task")
+        try:
+            text = await asyncio.to_thread(session.task.call_tool, name, body.arguments)
+        except ToolCallError as exc:
+            raise APIError(400, str(exc), code="invalid_tool_call", param="arguments") from None
+        return {"content": text, "done": session.task.done}
+
+    @router.post("/sessions/{sid}/finish")
+    async def finish(sid: str, body: FinishBody) -> dict[str, Any]:
+        session = gateway.session(sid)
+        trajectories = await asyncio.to_thread(gateway.finish, session, answer=body.answer, reward=body.reward,
+                                               failed=body.error)
+        return {"session_id": sid, **session.outcome,
+                "layout": trajectories[0].info.get("gateway", {}).get("layout") if trajectories else None}
+
+    @router.get("/sessions/{sid}/trajectories")
+    def trajectories(sid: str) -> dict[str, Any]:
+        session = gateway.session(sid)
+        return {"object": "list", "finished": session.finished,
+                "data": [t.to_dict() for t in gateway.trajectories(session)]}
+
+    return router
