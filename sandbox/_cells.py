@@ -100,11 +100,13 @@ def run_cell(worker: Worker, request: dict[str, Any]) -> dict[str, Any]:
     if cgroup is not None:
         if child.counted is None:  # the child's first cell: its set-up is not the cell's
             child.counted = cgroup.usage()
-            child.cpu_mark = child.counted.cpu_s
+            child.cpu_mark = child.cpu_start = child.counted.cpu_s
         cgroup.thaw()
     nonce = os.urandom(16)
     watch = _watch(child)
-    watch.budget = limits.cpu_s
+    # The cell's budget, and no more than what the session has left (all its cells together).
+    session_left = float(request.get("session_cpu_s", math.inf)) - (child.cpu_mark - child.cpu_start)
+    watch.budget = max(0.0, min(limits.cpu_s, session_left))
     started = time.monotonic()
     with contextlib.suppress(BrokenPipeError):
         write_frame(child.req_w, {**request, "nonce": nonce.hex(), "kill_leftovers": cgroup is None})

@@ -17,7 +17,7 @@ import pytest
 
 from sandbox import Limits, Status
 from sandbox.backends import get_backend
-from tests.sandbox.jails import CHECKOUT
+from tests.sandbox.jails import CHECKOUT, jail_backend
 
 HOLD_PROCESSES = r"""
 import os, time
@@ -73,4 +73,25 @@ def test_a_run_at_its_process_limit_does_not_starve_another_pools_run(fresh_pool
         assert held["r"].stdout.startswith("holding"), held
     finally:
         first.close()
+        second.close()
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "nsjail"])
+def test_two_wrapper_backends_never_hand_out_the_same_uid(kind):
+    """bwrap and nsjail switch each run to a uid of its own: two instances (here, in one process;
+    in two processes the lease files keep them apart the same way) must not overlap."""
+    first, second = jail_backend(kind), jail_backend(kind, read_only_paths=["/usr/share"])
+    try:
+        if not first.uids():
+            pytest.skip(f"{kind} runs keep the caller's uid here (not root)")
+        assert not set(first.uids()) & set(second.uids())
+        limits = Limits(max_processes=16, cpu_s=5, wall_s=10)
+        held: dict[str, object] = {}
+        holder = threading.Thread(target=lambda: held.setdefault("r", first.run(HOLD_PROCESSES, limits=limits)))
+        holder.start()
+        time.sleep(1.0)
+        result = second.run(START_A_THREAD, limits=limits)
+        holder.join()
+        assert (result.status, result.stdout) == (Status.OK, "thread ok\n"), result
+    finally:
         second.close()

@@ -159,3 +159,26 @@ def test_a_forged_cell_record_neither_ends_the_cell_nor_leaks_into_the_next(pool
         assert (forger.exit_code, forger.stdout) == (3, "late output of the forging cell\n"), forger
         after = session.run("print('next cell')")
         assert (after.status, after.exit_code, after.stdout) == (Status.OK, 0, "next cell\n"), after
+
+
+SPEND_IN_A_CHILD = """
+import os, resource
+pid = os.fork()
+if pid == 0:
+    while True:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        if usage.ru_utime + usage.ru_stime >= 0.6:
+            os._exit(0)
+os.waitpid(pid, 0)
+print("spent")
+"""
+
+
+def test_the_session_cpu_budget_holds_for_all_cells_and_their_children(pool):
+    """``session_cpu_s`` bounds every cell's processes together, not each process."""
+    with Session(Limits(cpu_s=0.9, wall_s=20), session_cpu_s=1.0, warm_spare=False) as session:
+        first = session.run(SPEND_IN_A_CHILD)
+        assert (first.status, first.stdout) == (Status.OK, "spent\n"), first
+        second = session.run(SPEND_IN_A_CHILD)  # 1.2 CPU-s in all: past the session's 1.0
+        assert second.status is Status.TIMEOUT, second
+        assert second.limit_hit == "timeout", second
