@@ -315,6 +315,8 @@ def _main(argv: list[str]) -> None:
         quota_dir = lockdown.SCRATCH
         if config.get("scratch"):
             scratch = config["scratch"]
+            if config.get("cgroup_fds"):
+                lockdown.enter_cgroup_namespace()  # joined above: the run sees its cgroup as "/"
             carry = [(path, writable) for path, writable in scratch.get("carry", [])]
             hide = scratch.get("hide", [])
             lockdown.make_scratch(scratch["disk_mb"], scratch["max_files"], scratch["uid"], carry, hide)

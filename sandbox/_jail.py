@@ -66,6 +66,7 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
+CLONE_NEWCGROUP = 0x02000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE, MS_MOVE = 32, 4096, 16384, 1 << 18, 8192
 _AT_FDCWD, _AT_RECURSIVE = -100, 0x8000
@@ -234,7 +235,8 @@ def landlock_layer() -> str:
 
 
 #: Namespaces every run child enters on top of the worker's (reported in the pool's isolation).
-PER_RUN_LAYERS = ("pid namespace per run", "ipc namespace per run", "uts namespace per run", "fresh /proc per run")
+PER_RUN_LAYERS = ("pid namespace per run", "ipc namespace per run", "uts namespace per run",
+                  "cgroup namespace per run", "fresh /proc per run")  # fmt: skip
 
 
 def enter_run(
@@ -243,7 +245,9 @@ def enter_run(
     """In the forked run child (PID 1 of its namespace, still privileged): own namespaces, a
     fresh ``/proc``, and the scratch tmpfs with the run's quotas (``carry``: bound paths below
     ``/tmp`` to bind again on top of it; ``hidden``: paths below them to cover again)."""
-    check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS), "unshare run")
+    # A cgroup namespace too, entered after the child joined its run's cgroup: the run sees that
+    # as "/", not the host's cgroup paths (which name the caller's pid).
+    check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP), "unshare run")
     try:
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     except JailError:  # user namespaces may not mount proc: hide the host's instead

@@ -23,6 +23,7 @@ __all__ = [
     "JailError",
     "become_subreaper",
     "drop_privileges",
+    "enter_cgroup_namespace",
     "hide",
     "kill_children",
     "landlock_abi",
@@ -113,6 +114,12 @@ def scratch_options(disk_mb: int, max_files: int, extra_inodes: int = 0) -> str:
     """tmpfs mount options for a run's scratch space: ``disk_mb`` bytes, ``max_files`` inodes
     for the run's own files and directories (the scratch space's own ones come on top)."""
     return f"size={disk_mb * 1024 * 1024},nr_inodes={max_files + _OWN_INODES + extra_inodes},mode=1777"
+
+
+def enter_cgroup_namespace() -> None:
+    """A cgroup namespace rooted at the cgroup we are in now (the run's): it sees that as "/",
+    not the host's cgroup paths. Needs CAP_SYS_ADMIN."""
+    check(_libc.unshare(0x02000000), "unshare cgroup")  # CLONE_NEWCGROUP
 
 
 def hide(path: str) -> None:

@@ -212,3 +212,11 @@ def test_posix_message_queues_are_refused(jail):
     result = jail.run(code, limits=Limits(cpu_s=3, wall_s=8))
     assert result.stdout.strip() in ("-1", ""), result
     _still_correct(jail)
+
+
+def test_a_run_sees_its_cgroup_as_the_root_not_the_hosts_paths(jail):
+    if jail.name == "nsjail":
+        pytest.skip("nsjail drops CAP_SYS_ADMIN before the harness joins the run's cgroup")
+    result = jail.run("print(open('/proc/self/cgroup').read())", limits=Limits(cpu_s=3, wall_s=8))
+    paths = {line.split(":", 2)[2] for line in result.stdout.split() if line.count(":") >= 2}
+    assert paths == {"/"}, result.stdout  # (they named the caller's pid and its own cgroup)
