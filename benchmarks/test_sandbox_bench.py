@@ -9,7 +9,9 @@
 * throughput: 1,000 snippets from 64 concurrent callers, zero lost or duplicated results;
 * a snippet importing numpy: warm pool vs a cold subprocess;
 * extras: nsjail when installed, a stateful session cell, and the code reward on a
-  6-test answer with its tests in parallel vs one after another.
+  6-test answer with its tests in parallel vs one after another;
+* what the cgroup per run costs: the default pool against a pool in the per-process mode
+  (``accounting="process"``: no cgroup), rounds alternated in the same run.
 
 The plain ``python -c`` start is also the peer baseline: GEM's code tool pays one per call.
 
@@ -89,6 +91,31 @@ def test_pool_sequential_and_paced_against_python_c(pool):
     report = bench_sandbox(runs=200, repeats=5, backend=pool)
     RESULTS["interleaved"] = report
     assert report["sequential_p50_ms"] > 0 and report["python_c_p50_ms"] > 0
+
+
+def test_cgroup_per_run_against_the_per_process_mode(pool):
+    """Sequential round trip and CPU per run of the default pool (a cgroup per run) and of the
+    same pool in the per-process mode, 3 rounds each, alternated."""
+    from coa_envs.bench import bench_sandbox
+
+    other = sandbox.get_backend("pool", accounting="process")
+    rounds: dict[str, list[dict]] = {"cgroup": [], "process": []}
+    try:
+        for index in range(6):
+            name = ("cgroup", "process")[(index + index // 2) % 2]  # c p p c c p: neither always first
+            rounds[name].append(bench_sandbox(runs=100, repeats=1, backend=pool if name == "cgroup" else other))
+    finally:
+        other.close()
+    RESULTS["accounting"] = {
+        name: {
+            "sequential_p50_ms": [r["sequential_p50_ms"] for r in reports],
+            "paced_p50_ms": [r["paced_p50_ms"] for r in reports],
+            "cpu_ms_per_run": [r["cpu_ms_per_run"]["median"] for r in reports],
+            "speedup": [r["sequential_speedup"]["median"] for r in reports],
+        }
+        for name, reports in rounds.items()
+    }
+    assert all(len(reports) == 3 for reports in rounds.values())
 
 
 def test_bubblewrap_round_trip(benchmark):
@@ -246,6 +273,13 @@ def test_summary():
     if "numpy_cold" in RESULTS and "numpy_warm" in RESULTS:
         ratio = RESULTS["numpy_cold"]["p50_ms"] / RESULTS["numpy_warm"]["p50_ms"]
         lines.append(f"  numpy snippet: warm pool {ratio:.1f}x faster than a cold subprocess")
+    if "accounting" in RESULTS:
+        for name, figures in RESULTS["accounting"].items():
+            seq, paced, cpu = figures["sequential_p50_ms"], figures["paced_p50_ms"], figures["cpu_ms_per_run"]
+            lines.append(f"  pool, {name + ' accounting:':<20} back-to-back p50 {statistics.median(seq):5.2f} ms "
+                         f"({min(seq):.2f}-{max(seq):.2f}), paced {statistics.median(paced):5.2f} ms, CPU per run "
+                         f"{statistics.median(cpu):4.1f} ms ({min(cpu):.1f}-{max(cpu):.1f}), "
+                         f"{statistics.median(figures['speedup']):.1f}x python -c")
     if "throughput" in RESULTS:
         lines.append(
             f"  1000 snippets / 64 callers: {RESULTS['throughput']['runs_per_s']:.0f} runs/s, 0 lost, 0 duplicated"
