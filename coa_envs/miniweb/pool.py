@@ -19,7 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from coa_envs.miniweb.tasks import answer_action, crawl_action, search_action
+from coa_envs.miniweb.tasks import (
+    answer_action,
+    crawl_action,
+    founder_question,
+    search_action,
+    symposium_question,
+)
 from coa_envs.miniweb.world import Department, Person, Project, World
 from coa_envs.tasks.split import is_heldout
 from coa_envs.types import Task
@@ -169,22 +175,6 @@ def _report_and_event_questions(w: World, base: str, add: Callable[..., None]) -
                               f"{report.year} report"), f"annual-report-{report.year}.pdf"),
                 (crawl_action("Read the PDF report.", pdf_url, kind.split("_", 1)[1]), evidence),
                 (answer_action(f"The report says {evidence}.", answer), "")])
-    events_url = f"{base}/events/index.html"
     for symposium in w.symposia:
-        old_url = f"{base}/events/symposium-{symposium.year}.php"
-        add("symposium_city", f"symposium-{symposium.year}",
-            f"In which town is the {symposium.year} Symposium of the {w.institute} held?",
-            symposium.city, [
-                (search_action("The events page should list the symposia.",
-                               f"{w.short_name} annual symposium events"), events_url),
-                (crawl_action("Open the events page.", events_url, f"{symposium.year} symposium"),
-                 f"symposium-{symposium.year}.php"),
-                (crawl_action("Follow the symposium link (it may redirect).", old_url, "location"),
-                 symposium.city),
-                (answer_action(f"It takes place in {symposium.city}.", symposium.city), "")])
-    about = f"{base}/about.html"
-    add("founder", "founder", f"Who founded the {w.institute}?", w.founder, [
-        (search_action("The institute's history page should name its founder.",
-                       f"history {w.short_name} founded"), about),
-        (crawl_action("Read the about page.", about, "founder"), w.founder),
-        (answer_action(f"The about page names {w.founder} as the founder.", w.founder), "")])
+        add("symposium_city", f"symposium-{symposium.year}", *symposium_question(w, base, symposium))
+    add("founder", "founder", *founder_question(w, base))

@@ -16,10 +16,11 @@ import random
 from collections.abc import Callable
 
 from coa_envs.miniweb.site import JS_PAGE_PATH, SLOW_PAGE_PATH
-from coa_envs.miniweb.world import World
+from coa_envs.miniweb.world import Symposium, World
 from coa_envs.types import Task
 
-__all__ = ["KINDS", "answer_action", "build_tasks", "crawl_action", "search_action"]
+__all__ = ["KINDS", "answer_action", "build_tasks", "crawl_action", "founder_question", "search_action",
+           "symposium_question"]
 
 KINDS = ("profile", "founder", "head_joined", "project_budget", "report_pdf", "symposium_city",
          "slow_ledger", "js_buoy")
@@ -36,6 +37,36 @@ def crawl_action(thought: str, url: str, goal: str) -> str:
 def answer_action(reason: str, answer: str) -> str:
     return (f"<think>\n{reason}\n</think>\n<double_check>\nThe page states it directly, so the "
             f"answer is {answer}.\n</double_check>\n<answer>{answer}</answer>")
+
+
+Steps = list[tuple[str, str]]  # (action, a string its observation must contain)
+
+
+def founder_question(w: World, base: str) -> tuple[str, str, Steps]:
+    """``(question, answer, steps)``: who founded the institute (the about page says)."""
+    about = f"{base}/about.html"
+    return f"Who founded the {w.institute}?", w.founder, [
+        (search_action("The institute's history page should name its founder.",
+                       f"history {w.short_name} founded"), about),
+        (crawl_action("Read the about page.", about, "founder"), w.founder),
+        (answer_action(f"The about page names {w.founder} as the founder.", w.founder), ""),
+    ]
+
+
+def symposium_question(w: World, base: str, symposium: Symposium) -> tuple[str, str, Steps]:
+    """``(question, answer, steps)``: where a symposium is held (behind a redirect chain)."""
+    events_url = f"{base}/events/index.html"
+    old_url = f"{base}/events/symposium-{symposium.year}.php"
+    return (f"In which town is the {symposium.year} Symposium of the {w.institute} held?",
+            symposium.city, [
+                (search_action("The events page should list the symposia.",
+                               f"{w.short_name} annual symposium events"), events_url),
+                (crawl_action("Open the events page.", events_url, f"{symposium.year} symposium"),
+                 f"symposium-{symposium.year}.php"),
+                (crawl_action("Follow the symposium link (it may redirect).", old_url, "location"),
+                 symposium.city),
+                (answer_action(f"It takes place in {symposium.city}.", symposium.city), ""),
+            ])
 
 
 def build_tasks(world: World, base_url: str, *, include_js: bool = False) -> list[Task]:
@@ -70,13 +101,7 @@ def build_tasks(world: World, base_url: str, *, include_js: bool = False) -> lis
                          str(person.joined)), ""),
             ])
 
-    about = f"{base}/about.html"
-    add("founder", f"Who founded the {w.institute}?", w.founder, [
-        (search_action("The institute's history page should name its founder.",
-                 f"history {w.short_name} founded"), about),
-        (crawl_action("Read the about page.", about, "founder"), w.founder),
-        (answer_action(f"The about page names {w.founder} as the founder.", w.founder), ""),
-    ])
+    add("founder", *founder_question(w, base))
 
     for dept in rng.sample(list(w.departments), 2):
         head = w.person(dept.head)
@@ -134,20 +159,8 @@ def _add_awkward_tasks(w: World, base: str, rng: random.Random, add: Callable[..
                 (answer_action(f"The report says {report.visitors:,} visitors.", str(report.visitors)), ""),
             ])
 
-    events_url = f"{base}/events/index.html"
     for symposium in w.symposia:
-        old_url = f"{base}/events/symposium-{symposium.year}.php"
-        add("symposium_city",
-            f"In which town is the {symposium.year} Symposium of the {w.institute} held?",
-            symposium.city, [
-                (search_action("The events page should list the symposia.",
-                         f"{w.short_name} annual symposium events"), events_url),
-                (crawl_action("Open the events page.", events_url, f"{symposium.year} symposium"),
-                 f"symposium-{symposium.year}.php"),
-                (crawl_action("Follow the symposium link (it may redirect).", old_url, "location"),
-                 symposium.city),
-                (answer_action(f"It takes place in {symposium.city}.", symposium.city), ""),
-            ])
+        add("symposium_city", *symposium_question(w, base, symposium))
 
     ledger_url = f"{base}{SLOW_PAGE_PATH}"
     add("slow_ledger", f"How many items does the equipment ledger of the {w.institute} list?",
