@@ -80,11 +80,14 @@ def _find(segments: list[_Segment], prompt: Sequence[Any]) -> _Segment | None:
     return best
 
 
-def _why_new(prompt: Sequence[Any], earlier: list[list[Any]]) -> tuple[str, int]:
+def _why_new(prompt: Sequence[Any], earlier: list[list[Any]], prompts: list[list[Any]]) -> tuple[str, int]:
     """Why a call could not continue a segment: ``branch`` (it continues an earlier point of a
-    segment, not its end: a retry, or several samples from one history), ``history_rewritten``
-    (its prompt leaves an earlier context part-way: the template dropped or changed earlier
-    turns, or the client edited them) or ``new_conversation`` (nothing in common)."""
+    segment, not its end: a retry from an earlier turn, or another sample of an earlier
+    prompt), ``history_rewritten`` (its prompt leaves an earlier context part-way: the
+    template dropped or changed earlier turns, or the client edited them) or
+    ``new_conversation`` (nothing in common)."""
+    if list(prompt) in prompts:
+        return "branch", len(prompt)
     best = 0
     for context in earlier:
         if len(context) <= len(prompt) and list(prompt[:len(context)]) == context:
@@ -96,10 +99,11 @@ def _why_new(prompt: Sequence[Any], earlier: list[list[Any]]) -> tuple[str, int]
 def _exact(calls: list[GatewayCall], tokenizer: Any, session: GatewaySession) -> list[_Segment]:
     segments: list[_Segment] = []
     contexts: list[list[int]] = []
+    prompts: list[list[int]] = []
     for call in calls:
         segment = _find(segments, call.prompt_ids)
         if segment is None:
-            reason, common = _why_new(call.prompt_ids, contexts) if segments else (None, 0)
+            reason, common = _why_new(call.prompt_ids, contexts, prompts) if segments else (None, 0)
             segment = _Segment(Trajectory(env_id=session.env_id, task_id=session.task_id,
                                           prompt_messages=_plain(call.messages), prompt_text=call.prompt_text,
                                           prompt_ids=list(call.prompt_ids)),
@@ -114,6 +118,7 @@ def _exact(calls: list[GatewayCall], tokenizer: Any, session: GatewaySession) ->
         segment.tip = call.context_ids
         segment.calls.append(call.index)
         contexts.append(call.context_ids)
+        prompts.append(list(call.prompt_ids))
     return segments
 
 
@@ -124,11 +129,12 @@ def _observation_text(messages: Sequence[Mapping[str, Any]]) -> str:
 def _text_only(calls: list[GatewayCall], session: GatewaySession) -> list[_Segment]:
     segments: list[_Segment] = []
     contexts: list[list[Any]] = []
+    prompts: list[list[Any]] = []
     for call in calls:
         history = [_message_key(m) for m in call.messages]
         segment = _find(segments, history)
         if segment is None:
-            reason, common = _why_new(history, contexts) if segments else (None, 0)
+            reason, common = _why_new(history, contexts, prompts) if segments else (None, 0)
             segment = _Segment(Trajectory(env_id=session.env_id, task_id=session.task_id,
                                           prompt_messages=_plain(call.messages), prompt_text=call.prompt_text),
                                tip=[], reason=reason, common_prefix=common)
@@ -141,6 +147,7 @@ def _text_only(calls: list[GatewayCall], session: GatewaySession) -> list[_Segme
         segment.tip = [*history, _message_key({"role": "assistant", **call.reply})]
         segment.calls.append(call.index)
         contexts.append(segment.tip)
+        prompts.append(history)
     return segments
 
 

@@ -49,17 +49,18 @@ def test_a_branch_a_rewrite_and_a_new_conversation_each_start_a_segment():
         _call(2, [1, 2, 3, 9], [6]),        # back to the end of call 0's context: a branch (retry)
         _call(3, [1, 2, 8], [7]),           # leaves call 0's prompt+reply part-way: history rewritten
         _call(4, [20, 21], [22]),           # nothing in common: another conversation
+        _call(5, [1, 2], [30]),             # call 0's prompt again: another sample of it (n=2, a retry)
     )
     trajectories = session_trajectories(session, Decoder())
     info = [t.info["gateway"] for t in trajectories]
-    assert [i["calls"] for i in info] == [[0, 1], [2], [3], [4]]
-    assert [i["split_reason"] for i in info] == [None, "branch", "history_rewritten", "new_conversation"]
-    assert [i["common_prefix"] for i in info] == [0, 3, 2, 0]
+    assert [i["calls"] for i in info] == [[0, 1], [2], [3], [4], [5]]
+    assert [i["split_reason"] for i in info] == [None, "branch", "history_rewritten", "new_conversation", "branch"]
+    assert [i["common_prefix"] for i in info] == [0, 3, 2, 0, 2]
     assert {i["layout"] for i in info} == {"split"}
-    assert [t.prompt_ids for t in trajectories] == [[1, 2], [1, 2, 3, 9], [1, 2, 8], [20, 21]]
+    assert [t.prompt_ids for t in trajectories] == [[1, 2], [1, 2, 3, 9], [1, 2, 8], [20, 21], [1, 2]]
     # every sampled id is trained exactly once
     generated = sorted(i for t in trajectories for s in t.segments if s.kind == "generated" for i in s.token_ids)
-    assert generated == [3, 5, 6, 7, 22]
+    assert generated == [3, 5, 6, 7, 22, 30]
 
 
 def test_the_outcome_goes_to_every_segment():
