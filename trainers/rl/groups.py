@@ -5,9 +5,9 @@ each group's env is drawn by weight first), ``group_size`` episodes each. DAPO d
 sampling drops groups whose task rewards are all equal and refills the step with more groups
 until it holds ``prompts_per_step`` informative ones, at most ``max_sampling_rounds`` extra
 rounds or ``sampling_time_budget_s`` seconds. A group that lost an episode (a crashed worker,
-a broken env) is dropped whole and counted, never trained on half. An episode whose reward
-could not be computed (``info["reward_error"]``: a judge that failed) is left out of the
-loss and counted; its group trains on the others (if two remain; PPO's groups of one drop).
+a broken env) is dropped whole and counted, never trained on half. An episode whose answer
+got no verdict (``error:reward``: a judge that was down) is left out of the loss and counted;
+its group trains on the others (if two remain; PPO's groups of one drop).
 With asynchronous rollouts, an episode that started more than ``max_staleness`` policy
 versions before the update that would train on it is dropped (counted; the workers' start
 rule keeps this from happening, so a count above 0 is a bug).
@@ -117,6 +117,14 @@ def episode_key(trajectory: Trajectory) -> Any:
     return (trajectory.info.get("gateway") or {}).get("session_id") or id(trajectory)
 
 
+def _unscored(trajectory: Trajectory) -> bool:
+    """The answer got no verdict (``error:reward``: the primary reward term raised, e.g. a
+    judge that was down): neither right nor wrong, so it trains nothing."""
+    from agents.trajectory import EpisodeStatus
+
+    return trajectory.status is EpisodeStatus.ERROR_REWARD
+
+
 def _solved_share(group: list[Trajectory]) -> float:
     return sum(1.0 for t in group if solved(t)) / max(len(group), 1)
 
@@ -143,7 +151,7 @@ oldest policy version its episodes may start under."""
         self.kept_solved: list[float] = []
         self.next_group = 0
         self.rounds = self.filtered = self.incomplete = 0
-        self.reward_errors = self.stale = 0
+        self.unscored = self.stale = 0
         self.need = 0
         self.started = time.perf_counter()
         self.out_of_time = self.done = False
@@ -174,7 +182,8 @@ oldest policy version its episodes may start under."""
             self.totals[key] = self.totals.get(key, 0.0) + value
         by_group: dict[int, list[Trajectory]] = {}
         for trajectory in trajectories:
-            if trajectory.status.is_error or not trajectory.prompt_ids or self._too_stale(trajectory):
+            failed = trajectory.status.is_error and not _unscored(trajectory)
+            if failed or not trajectory.prompt_ids or self._too_stale(trajectory):
                 continue  # never trained on; counted in errors/* and below
             by_group.setdefault(int(trajectory.info["group_id"]), []).append(trajectory)
         self.sampled.extend(t for t in trajectories if t.prompt_ids)
@@ -183,7 +192,7 @@ oldest policy version its episodes may start under."""
         complete = [g for g in by_group.values()
                     if len({episode_key(t) for t in g}) == algo.group_size]
         self.incomplete += self.need - len(complete)
-        complete = self._without_reward_errors(complete)
+        complete = self._without_unscored(complete)
         # The env's reward, before the group terms are added: DAPO filters on accuracy, and a
         # group whose answers all scored the same carries no answer signal, whatever the
         # shaping terms (overlong, group length) would add.
@@ -215,13 +224,13 @@ oldest policy version its episodes may start under."""
         self.stale += 1
         return True
 
-    def _without_reward_errors(self, groups: list[list[Trajectory]]) -> list[list[Trajectory]]:
-        """Episodes whose reward failed leave the loss (counted); a group keeps the others
-        while at least two remain (PPO: its one episode)."""
+    def _without_unscored(self, groups: list[list[Trajectory]]) -> list[list[Trajectory]]:
+        """Episodes whose answer got no verdict leave the loss (counted); a group keeps the
+        others while at least two remain (PPO: its one episode)."""
         kept = []
         for group in groups:
-            fine = [t for t in group if not t.info.get("reward_error")]
-            self.reward_errors += len(group) - len(fine)
+            fine = [t for t in group if not _unscored(t)]
+            self.unscored += len(group) - len(fine)
             if len(fine) == len(group) or len(fine) >= min(2, self.config.algorithm.group_size):
                 kept.append(fine)
         return kept
@@ -239,7 +248,7 @@ oldest policy version its episodes may start under."""
             "sampling/kept_share": len(kept) / max(sum(self.drawn), 1),
             "sampling/time_budget_hit": float(self.out_of_time),
             "sampling/time_s": time.perf_counter() - self.started,
-            "sampling/episodes_dropped_reward_error": float(self.reward_errors),
+            "sampling/episodes_dropped_unscored": float(self.unscored),
             # The pass rate of the groups the step trains on, beside that of every group drawn:
             # the training batch's reward measures the first, the policy's skill the second.
             "sampling/drawn_pass_rate": _mean_or_zero(self.drawn_solved),

@@ -299,21 +299,22 @@ def test_rl_trains_on_training_tasks_and_evaluates_on_held_out_ones(tmp_path):
     assert _config(tmp_path, **everything, **{"bookkeeping.eval_every": 0}).env.train_split == "all"
 
 
-def test_episodes_whose_reward_failed_leave_the_loss_and_are_counted(tmp_path):
-    """A judge that failed (``info["reward_error"]``) scored nothing: that episode is not
-    trained on (counted); its group trains on the others while two remain."""
-    from agents.trajectory import Trajectory
+def test_episodes_without_a_verdict_leave_the_loss_and_are_counted(tmp_path):
+    """A judge that was down gives no verdict (``error:reward``): that episode is not trained
+    on (counted); its group trains on the others while two remain."""
+    from agents.trajectory import EpisodeStatus, Trajectory
     from trainers.rl.loop import collect_groups
 
-    def episode(job, reward, error):
+    def episode(job, reward, unscored):
         t = Trajectory(env_id="t", task_id=str(job.task_index), prompt_ids=[1], reward=reward,
                        info={"group_id": job.group_id, "task_index": job.task_index})
-        if error:
+        if unscored:
+            t.status = EpisodeStatus.ERROR_REWARD
             t.info["reward_error"] = "judge: connection refused"
         t.add_generated("x", [2] * 4, [0.0] * 4)
         return t
 
-    class Rollouts:  # task 0: one of three judged failed; task 1: two of three failed
+    class Rollouts:  # task 0: one of three unjudged; task 1: two of three unjudged
         def run(self, jobs):
             made = [episode(j, float(j.sample_index == 1),
                             j.sample_index == 2 or (j.task_index == 1 and j.sample_index == 1))
@@ -333,5 +334,6 @@ def test_episodes_whose_reward_failed_leave_the_loss_and_are_counted(tmp_path):
                                              "minibatch_size": 6}})
     batch = collect_groups(cfg, [Tasks()], Rollouts(), step=1)
     assert [[t.info["task_index"] for t in g] for g in batch.groups] == [[0, 0]]
-    assert not any(t.info.get("reward_error") for g in batch.groups for t in g)
-    assert batch.stats["sampling/episodes_dropped_reward_error"] == 3
+    assert not any(t.status is EpisodeStatus.ERROR_REWARD for g in batch.groups for t in g)
+    assert batch.stats["sampling/episodes_dropped_unscored"] == 3
+    assert batch.stats["sampling/groups_dropped_incomplete"] == 0  # every episode came back
