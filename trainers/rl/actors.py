@@ -18,6 +18,7 @@ Weights travel through the object store (one ``ray.put`` per update, read by eve
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -263,6 +264,9 @@ class RayRollouts:
 
     # -- streaming (asynchronous RL): see RolloutWorker --------------------------------------
     def start_stream(self) -> None:
+        # the collector thread submits and collects; the learner's thread offers weights and
+        # submits the eval: one lock over the bookkeeping both touch
+        self._stream_lock = threading.RLock()
         self._outstanding: dict[int, dict[Any, EpisodeJob]] = {}  # actor id -> key -> job
         self._retries: Counter = Counter()
         self._streaming = set(self.manager.healthy_actor_ids())
@@ -274,6 +278,10 @@ class RayRollouts:
     def submit(self, items: list[tuple[Any, EpisodeJob]]) -> None:
         """Each group's episodes to one worker (they share a prompt prefix), to the worker
         with the fewest outstanding episodes."""
+        with self._stream_lock:
+            self._submit(items)
+
+    def _submit(self, items: list[tuple[Any, EpisodeJob]]) -> None:
         deadline = time.monotonic() + self.config.rollout.worker_restart_timeout_s
         while not (healthy := [a for a in self.manager.healthy_actor_ids()
                                if a in self._streaming]):
@@ -294,13 +302,19 @@ class RayRollouts:
     def offer_weights(self, state: Any, version: int) -> None:
         import ray
 
-        self._weights_ref, self._version = ray.put(state), version
-        for actor_id in self._streaming:
-            self.manager.actors()[actor_id].offer_weights.remote(self._weights_ref, version)
+        ref = ray.put(state)
+        with self._stream_lock:  # collect() may drop a dead worker from _streaming meanwhile
+            self._weights_ref, self._version = ref, version
+            for actor_id in self._streaming:
+                self.manager.actors()[actor_id].offer_weights.remote(ref, version)
 
     def collect(self, timeout: float = 0.0) -> tuple[list[Any], RolloutResult]:
         """Finished episodes of every streaming worker; a worker that died has its
         outstanding episodes re-submitted (``max_episode_retries``) or reported lost."""
+        with self._stream_lock:
+            return self._collect(timeout)
+
+    def _collect(self, timeout: float) -> tuple[list[Any], RolloutResult]:
         import ray
 
         actors = self.manager.actors()
@@ -330,7 +344,7 @@ class RayRollouts:
             self._retries[key] += 1
         self._rejoin()
         if retry:
-            self.submit(retry)
+            self._submit(retry)
         return keys, merged
 
     def _rejoin(self, force: bool = False) -> None:
