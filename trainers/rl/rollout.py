@@ -232,9 +232,8 @@ class RolloutWorker:
     def collect(self, timeout: float = 0.0) -> tuple[list[Any], RolloutResult]:
         """``(keys, result)``: the episodes finished since the last call (waiting up to
         ``timeout`` seconds for one) and where the time went meanwhile."""
-        with self._cv:
-            if not self._outbox and timeout > 0 and self._stream_error is None:
-                self._cv.wait(timeout)
+        with self._cv:  # other notifications (offered weights, jobs) do not end the wait
+            self._cv.wait_for(lambda: self._outbox or self._stream_error is not None, timeout)
             if self._stream_error is not None:
                 raise RuntimeError("the rollout stream failed") from self._stream_error
             items, self._outbox = self._outbox, []
