@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from coa_cli.train_rl import rl_command
-from coa_cli.trainer_config import RESUME, config_option, load_trainer_config, overrides_argument
+from coa_cli.trainer_config import OVERRIDES_CONTEXT, RESUME, config_option, load_trainer_config, overrides_argument
 
 __all__ = ["train_app"]
 
@@ -24,13 +24,8 @@ train_app = typer.Typer(no_args_is_help=True, add_completion=False,
                         help="Train a policy: masked SFT (sft), preference DPO (dpo) or agentic RL.")
 
 
-@train_app.command(
-    "sft", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def sft_command(
-    config: Path = SFT_CONFIG,
-    overrides: list[str] = SFT_OVERRIDES,
-    resume: bool = RESUME,
-) -> None:
+@train_app.command("sft", context_settings=OVERRIDES_CONTEXT)
+def sft_command(config: Path = SFT_CONFIG, overrides: list[str] = SFT_OVERRIDES, resume: bool = RESUME) -> None:
     """Masked SFT on CoA trajectories (loss only on model-generated tokens)."""
     from trainers.sft import load_config, train
 
@@ -45,13 +40,8 @@ def sft_command(
     typer.echo(f"model: {result.final_dir or 'halted; resume with --resume'}")
 
 
-@train_app.command(
-    "dpo", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def dpo_command(
-    config: Path = DPO_CONFIG,
-    overrides: list[str] = DPO_OVERRIDES,
-    resume: bool = RESUME,
-) -> None:
+@train_app.command("dpo", context_settings=OVERRIDES_CONTEXT)
+def dpo_command(config: Path = DPO_CONFIG, overrides: list[str] = DPO_OVERRIDES, resume: bool = RESUME) -> None:
     """Masked DPO on preference pairs from `coa pairs` (log-probs of generated tokens only)."""
     from trainers.dpo import PairsError, load_config, train
     from trainers.dpo.data import PairDataError

@@ -12,8 +12,10 @@ from typing import Any, TypeVar
 
 import typer
 
-__all__ = ["RESUME", "config_option", "load_trainer_config", "overrides_argument"]
+__all__ = ["OVERRIDES_CONTEXT", "RESUME", "config_option", "load_trainer_config", "overrides_argument"]
 
+#: A command's context settings that let ``key=value`` overrides follow its options.
+OVERRIDES_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
 RESUME = typer.Option(False, "--resume", help="Continue from the newest checkpoint in "
                       "bookkeeping.output_dir (same as bookkeeping.resume=latest).")
 

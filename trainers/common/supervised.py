@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,19 @@ from trainers.common.metrics import MetricsLogger
 from trainers.common.optim import load_optimizer_state, make_optimizer, make_schedule, save_optimizer_state
 from trainers.common.progress import ProgressBar
 
-__all__ = ["SupervisedRun", "run_supervised"]
+__all__ = ["SupervisedResult", "SupervisedRun", "run_supervised"]
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisedResult:
+    """What a supervised run produced; each trainer's result adds its own series."""
+
+    output_dir: Path
+    final_dir: Path | None
+    """``final/`` (the trained model); None when the run halted at ``bookkeeping.halt_at_step``."""
+    steps: int
+    losses: tuple[float, ...]
+    """The loss of every step."""
 
 
 def run_supervised(config: Any, run: Callable[[Any], Any]) -> Any:

@@ -2,8 +2,9 @@
 
 Read top to bottom: config (:class:`~trainers.dpo.config.DPOConfig`) -> pairs (``coa pairs``
 output, :mod:`trainers.dpo.pairs`) -> rows (both sides tokenised span by span and packed,
-:mod:`trainers.dpo.data`) -> model (the SFT trainer's loader) -> reference log-probs
-(:mod:`trainers.dpo.reference`) -> the loop -> checkpoints (the shared Checkpointer).
+:mod:`trainers.dpo.data`) -> model (the shared loader, :mod:`trainers.common.loading`) ->
+reference log-probs (:mod:`trainers.dpo.reference`) -> the loop -> checkpoints
+(:class:`~trainers.common.supervised.SupervisedRun`).
 
 The loss of an optimiser step is the mean over the step's pairs of the per-pair loss
 (:mod:`trainers.dpo.loss`), whatever rows they were packed into: each row contributes its
@@ -22,7 +23,7 @@ from typing import Any
 
 from trainers.common.checkpoint import TrainerPosition
 from trainers.common.loading import load_packed_model, load_tokenizer
-from trainers.common.supervised import SupervisedRun, run_supervised
+from trainers.common.supervised import SupervisedResult, SupervisedRun, run_supervised
 from trainers.data import epoch_order, split_eval
 from trainers.dpo.config import DPOConfig, load_config
 from trainers.dpo.data import PairDataError, PairRow, PreparedPairs, pair_samples, prepare_pair_rows
@@ -36,13 +37,9 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"
 
 
 @dataclass(frozen=True, slots=True)
-class DPOResult:
+class DPOResult(SupervisedResult):
     """What a run produced; per-step series are the logged values of every step."""
 
-    output_dir: Path
-    final_dir: Path | None
-    steps: int
-    losses: tuple[float, ...]
     reward_margins: tuple[float, ...]
     """Mean of beta * ((pi_c - ref_c) - (pi_r - ref_r)) over each step's pairs."""
     logp_margins: tuple[float, ...]

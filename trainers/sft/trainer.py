@@ -27,7 +27,7 @@ from typing import Any
 from trainers.common.checkpoint import TrainerPosition
 from trainers.common.loading import load_packed_model, load_tokenizer
 from trainers.common.packed import loss_sum
-from trainers.common.supervised import SupervisedRun, run_supervised
+from trainers.common.supervised import SupervisedResult, SupervisedRun, run_supervised
 from trainers.data import (
     PreparedData,
     TruncationReport,
@@ -43,13 +43,9 @@ from trainers.sft.sources import MixedRows, load_sources
 __all__ = ["SFTConfig", "SFTResult", "TrainerPosition", "load_config", "train"]
 
 @dataclass(frozen=True, slots=True)
-class SFTResult:
-    """What a run produced."""
+class SFTResult(SupervisedResult):
+    """What a run produced: the shared fields, then the eval losses and the data report."""
 
-    output_dir: Path
-    final_dir: Path | None
-    steps: int
-    losses: tuple[float, ...]
     eval_losses: tuple[tuple[int, float], ...]
     train_report: TruncationReport
     tokens_per_s: float
