@@ -14,8 +14,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["SSE_DONE", "TextReleaser", "chat_logprobs", "finish_reason", "flat_message", "sse", "stop_list", "usage",
-           "visible_text"]
+__all__ = ["SSE_DONE", "TextReleaser", "chat_logprobs", "finish_reason", "flat_message", "sse", "stop_list",
+           "token_bytes", "usage", "visible_text"]
 
 SSE_DONE = "data: [DONE]\n\n"
 
@@ -63,15 +63,65 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
+def _byte_level_alphabet() -> dict[str, int]:
+    """Byte-level BPE's printable stand-in character for each byte (GPT-2's scheme, used by
+    Llama 3, Qwen, SmolLM2...): printable Latin-1 bytes stand for themselves, the others are
+    shifted past 255 in byte order."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+            *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    alphabet, shifted = {}, 0
+    for byte in range(256):
+        if byte in kept:
+            alphabet[chr(byte)] = byte
+        else:
+            alphabet[chr(256 + shifted)] = byte
+            shifted += 1
+    return alphabet
+
+
+_BYTE_LEVEL = _byte_level_alphabet()
+
+
+def _decoder_kind(tokenizer: Any) -> str:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    described = repr(getattr(backend, "decoder", None))
+    if "ByteLevel" in described:
+        return "byte_level"
+    if "ByteFallback" in described:
+        return "byte_fallback"
+    return "text"
+
+
+def token_bytes(tokenizer: Any, token_id: int, kind: str | None = None) -> bytes:
+    """The bytes token ``token_id`` stands for, as OpenAI's ``logprobs.content[].bytes`` gives
+    them: a byte-level piece may be part of a character (``tokenizer.decode`` of it alone is
+    U+FFFD), and a client rebuilds the text by joining every token's bytes. Special tokens and
+    tokenizers of no known byte scheme give their decoded text's UTF-8."""
+    kind = kind or _decoder_kind(tokenizer)
+    if kind != "text" and token_id not in getattr(tokenizer, "all_special_ids", ()):
+        piece = tokenizer.convert_ids_to_tokens(token_id)
+        if isinstance(piece, str) and piece not in getattr(tokenizer, "added_tokens_encoder", {}):
+            if kind == "byte_level" and all(ch in _BYTE_LEVEL for ch in piece):
+                return bytes(_BYTE_LEVEL[ch] for ch in piece)
+            if kind == "byte_fallback":
+                if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+                    return bytes([int(piece[3:5], 16)])
+                return piece.replace("\u2581", " ").encode()
+    return tokenizer.decode([token_id], skip_special_tokens=False).encode()
+
+
 def chat_logprobs(tokenizer: Any, token_ids: Sequence[int], logprobs: Sequence[float],
                   as_ids: bool = False) -> list[dict[str, Any]]:
     """Chat ``logprobs.content`` entries: ``{token, logprob, bytes, top_logprobs}`` per token
-    (``token_id:N`` as the token with vLLM's ``return_tokens_as_token_ids``)."""
+    (``token_id:N`` as the token with vLLM's ``return_tokens_as_token_ids``). ``bytes`` are
+    the token's own (:func:`token_bytes`), so joined they are the completion's UTF-8 even
+    where a token holds part of a character; ``token`` is its decoded text, as vLLM sends."""
+    kind = _decoder_kind(tokenizer)
     entries = []
     for token, logprob in zip(token_ids, logprobs, strict=True):
-        text = tokenizer.decode([token])
+        text = tokenizer.decode([token], skip_special_tokens=False)
         entries.append({"token": f"token_id:{token}" if as_ids else text, "logprob": float(logprob),
-                        "bytes": list(text.encode()), "top_logprobs": []})
+                        "bytes": list(token_bytes(tokenizer, token, kind)), "top_logprobs": []})
     return entries
 
 

@@ -51,3 +51,34 @@ def test_half_a_character_is_never_sent():
     ([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}], "ab"), (None, ""), ("x", "x")])
 def test_content_parts_and_null_become_plain_text(content, expected):
     assert flat_message({"role": "user", "content": content})["content"] == expected
+
+
+def test_logprob_bytes_are_each_tokens_own_and_join_to_the_text(tiny_tokenizer):
+    """The tiny tokenizer splits 'é' into two byte pieces: each alone decodes to U+FFFD, but
+    the entries' bytes (OpenAI's way to rebuild text across such pieces) must be the raw ones."""
+    from agents.openai_wire import chat_logprobs
+
+    text = "naïve — 日本 <|im_end|>"
+    ids = tiny_tokenizer.encode(text, add_special_tokens=False)
+    entries = chat_logprobs(tiny_tokenizer, ids, [-0.5] * len(ids))
+    assert any(entry["token"] == "\ufffd" for entry in entries)  # the case this is about
+    assert b"".join(bytes(entry["bytes"]) for entry in entries).decode() == text
+    assert entries[-1]["bytes"] == list(b"<|im_end|>") and entries[-1]["top_logprobs"] == []
+
+
+def test_byte_fallback_pieces_give_their_byte():
+    from agents.openai_wire import token_bytes
+
+    class Piece:  # a SentencePiece-style tokenizer with byte fallback (Llama 2, Mistral, Gemma)
+        all_special_ids = (0,)
+        added_tokens_encoder: dict = {}
+        backend_tokenizer = type("Backend", (), {"decoder": "Sequence([Replace('▁', ' '), ByteFallback()])"})()
+        pieces = {0: "</s>", 1: "<0xE2>", 2: "▁the"}
+
+        def convert_ids_to_tokens(self, token_id):
+            return self.pieces[token_id]
+
+        def decode(self, ids, skip_special_tokens=False):
+            return "".join(self.pieces[i] for i in ids)
+
+    assert [token_bytes(Piece(), i) for i in (0, 1, 2)] == [b"</s>", b"\xe2", b" the"]

@@ -78,6 +78,8 @@ def test_the_json_reply_has_openais_shape(gateway):
     entries = choice["logprobs"]["content"]
     assert len(entries) == body["usage"]["completion_tokens"]
     assert {"token", "logprob", "bytes", "top_logprobs"} <= set(entries[0])
+    sent = b"".join(bytes(entry["bytes"]) for entry in entries).decode(errors="replace")
+    assert sent.startswith(choice["message"]["content"])  # each token's own bytes (the eos may follow)
     usage = body["usage"]
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
 
