@@ -11,7 +11,7 @@ right and is not.
 
 :func:`install_error_handlers` routes FastAPI's own errors (a malformed body: 400 naming the
 field, an unknown route: 404) into that shape; :func:`refuse_unsupported` checks a request
-body's fields. Nothing here knows about models or engines.
+body's fields and :func:`check_streaming` its stream options. Nothing here knows about models or engines.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["HARMLESS_FIELDS", "NEUTRAL_FIELDS", "APIError", "error_body", "install_error_handlers",
-           "refuse_unsupported"]
+__all__ = ["HARMLESS_FIELDS", "NEUTRAL_FIELDS", "APIError", "check_streaming", "error_body",
+           "install_error_handlers", "refuse_unsupported"]
 
 # Request fields that never change an answer: accepted and not acted on.
 HARMLESS_FIELDS: tuple[str, ...] = ("user", "metadata", "store", "service_tier", "safety_identifier",
@@ -114,3 +114,17 @@ def refuse_unsupported(given: Mapping[str, Any], *, harmless: Iterable[str],
         raise APIError(400, f"unsupported parameter {name!r}: this server does not implement it, so it is refused "
                             f"rather than ignored; supported: {', '.join(sorted(supported))}",
                        code="unsupported_parameter", param=name)
+
+
+def check_streaming(stream: bool | None, n: int | None, stream_options: Mapping[str, Any] | None) -> None:
+    """Refuse stream options we do not implement (``include_usage`` is the one), stream options
+    without ``stream=true``, and a stream of more than one choice."""
+    unknown = sorted(set(stream_options or {}) - {"include_usage"})
+    if unknown:
+        raise APIError(400, f"stream_options {unknown} are not supported; supported: include_usage",
+                       code="unsupported_parameter", param=f"stream_options.{unknown[0]}")
+    if stream_options and not stream:
+        raise APIError(400, "stream_options is only allowed with stream=true", code="invalid_value",
+                       param="stream_options")
+    if stream and n != 1:
+        raise APIError(400, "stream supports n=1 only; send n=1 or stream=false", code="unsupported_value", param="n")

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.openai_errors import HARMLESS_FIELDS, NEUTRAL_FIELDS, APIError, refuse_unsupported
+from agents.openai_errors import HARMLESS_FIELDS, NEUTRAL_FIELDS, APIError, check_streaming, refuse_unsupported
 from agents.openai_wire import stop_list
 
 __all__ = ["ChatRequest", "Chunker", "check_request"]
@@ -72,15 +72,7 @@ def check_request(request: ChatRequest) -> None:
         raise APIError(400, f"top_logprobs={request.top_logprobs} asks for the most likely alternatives per token, "
                             "which the engines do not compute; logprobs=true with top_logprobs=0 returns each "
                             "sampled token's logprob", code="unsupported_value", param="top_logprobs")
-    unknown = sorted(set(request.stream_options or {}) - {"include_usage"})
-    if unknown:
-        raise APIError(400, f"stream_options {unknown} are not supported; supported: include_usage",
-                       code="unsupported_parameter", param=f"stream_options.{unknown[0]}")
-    if request.stream_options and not request.stream:
-        raise APIError(400, "stream_options is only allowed with stream=true", code="invalid_value",
-                       param="stream_options")
-    if request.stream and request.n != 1:
-        raise APIError(400, "stream supports n=1 only; send n=1 or stream=false", code="unsupported_value", param="n")
+    check_streaming(request.stream, request.n, request.stream_options)
     if request.tool_choice not in (None, "auto", "none", "required") and not isinstance(request.tool_choice, dict):
         raise APIError(400, f"tool_choice={request.tool_choice!r}: use 'auto', 'none', 'required' or "
                             "{'type': 'function', 'function': {'name': ...}}", code="invalid_value",

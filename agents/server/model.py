@@ -7,7 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from agents.engines import Completion, GenerationRequest, SamplingParams
-from agents.openai_errors import HARMLESS_FIELDS, NEUTRAL_FIELDS, APIError, refuse_unsupported
+from agents.openai_errors import HARMLESS_FIELDS, NEUTRAL_FIELDS, APIError, check_streaming, refuse_unsupported
 from agents.openai_wire import flat_message, stop_list, usage
 from agents.toolcalls import render_prompt, supports_tools
 
@@ -36,16 +36,7 @@ class ServedModel:
         supported = set(declared.model_fields) | set(HARMLESS_FIELDS)
         refuse_unsupported(body.model_extra or {}, harmless=HARMLESS_FIELDS, neutral=NEUTRAL_FIELDS,
                            supported=supported)
-        unknown = sorted(set(body.stream_options or {}) - {"include_usage"})
-        if unknown:
-            raise APIError(400, f"stream_options {unknown} are not supported; supported: include_usage",
-                           code="unsupported_parameter", param=f"stream_options.{unknown[0]}")
-        if body.stream_options and not body.stream:
-            raise APIError(400, "stream_options is only allowed with stream=true", code="invalid_value",
-                           param="stream_options")
-        if body.stream and body.n != 1:
-            raise APIError(400, "stream supports n=1 only; send n=1 or stream=false", code="unsupported_value",
-                           param="n")
+        check_streaming(body.stream, body.n, body.stream_options)
 
     def token_str(self, token: int, as_ids: bool) -> str:
         return f"token_id:{token}" if as_ids else self.tokenizer.decode([token])
