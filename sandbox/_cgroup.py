@@ -323,9 +323,11 @@ class Cgroup:
     def remove(self, parent: Cgroup | None = None) -> bool:
         """Kill what is left, close, and remove the directories; False when one is still busy
         (a process still exiting): call again later. ``parent``: remove through its directory
-        descriptors (a jailed worker sees no ``/sys``); else by absolute path."""
-        with contextlib.suppress(OSError):
-            self.kill()
+        descriptors (a jailed worker sees no ``/sys``); else by absolute path. A retry finds the
+        handle closed: what was left was killed the first time and is only still exiting."""
+        if self._fds:
+            with contextlib.suppress(OSError):
+                self.kill()
         self.close()
         removed = True
         for path in dict.fromkeys(self.paths.values()):

@@ -338,6 +338,8 @@ def _main(argv: list[str]) -> None:
     names = ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_NOFILE")
     for name, value in zip(names, config["rlimits"], strict=False):
         resource.setrlimit(getattr(resource, name), (int(value), int(value)))
+    for name in ("RLIMIT_RTPRIO", "RLIMIT_NICE"):  # no real-time or raised priority (see _limits)
+        resource.setrlimit(getattr(resource, name), (0, 0))
     rc = execute(code, status_fd, quota_dir=quota_dir)
     if config.get("reap"):
         lockdown.kill_children()

@@ -315,7 +315,12 @@ _DENIED_SYSCALLS = (
 #: until the run's IPC namespace goes (anonymous in-memory files, System V shared memory,
 #: message queues and semaphore sets, POSIX message queues). A cgroup counts most of it too
 #: (150 semaphore sets pinned ~300 MB before); refusing it holds in the per-process mode as well.
-_REFUSED_SYSCALLS = ("memfd_create", "memfd_secret", "shmget", "msgget", "semget", "mq_open")
+#: ``io_setup``: Linux AIO contexts draw on one host-wide pool of events (``fs.aio-max-nr``,
+#: 65536 by default), which a single call could take from every other process on the host.
+_REFUSED_SYSCALLS = ("memfd_create", "memfd_secret", "shmget", "msgget", "semget", "mq_open", "io_setup")
+#: ``mmap`` flag answered with EPERM: huge pages come from the host's reserved pool, which no
+#: memory cgroup counts (shmget's and memfd_create's huge-page flags are refused with the calls).
+MAP_HUGETLB = 0x40000
 #: ``socketpair`` types answered with EACCES: an unconnected datagram end can address any named
 #: socket (``sendto``, ``sendmsg`` with a name, ``connect``), a granted directory's included.
 #: (AF_UNIX's SOCK_RAW is a datagram socket too.) Stream and seqpacket pairs are connected for
@@ -352,6 +357,7 @@ def build_seccomp(allow_network: bool) -> Any | None:
     for name in _REFUSED_SYSCALLS:
         with contextlib.suppress(ValueError, OSError):
             filt.add_rule(sc.ERRNO(errno.EPERM), name)
+    filt.add_rule(sc.ERRNO(errno.EPERM), "mmap", sc.Arg(3, sc.MASKED_EQ, MAP_HUGETLB, MAP_HUGETLB))
     if not allow_network:
         filt.add_rule(sc.KILL_PROCESS, "socket", sc.Arg(0, sc.NE, socket.AF_UNIX))
         filt.add_rule(sc.KILL_PROCESS, "socketpair", sc.Arg(0, sc.NE, socket.AF_UNIX))

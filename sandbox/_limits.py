@@ -36,6 +36,10 @@ def apply_rlimits(limits: Limits, address_space_base: int = 0, process_base: int
         (resource.RLIMIT_FSIZE, limits.max_file_mb * 1024 * 1024),
         (resource.RLIMIT_NOFILE, limits.max_open_files),
         (resource.RLIMIT_CORE, 0),
+        # No real-time scheduling and no raised priority, whatever the caller's hard limits
+        # allow: a SCHED_FIFO run would starve the host (and the watcher that kills it).
+        (resource.RLIMIT_RTPRIO, 0),
+        (resource.RLIMIT_NICE, 0),
     ]
     for which, value in pairs:
         resource.setrlimit(which, (value, value))

@@ -28,6 +28,7 @@ from sandbox._jail import (
     _DENIED_SYSCALLS,
     _REFUSED_SYSCALLS,
     _UNCONNECTED_SOCKET_TYPES,
+    MAP_HUGETLB,
     landlock_layer,
 )
 from sandbox._limits import clean_environment
@@ -58,7 +59,8 @@ def kafel_policy(allow_network: bool) -> str:
     refused = ", ".join(name for name in _REFUSED_SYSCALLS if name != "memfd_secret")  # (unknown to kafel)
     unconnected = " || ".join(f"(type & 0xf) == {int(kind)}" for kind in _UNCONNECTED_SOCKET_TYPES)
     errors = (f"ERRNO(38) {{ clone3 }}, ERRNO(13) {{ socket(domain) {{ domain == 1 }}, "
-              f"socketpair(domain, type) {{ {unconnected} }} }}, ERRNO(1) {{ {refused} }}")
+              f"socketpair(domain, type) {{ {unconnected} }} }}, "
+              f"ERRNO(1) {{ {refused}, mmap(addr, length, prot, flags) {{ (flags & {hex(MAP_HUGETLB)}) != 0 }} }}")
     return f"POLICY coa {{ KILL {{ {', '.join(rules)} }}, {errors} }} USE coa DEFAULT ALLOW"
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import sandbox
+from sandbox import Limits, Status
 from sandbox.backends import BackendUnavailable, get_backend
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -37,6 +38,15 @@ def jail_backend(name: str, **options: object) -> object:
     if not options:
         _jails[name] = backend
     return backend
+
+
+def still_correct(backend) -> None:
+    """The next run after an attack answers correctly: within a 1 s wall limit on the pool (a
+    warm child per run); the wrappers start an interpreter per run, which takes longer than that
+    on a loaded 2-core host, so they get 5 s."""
+    wall_s = 1 if backend.name == "pool" else 5
+    after = backend.run("print(6 * 7)", limits=Limits(wall_s=wall_s, cpu_s=1))
+    assert (after.status, after.stdout) == (Status.OK, "42\n"), after
 
 
 def run_uids(backend) -> set[int]:

@@ -4,7 +4,7 @@ A run is one accounting unit: its memory (kernel memory included), its processes
 time are counted for all of its processes together, so forking does not multiply a limit, and
 the result says which limit was hit. Each attack here got through when the limits were
 per-process rlimits (``memory_mb`` as RLIMIT_AS, ``cpu_s`` as RLIMIT_CPU); after each one the
-backend must still answer correctly (within a 1 s wall limit, see :func:`_still_correct`).
+backend must still answer correctly (within a 1 s wall limit, see :func:`tests.sandbox.jails.still_correct`).
 """
 
 from __future__ import annotations
@@ -15,15 +15,9 @@ import math
 import pytest
 
 from sandbox import Limits, Status
-from tests.sandbox.jails import SPINNERS_REPORTING, cpu_the_spinners_had, leftover_processes
+from tests.sandbox.jails import SPINNERS_REPORTING, cpu_the_spinners_had, leftover_processes, still_correct
 
 MB = 2**20
-
-
-def _still_correct(jail) -> None:
-    """The next run after an attack answers correctly, and within a 1 s wall-clock limit."""
-    after = jail.run("print(6 * 7)", limits=Limits(wall_s=1, cpu_s=1))
-    assert (after.status, after.stdout) == (Status.OK, "42\n"), after
 
 
 # -- memory: one budget for every process of the run --------------------------------------------
@@ -60,14 +54,14 @@ def test_forked_children_share_one_memory_budget(jail):
     assert result.limit_hit == "memory_limit", result
     if result.stdout.strip():
         assert int(result.stdout) * 100 <= 128, result  # children holding 100 MB at the same time
-    _still_correct(jail)
+    still_correct(jail)
 
 
 def test_one_process_over_its_memory_says_memory_limit(jail):
     result = jail.run("blocks = []\nwhile True:\n    blocks.append(b'1' * 2**24)",
                       limits=Limits(memory_mb=96, cpu_s=5, wall_s=10))
     assert (result.status, result.limit_hit) == (Status.MEMORY, "memory_limit"), result
-    _still_correct(jail)
+    still_correct(jail)
 
 
 # -- CPU: one budget for every process of the run ------------------------------------------------
@@ -91,7 +85,7 @@ def test_forked_children_share_one_cpu_budget(jail):
     result = jail.run(FORKED_CPU, limits=Limits(cpu_s=1, wall_s=60))
     assert (result.status, result.limit_hit) == (Status.TIMEOUT, "timeout"), result
     assert result.cpu_s <= 2.0, result  # the run's CPU time, all processes together (3 s before)
-    _still_correct(jail)
+    still_correct(jail)
 
 
 def test_children_that_outlive_their_parents_work_share_its_cpu_budget(jail):
@@ -102,7 +96,7 @@ def test_children_that_outlive_their_parents_work_share_its_cpu_budget(jail):
     assert cpu_the_spinners_had(result.stdout) <= 2.0, result.stdout
     assert result.cpu_s <= 2.0, result
     assert leftover_processes(jail) == []
-    _still_correct(jail)
+    still_correct(jail)
 
 
 @pytest.mark.parametrize("cpu_s", [0.3, 1.0])
@@ -132,7 +126,7 @@ def test_process_limit_counts_the_whole_run_and_is_reported(jail):
     assert result.status is Status.VIOLATION, result
     assert result.limit_hit == "process_limit", result
     assert int(result.stdout) <= 8, result
-    _still_correct(jail)
+    still_correct(jail)
 
 
 def test_threads_count_against_the_process_limit(jail):
@@ -142,7 +136,7 @@ def test_threads_count_against_the_process_limit(jail):
     result = jail.run(code, limits=Limits(max_processes=8, cpu_s=5, wall_s=10))
     assert result.limit_hit == "process_limit", result
     assert int(result.stdout) < 8, result
-    _still_correct(jail)
+    still_correct(jail)
 
 
 # -- kernel memory: refused, or counted against the run's memory ---------------------------------
@@ -164,7 +158,7 @@ def test_semaphore_sets_cannot_pin_kernel_memory_outside_the_run(jail):
     made = int(result.stdout or 0)
     # ~2 MB of kernel memory per set: refused outright, or stopped at the run's memory limit.
     assert made * 2 <= 64 or result.status is Status.MEMORY, result
-    _still_correct(jail)
+    still_correct(jail)
 
 
 FD_BUFFERS = r"""
@@ -203,7 +197,7 @@ def test_pipe_and_socket_buffers_count_against_the_runs_memory(jail):
     result = jail.run("import json\n" + FD_BUFFERS, limits=limits)
     buffered = json.loads(result.stdout or "0")
     assert buffered <= 48 * MB or result.status is Status.MEMORY, result
-    _still_correct(jail)
+    still_correct(jail)
 
 
 def test_posix_message_queues_are_refused(jail):
@@ -211,7 +205,7 @@ def test_posix_message_queues_are_refused(jail):
             "fd = libc.mq_open(b'/coa', 0o100 | 2, 0o600, None)\nprint(fd)")
     result = jail.run(code, limits=Limits(cpu_s=3, wall_s=8))
     assert result.stdout.strip() in ("-1", ""), result
-    _still_correct(jail)
+    still_correct(jail)
 
 
 def test_a_run_sees_its_cgroup_as_the_root_not_the_hosts_paths(jail):

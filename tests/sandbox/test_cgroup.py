@@ -10,6 +10,7 @@ real v2 mount when it is writable.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -266,3 +267,23 @@ def test_real_v2_freezes_counts_and_kills_a_process_and_its_children():
         os.close(joined_r)
         os.close(joined_w)
         assert group.remove() is True
+
+
+def test_a_cgroup_still_busy_is_removed_on_a_later_try(fake_v2, monkeypatch):
+    """A run's processes may still be exiting when its cgroup is removed (EBUSY): the backend
+    tries again before its next run, through the handle the first try closed. That second try
+    raised TypeError (it looked for the processes to kill through closed descriptors), which
+    failed the next run on a loaded host."""
+    home, root = fake_v2
+    run = home.child("run-busy")
+    fake_os, busy = _cgroup.os, [True]
+
+    class _BusyOnce(_FakeCgroupfs):
+        def rmdir(self, path: str, *, dir_fd: int | None = None) -> None:
+            if busy.pop() if busy else False:
+                raise OSError(errno.EBUSY, "Device or resource busy")
+            fake_os.rmdir(path, dir_fd=dir_fd)
+
+    monkeypatch.setattr(_cgroup, "os", _BusyOnce({str(root): V2_FILES}))
+    assert run.remove(parent=home) is False and (root / "run-busy").exists()
+    assert run.remove(parent=home) is True and not (root / "run-busy").exists()
