@@ -134,3 +134,31 @@ def report_command(
     root = Path(cfg.output_dir)
     write_report(cfg, root, plan(cfg, root))
     typer.echo(f"wrote {root / 'report.md'}")
+
+
+@recipe_app.command("ship")
+def ship_command(
+    run: Path = typer.Argument(..., exists=True, file_okay=False, help="A finished recipe run's output directory."),
+    name: str = typer.Option(..., help="The trained agent's name (agents/trained/NAME), e.g. smollm2-135m-coa."),
+    figures: Path | None = typer.Option(None, help="Also copy report.md/json/png here (e.g. "
+                                                   "docs/figures/recipe_smollm2_cpu)."),
+    allow_dirty: bool = typer.Option(False, help="Ship a run made from a tree with uncommitted changes."),
+) -> None:
+    """Copy a finished run's exported adapter and provenance into the package as a trained agent."""
+    import agents
+    from coa_cli.recipe.ship import ship_run
+
+    destination = Path(agents.__file__).resolve().parent / "trained" / name
+    try:
+        record = ship_run(run, destination, figures, allow_dirty=allow_dirty)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="RUN") from error
+    primary = record["heldout"].get("primary", {})
+    scores = ", ".join(f"{stage} {figure['accuracy']:.3f}" for stage, figure in primary.items())
+    typer.echo(f"[recipe] shipped {name} -> {destination} (held-out primary: {scores}; "
+               f"commits {', '.join(c[:7] for c in record['commits'])})")
+    from agents.trained import TRAINED
+
+    if name not in TRAINED:
+        typer.echo(f"[recipe] register it in agents/trained.py TRAINED to serve it by name: "
+                   f"TrainedModel({name!r}, '...', {record['model']!r})")
