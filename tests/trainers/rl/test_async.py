@@ -4,49 +4,16 @@ version and logprob that produced it, which the loss then uses."""
 
 from __future__ import annotations
 
-import json
 import threading
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from trainers.common import deep_merge  # noqa: E402
-from trainers.rl.config import RLConfig, load_config  # noqa: E402
-
-ENV_KWARGS = {"task_options": {"difficulty": "easy", "num_tasks": 16},
-              "tools": {"wiki_search": {"backend": "bm25", "top_k": 1}},
-              "system_prompt": "Search the wiki, then answer."}
-
-
-def _config(out: Path, **overrides) -> RLConfig:
-    base = {
-        "algorithm": {"name": "dapo", "total_steps": 4, "prompts_per_step": 2, "group_size": 2,
-                      "minibatch_size": 4, "lr": 1e-3, "dynamic_sampling": False,
-                      "entropy_coef": 0.01},
-        "model": {"path": "tiny", "config_overrides": {"hidden_size": 32, "layers": 1}},
-        "env": {"id": "coa/SynthHop-v0", "kwargs": ENV_KWARGS, "max_turns": 2},
-        "rollout": {"max_new_tokens": 8, "max_response_tokens": 48},
-        "resources": {"use_ray": False, "torch_threads": 1, "micro_batch_size": 2},
-        "bookkeeping": {"save_every": 2, "output_dir": str(out), "tensorboard": False,
-                        "plot": False, "eval_every": 2, "eval_episodes": 4},
-    }
-    return load_config(values=deep_merge(base, overrides))
-
-
-def _weights(directory: Path) -> dict:
-    from safetensors.torch import load_file
-
-    state = {}
-    for path in sorted(directory.glob("*.safetensors")):
-        state.update(load_file(str(path)))
-    return state
-
-
-def _rows(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+from tests.trainers.rl.tiny_runs import final_weights as _weights  # noqa: E402
+from tests.trainers.rl.tiny_runs import metric_rows as _rows  # noqa: E402
+from tests.trainers.rl.tiny_runs import tiny_run_config as _config  # noqa: E402
 
 
 def test_streaming_loop_at_staleness_zero_reproduces_the_synchronous_loop(tmp_path):

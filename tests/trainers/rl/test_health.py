@@ -125,7 +125,8 @@ def test_an_alarm_with_stop_ends_the_run_after_a_checkpoint(tmp_path):
     """A real tiny run whose alarm is built to fire at once (a random policy's turns are all
     format violations): it stops after step 1, checkpointed, without a final model."""
     pytest.importorskip("torch")
-    from tests.trainers.rl.test_async import _config, _rows
+    from tests.trainers.rl.tiny_runs import metric_rows as _rows
+    from tests.trainers.rl.tiny_runs import tiny_run_config as _config
     from trainers.rl.loop import train
 
     out = tmp_path / "run"

@@ -15,44 +15,19 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from trainers.common import deep_merge  # noqa: E402
-from trainers.rl.config import RLConfig, load_config  # noqa: E402
-
-ENV_KWARGS = {"task_options": {"difficulty": "easy", "num_tasks": 16},
-              "tools": {"wiki_search": {"backend": "bm25", "top_k": 1}},
-              "system_prompt": "Search the wiki, then answer."}
+from tests.trainers.rl.tiny_runs import TaskOrder, metric_rows, tiny_run_config  # noqa: E402
+from tests.trainers.rl.tiny_runs import final_weights as _weights  # noqa: E402
+from trainers.rl.config import RLConfig  # noqa: E402
 
 
 def _config(out: Path, **overrides) -> RLConfig:
-    """The test run's config; ``overrides`` are dotted keys (``algorithm.name``)."""
-    base = {
-        # random weights earn no reward; the entropy bonus still moves them every step, so
-        # a resumed run that restored anything wrongly ends with different weights
-        "algorithm": {"name": "dapo", "total_steps": 4, "prompts_per_step": 2, "group_size": 2,
-                      "minibatch_size": 4, "lr": 1e-3, "dynamic_sampling": False,
-                      "entropy_coef": 0.01},
-        "model": {"path": "tiny", "config_overrides": {"hidden_size": 32, "layers": 1}},
-        "env": {"id": "coa/SynthHop-v0", "kwargs": ENV_KWARGS, "max_turns": 2},
-        "rollout": {"max_new_tokens": 8, "max_response_tokens": 48},
-        "resources": {"use_ray": False, "torch_threads": 1, "micro_batch_size": 2},
-        "bookkeeping": {"save_every": 2, "output_dir": str(out), "tensorboard": False,
-                        "plot": True, "eval_every": 2, "eval_episodes": 4},
-    }
-    return load_config(values=deep_merge(base, overrides))
-
-
-def _weights(directory: Path) -> dict:
-    from safetensors.torch import load_file
-
-    state = {}
-    for path in sorted(directory.glob("*.safetensors")):
-        state.update(load_file(str(path)))
-    assert state, f"no weights in {directory}"
-    return state
+    """The tiny run (tests/trainers/rl/tiny_runs.py), learning curve plotted; ``overrides``
+    are dotted keys (``algorithm.name``) or sections."""
+    return tiny_run_config(out, {"bookkeeping.plot": True}, **overrides)
 
 
 def _steps(out: Path) -> list[int]:
-    return [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [row["step"] for row in metric_rows(out)]
 
 
 def test_train_writes_metrics_checkpoints_and_curve_and_resume_is_exact(tmp_path):
@@ -159,20 +134,10 @@ def test_an_env_that_crashes_drops_its_whole_group_and_counts_it(tmp_path, monke
     monkeypatch.setattr(rollout_mod, "make_env", lambda config, heldout=False, env_index=0:
                         Crashing(make(config, heldout, env_index)))
 
-    class TwoTasks:  # the sampler's surface collect_groups uses
-        def __init__(self):
-            self.order = [0, 1]
-
-        def next(self):
-            return self.order.pop(0)
-
-        def state_dict(self):
-            return {"left": len(self.order)}
-
     cfg = _config(tmp_path, **{"algorithm.max_sampling_rounds": 0})
     rollouts = LocalRollouts(cfg)
     try:
-        batch = collect_groups(cfg, [TwoTasks()], rollouts, step=1)
+        batch = collect_groups(cfg, [TaskOrder(0, 1)], rollouts, step=1)
     finally:
         rollouts.close()
     assert len(batch.groups) == 1
@@ -199,19 +164,10 @@ def test_dynamic_sampling_filters_on_the_task_reward_not_the_length_shaping(tmp_
                     else episode(j, float(j.sample_index), 4) for j in jobs]
             return made, {}
 
-    class Tasks:
-        order = [0, 1]
-
-        def next(self):
-            return self.order.pop(0)
-
-        def state_dict(self):
-            return {}
-
     cfg = _config(tmp_path, **{"algorithm": {"max_sampling_rounds": 0, "dynamic_sampling": True,
                                              "overlong_buffer": 16},
                                "rollout.max_response_tokens": 48})
-    batch = collect_groups(cfg, [Tasks()], Rollouts(), step=1)
+    batch = collect_groups(cfg, [TaskOrder(0, 1)], Rollouts(), step=1)
     assert [{t.info["task_index"] for t in g} for g in batch.groups] == [{1}]
     assert batch.stats["sampling/groups_filtered_all_equal"] == 1
 
@@ -321,18 +277,9 @@ def test_episodes_without_a_verdict_leave_the_loss_and_are_counted(tmp_path):
                     for j in jobs]
             return made, {}
 
-    class Tasks:
-        order = [0, 1]
-
-        def next(self):
-            return self.order.pop(0)
-
-        def state_dict(self):
-            return {}
-
     cfg = _config(tmp_path, **{"algorithm": {"max_sampling_rounds": 0, "group_size": 3,
                                              "minibatch_size": 6}})
-    batch = collect_groups(cfg, [Tasks()], Rollouts(), step=1)
+    batch = collect_groups(cfg, [TaskOrder(0, 1)], Rollouts(), step=1)
     assert [[t.info["task_index"] for t in g] for g in batch.groups] == [[0, 0]]
     assert not any(t.status is EpisodeStatus.ERROR_REWARD for g in batch.groups for t in g)
     assert batch.stats["sampling/episodes_dropped_unscored"] == 3

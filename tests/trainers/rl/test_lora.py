@@ -12,29 +12,18 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from trainers.common import deep_merge  # noqa: E402
-from trainers.rl.config import RLConfig, load_config  # noqa: E402
+from tests.trainers.rl.tiny_runs import tiny_run_config  # noqa: E402
+from trainers.rl.config import RLConfig  # noqa: E402
 
-ENV_KWARGS = {"task_options": {"difficulty": "easy", "num_tasks": 16},
-              "tools": {"wiki_search": {"backend": "bm25", "top_k": 1}},
-              "system_prompt": "Search the wiki, then answer."}
 LORA = {"r": 4, "alpha": 8}
+# the tiny run with a rank-4 adapter: 3 steps at a learning rate that moves it, a checkpoint
+# every step, no eval
+LORA_RUN = {"algorithm": {"total_steps": 3, "lr": 1e-2}, "model": {"lora": LORA},
+            "bookkeeping": {"save_every": 1, "eval_every": 0}}
 
 
 def _config(out: Path, **overrides) -> RLConfig:
-    base = {
-        "algorithm": {"name": "dapo", "total_steps": 3, "prompts_per_step": 2, "group_size": 2,
-                      "minibatch_size": 4, "lr": 1e-2, "dynamic_sampling": False,
-                      "entropy_coef": 0.01},
-        "model": {"path": "tiny", "config_overrides": {"hidden_size": 32, "layers": 1},
-                  "lora": LORA},
-        "env": {"id": "coa/SynthHop-v0", "kwargs": ENV_KWARGS, "max_turns": 2},
-        "rollout": {"max_new_tokens": 8, "max_response_tokens": 48},
-        "resources": {"use_ray": False, "torch_threads": 1, "micro_batch_size": 2},
-        "bookkeeping": {"save_every": 1, "output_dir": str(out), "tensorboard": False,
-                        "plot": False, "eval_every": 0},
-    }
-    return load_config(values=deep_merge(base, overrides))
+    return tiny_run_config(out, LORA_RUN, **overrides)
 
 
 def _adapter(directory: Path) -> dict:

@@ -4,13 +4,10 @@ a busy 2-core CPU, ~20 s on a GPU machine's CPU)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from agents.tiny import synthetic_coa_texts  # noqa: E402
 from trainers.sft import load_config, train  # noqa: E402
 from trainers.sft.model import compile_layers  # noqa: E402
 
@@ -32,12 +29,8 @@ def test_compile_refuses_a_model_without_decoder_layers():
 
 
 @pytest.mark.slow
-def test_a_compiled_run_trains_like_the_eager_run(tmp_path):
-    rows = [{"messages": [{"role": "user", "content": f"q {i}"},
-                          {"role": "assistant", "content": text}]}
-            for i, text in enumerate(synthetic_coa_texts(16, seed=4))]
-    data = tmp_path / "d.jsonl"
-    data.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+def test_a_compiled_run_trains_like_the_eager_run(tmp_path, write_messages_data):
+    data = write_messages_data(tmp_path / "d.jsonl", 16, 4)
 
     def config(out, compiled):
         return load_config(values={

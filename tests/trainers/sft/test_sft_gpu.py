@@ -41,16 +41,10 @@ def test_varlen_kernel_matches_per_sample_sdpa_in_bf16(tiny_tokenizer):
         assert torch.allclose(a, b, rtol=5e-2, atol=5e-3)
 
 
-def test_bf16_training_on_cuda_lowers_the_loss(tmp_path):
-    import json
-
+def test_bf16_training_on_cuda_lowers_the_loss(tmp_path, write_messages_data):
     from trainers.sft import load_config, train
 
-    rows = [{"messages": [{"role": "user", "content": f"question {i}"},
-                          {"role": "assistant", "content": text}]}
-            for i, text in enumerate(synthetic_coa_texts(64, seed=4))]
-    data = tmp_path / "sft.jsonl"
-    data.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    data = write_messages_data(tmp_path / "sft.jsonl", 64, 4)
     result = train(load_config(values={
         "model": {"path": "tiny", "tiny": {"vocab_size": 512, "hidden_size": 128}},
         "data": {"train_path": str(data), "max_seq_len": 512, "pack_len": 2048},
