@@ -144,8 +144,9 @@ class Worker:
         done_r, done_w = os.pipe() if self.session else (-1, -1)
         fds = [fd for fd in (out_w, err_w, status_w, req_r, done_w) if fd >= 0]
         workdir = None if self.jail else tempfile.mkdtemp(prefix="run-", dir=self.scratch_root)
-        # Counted here, between runs: the child's own /proc shows only its namespace.
-        process_base = count_processes_of(os.getuid()) if self.shared_uid else 0
+        # Counted here, between runs: the child's own /proc shows only its namespace. With a
+        # cgroup one more: its pids controller must refuse first, as only it counts refusals.
+        process_base = (count_processes_of(os.getuid()) if self.shared_uid else 0) + (self.home is not None)
         meta = {"profile": list(self.profile), "process_base": process_base, "workdir": workdir,
                 "private_request": private}  # fmt: skip
         cgroup = None

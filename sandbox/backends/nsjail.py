@@ -83,6 +83,9 @@ def nsjail_argv(
     if limits.network:
         root = root.with_network_files()
     harness_files = 3  # their directory and two mount points live in the quota'd /tmp
+    # The harness's own figure (one above max_processes with a cgroup, whose pids controller must
+    # refuse first): nsjail's is a hard limit the harness could not raise.
+    processes = harness_config.get("rlimits", [0, 0, limits.max_processes])[2]
     argv = [
         nsjail, "--mode", "o", "--really_quiet",
         "--cwd", SCRATCH,
@@ -92,7 +95,7 @@ def nsjail_argv(
         "--rlimit_as", str(limits.memory_mb),
         "--rlimit_fsize", str(limits.max_file_mb),
         "--rlimit_nofile", str(limits.max_open_files),
-        "--rlimit_nproc", str(limits.max_processes),
+        "--rlimit_nproc", str(processes),
         "--seccomp_string", kafel_policy(limits.network),
         "--pass_fd", "3", "--pass_fd", "4",
     ]  # fmt: skip

@@ -223,7 +223,8 @@ class SubprocessBackend:
         rlimits = [
             max(1, math.ceil(limits.cpu_s)),
             limits.memory_mb * 1024 * 1024,
-            limits.max_processes + self._process_base(),
+            # With a cgroup one more: its pids controller must refuse first (only it counts refusals).
+            limits.max_processes + self._process_base() + (1 if cgroup_fds else 0),
             limits.max_file_mb * 1024 * 1024,
             limits.max_open_files,
         ]

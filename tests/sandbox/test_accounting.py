@@ -129,6 +129,40 @@ def test_process_limit_counts_the_whole_run_and_is_reported(jail):
     still_correct(jail)
 
 
+CAUGHT_REFUSALS = r"""
+import os, threading, time
+forks = threads = 0
+try:
+    while forks < 64:
+        if os.fork() == 0:
+            time.sleep(3)
+            os._exit(0)
+        forks += 1
+except OSError:
+    pass
+try:
+    while threads < 64:
+        threading.Thread(target=time.sleep, args=(3,), daemon=True).start()
+        threads += 1
+except RuntimeError:
+    pass
+print(forks, threads, flush=True)
+"""
+
+
+@pytest.mark.parametrize("max_processes", [8, 32])
+def test_a_refused_fork_the_code_catches_still_says_process_limit(jail, max_processes):
+    """Code that catches the refusal and goes on (a fork bomb wrapped in ``try``) still hit the
+    limit: the result says so. (Both RLIMIT_NPROC and the pids controller allowed
+    ``max_processes``; the rlimit refused first, and only the controller counts what it refuses:
+    ``ok`` with no limit named.)"""
+    result = jail.run(CAUGHT_REFUSALS, limits=Limits(max_processes=max_processes, cpu_s=5, wall_s=15))
+    forks, threads = (int(word) for word in result.stdout.split())
+    assert forks + 1 <= max_processes and threads <= max_processes, result
+    assert (result.status, result.limit_hit) == (Status.VIOLATION, "process_limit"), result
+    still_correct(jail)
+
+
 def test_threads_count_against_the_process_limit(jail):
     code = ("import threading, time\nstarted = 0\ntry:\n    for _ in range(64):\n"
             "        threading.Thread(target=time.sleep, args=(3,), daemon=True).start()\n        started += 1\n"
