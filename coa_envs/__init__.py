@@ -9,17 +9,7 @@ from coa_envs.env import CoAEnv
 from coa_envs.registry import ids, register_all
 from coa_envs.types import ErrorKind, Reward, RewardResult, Task, Tool, ToolContext, ToolResult
 
-__all__ = [
-    "CoAEnv",
-    "ErrorKind",
-    "Reward",
-    "RewardResult",
-    "Task",
-    "Tool",
-    "ToolContext",
-    "ToolResult",
-    "ids",
-]
+__all__ = ["CoAEnv", "ErrorKind", "Reward", "RewardResult", "Task", "Tool", "ToolContext", "ToolResult", "ids"]
 __version__ = "0.1.0"
 
 register_all()

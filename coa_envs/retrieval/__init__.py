@@ -30,21 +30,9 @@ from coa_envs.retrieval.corpus import (
 )
 
 __all__ = [
-    "BACKENDS",
-    "CorpusError",
-    "Passage",
-    "RetrievalError",
-    "RetrievalIndexError",
-    "Retriever",
-    "RetrieverBadResponse",
-    "RetrieverUnavailable",
-    "SearchHit",
-    "build_hint",
-    "build_index",
-    "iter_corpus",
-    "open_retriever",
-    "passage_from_row",
-    "write_corpus",
+    "BACKENDS", "CorpusError", "Passage", "RetrievalError", "RetrievalIndexError", "Retriever",
+    "RetrieverBadResponse", "RetrieverUnavailable", "SearchHit", "build_hint", "build_index",
+    "iter_corpus", "open_retriever", "passage_from_row", "write_corpus"
 ]
 
 BACKENDS = ("bm25", "dense", "remote")
