@@ -49,6 +49,11 @@ def test_errors_use_openais_schema_and_statuses(gateway):
     raw = httpx.post(f"{url}/v1/chat/completions", json={"model": "tiny"})
     assert raw.status_code == 400 and raw.json()["error"]["param"] == "messages"
     assert set(raw.json()["error"]) == {"message", "type", "code", "param"}
+    for messages, param in (([{"content": "hi"}], "messages[0].role"), ([{"role": "robot", "content": "hi"}],
+                            "messages[0].role"), ([*HELLO, {"role": "user"}], "messages[1].content")):
+        with pytest.raises(openai.BadRequestError) as malformed:
+            client.chat.completions.create(model="tiny", messages=messages)
+        assert malformed.value.body["param"] == param
     # neutral values of unimplemented fields are accepted (they change nothing)
     ok = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=2, frequency_penalty=0,
                                         response_format={"type": "text"}, user="u1")
