@@ -64,6 +64,11 @@ for name in PROJECT_PACKAGES:
             continue
         project += [os.path.join(parent, entry) for entry in siblings
                     if entry.startswith("coa_envs-") and entry.endswith((".dist-info", ".egg-info"))]
+# Copies an import does not find (an installed one behind a checkout on sys.path) hold task files too.
+import site
+for entry in {*sys.path, *getattr(site, "getsitepackages", list)(), getattr(site, "USER_SITE", None) or ""}:
+    if entry and os.path.isdir(os.path.join(entry, "coa_envs", "data")):
+        project.append(os.path.realpath(os.path.join(entry, "coa_envs")))
 print(json.dumps({
     "executable": sys.executable,
     "base_executable": getattr(sys, "_base_executable", sys.executable),

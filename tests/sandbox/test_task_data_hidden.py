@@ -33,6 +33,8 @@ import sandbox
 from sandbox import Limits
 from sandbox.backends import BackendUnavailable, get_backend
 package = os.path.dirname(importlib.util.find_spec("coa_envs").origin)
+if len(sys.argv) > 3:  # another copy's package directory to attack (one find_spec does not find)
+    package = sys.argv[3]
 data = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(package, "data")) for f in fs]
 attack = '''
 import json, os
@@ -90,12 +92,13 @@ def wheel(tmp_path_factory) -> Path:
     return next((base / "dist").glob("coa_envs-*.whl"))
 
 
-def _probe(python: str, path_entry: str, cwd: Path) -> dict:
+def _probe(python: str, path_entry: str, cwd: Path, attacked: str | None = None) -> dict:
     """Run :data:`PROBE` with ``python`` from ``cwd`` (not the checkout: ``-c`` puts the working
-    directory on ``sys.path``) and no PYTHONPATH, so that the installed copy is imported."""
+    directory on ``sys.path``) and no PYTHONPATH, so that the installed copy is imported
+    (``attacked``: the package directory whose task files the runs try, if not that one)."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/root"}
-    out = subprocess.run([python, "-c", PROBE, path_entry, ",".join(BACKENDS)], capture_output=True, text=True,
-                         timeout=300, env=env, cwd=cwd, check=False)
+    argv = [python, "-c", PROBE, path_entry, ",".join(BACKENDS), *([attacked] if attacked else [])]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=cwd, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.splitlines()[-1])
 
@@ -123,6 +126,32 @@ def test_a_wheel_installed_in_a_venv_keeps_its_task_files_from_runs(wheel, tmp_p
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--ignore-installed", str(wheel)],
                    check=True, timeout=300, capture_output=True)
     _assert_hidden(_probe(python, "", tmp_path), str(venv))
+
+
+def test_an_installed_copy_shadowed_by_a_checkout_keeps_its_task_files_from_runs(wheel, tmp_path):
+    """A wheel in the venv's site-packages and a checkout ahead of it on ``sys.path`` (a developer
+    who installed the project once, then works from a checkout): the sandbox imports the
+    checkout's copy, and the installed one, inside the prefix every run sees, was left readable
+    (only the copy an import finds was hidden)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    python = str(venv / "bin" / "python")
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--ignore-installed", str(wheel)],
+                   check=True, timeout=300, capture_output=True)
+    installed = subprocess.run([python, "-I", "-c", "import coa_envs, os; print(os.path.dirname(coa_envs.__file__))"],
+                               capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    assert installed.startswith(str(venv)), installed
+    report = _probe(python, str(CHECKOUT), tmp_path, attacked=installed)
+    assert report["sandbox"].startswith(str(CHECKOUT)), report["sandbox"]  # the checkout's copy ran
+    assert report["package"] == installed and report["files"] > 0, report
+    ran = 0
+    for name, run in report["runs"].items():
+        if "skipped" not in run:
+            ran += 1
+            assert run["status"] == Status.OK, (name, run)
+            assert json.loads(run["stdout"])["read"] == {}, (name, run["stdout"][:300])
+    assert ran, report["runs"]
 
 
 def test_a_target_directory_install_keeps_its_task_files_from_runs(wheel, tmp_path):
