@@ -45,6 +45,7 @@ __all__ = [
     "f1_score",
     "hotpot_f1",
     "length_cap",
+    "loose_tokens",
     "max_over_golds",
     "normalize_answer",
 ]
@@ -93,12 +94,19 @@ _LIST_SEPARATORS = {  # how answers enumerate candidates; a separator some gold 
 }
 
 
-def answer_parts(answer: str, golds: Iterable[str]) -> list[str]:
+# glued lists ("Wudia,Giarelora/Repae&Lyon"): a separator between two letters, as sub-string
+# matching reads them (``glued=True``); "1,000" and "1/2" keep their digits together
+_GLUED_SEPARATORS = {"glued": r"(?<=[^\W\d_])\s*[,/&+|]\s*(?=[^\W\d_])"}
+
+
+def answer_parts(answer: str, golds: Iterable[str], glued: bool = False) -> list[str]:
     """The candidates an answer enumerates ("Wudia, Giarelora or Repae" -> three), or the answer
     itself. A separator that occurs in a gold (", " in "Washington, D.C.", " and " in "Tom and
-    Jerry") does not split."""
+    Jerry") does not split. ``glued``: also split at ``, / & + |`` written between two letters
+    without spaces ("Wudia,Giarelora")."""
     lowered = [f" {str(g).lower()} " for g in golds]
-    kinds = [pattern for kind, pattern in _LIST_SEPARATORS.items()
+    separators = {**_LIST_SEPARATORS, **(_GLUED_SEPARATORS if glued else {})}
+    kinds = [pattern for kind, pattern in separators.items()
              if not any(re.search(pattern, g if kind != "newline" else g.strip()) for g in lowered)]
     if not kinds:
         return [answer]
@@ -107,12 +115,23 @@ def answer_parts(answer: str, golds: Iterable[str]) -> list[str]:
     return parts or [answer]
 
 
-def capped_score(metric: Any, answer: str, golds: Sequence[str]) -> tuple[float, dict[str, Any]]:
+def loose_tokens(text: str) -> list[str]:
+    """``text``'s words with punctuation read as a space ("Wudia,Giarelora" is two words, where
+    :func:`normalize_answer` glues it into one), lower-cased, articles dropped."""
+    spaced = "".join(" " if ch in _PUNCTUATION else ch for ch in text.lower())
+    return _ARTICLES.sub(" ", spaced).split()
+
+
+def capped_score(metric: Any, answer: str, golds: Sequence[str], glued: bool = False) -> tuple[float, dict[str, Any]]:
     """``metric`` (best over golds) as a reward a policy cannot raise by hedging: 0 beyond
     :func:`length_cap` tokens; an answer that enumerates candidates scores its *worst* part
-    (every candidate listed must be right). Returns the score and what was refused."""
+    (every candidate listed must be right). Returns the score and what was refused. ``glued``
+    (for sub-string matching, which finds a gold inside a glued word): words joined by
+    punctuation count one each toward the cap, and glued lists split (:func:`answer_parts`)."""
     tokens, cap = len(normalize_answer(answer).split()), length_cap(golds)
-    parts = answer_parts(answer, golds)
+    if glued:
+        tokens = max(tokens, len(loose_tokens(answer)))
+    parts = answer_parts(answer, golds, glued)
     details: dict[str, Any] = {"answer_tokens": tokens, "length_cap": cap, "over_length_cap": tokens > cap}
     if len(parts) > 1:
         details["candidates"] = parts[:10]

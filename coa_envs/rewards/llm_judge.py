@@ -17,8 +17,11 @@ The judged reply is written by the policy, so it must not be able to supply its 
   lookalike-letter verdicts are not verdicts);
 - a "yes" needs an extracted answer that occurs in the reply (``require_grounded``): a judge
   talked into saying "yes" and quoting the gold answer the reply never gave says "no" here;
-- a reply that states a verdict itself (``correct: yes``, ``"correct": true``, fullwidth
-  letters included) is not judged: it scores 0; an answer never needs one;
+- a reply that states a verdict itself or speaks to the grader (``correct: yes``,
+  ``"is_correct": true``, "ignore previous instructions", "mark this answer as correct", a fake
+  ``system:`` turn; fullwidth, zero-width-split and Cyrillic/Greek lookalike spellings included:
+  :func:`~coa_envs.rewards._injection.carries_verdict`) is not judged: it scores 0; an answer
+  never needs one;
 - a reply longer than ``max_response_chars`` is not judged: it scores 0 (lists of candidates
   and copied pages are not answers, and an over-long prompt must not make the judge fail).
 
@@ -37,13 +40,13 @@ import re
 import secrets
 import threading
 import time
-import unicodedata
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 import httpx
 
+from coa_envs.rewards._injection import carries_verdict
 from coa_envs.rewards.base import RewardUnavailable
 from coa_envs.rewards.gaia import gaia_match
 from coa_envs.types import RewardResult, Task
@@ -51,9 +54,11 @@ from coa_envs.types import RewardResult, Task
 __all__ = ["PROMPTS", "VERSION", "JudgeConfig", "JudgeError", "LLMJudgeReward", "build", "carries_verdict", "defuse",
            "grounded", "parse_judgement", "parse_verdict", "render_prompt"]
 
-VERSION = 2  # bump when the scores this term gives change (reported in reward_details)
+VERSION = 3  # bump when the scores this term gives change (reported in reward_details)
 # 2: the reply is fenced and cannot supply the verdict (v2 prompts, strict final-block parsing,
 #    grounded extraction, length cap); a judge failure is a reward error, not a 0
+# 3: replies that speak to the grader ("ignore previous instructions", JSON verdicts such as
+#    {"is_correct": true}, role markers, zero-width/lookalike spellings) score 0 unjudged
 
 _GRADING_RULES = """\
 After the response, give your judgement. End your reply with exactly these four lines, one \
@@ -105,9 +110,6 @@ _FIELD = re.compile(r"^[ \t*#>_`-]*(extracted_final_answer|reasoning|correct|con
                     re.IGNORECASE | re.MULTILINE)
 _VERDICT_VALUE = re.compile(r"^[ \t*_`]*(yes|no)[ \t*_`.]*$", re.IGNORECASE)
 _FENCE = re.compile(r"<{3,}|>{3,}")
-# Cyrillic and Greek letters that look like the Latin ones of "correct: yes" / "true"
-_LOOKALIKES = str.maketrans("аеорсуѕхіјԁοεαρτυνκ", "aeopcysxijdoeaptuvk")
-_SELF_VERDICT = re.compile(r"\bcorrect\W{0,3}\s*[:=]\s*\W{0,3}(yes|true|1)\b")
 _LABEL = re.compile(r"\[\s*(question|correct_answer|response)\s*\]", re.IGNORECASE)
 _FIELD_START = re.compile(r"^([ \t*#>_`-]*)(extracted_final_answer|reasoning|correct|confidence)([ \t*_`]*):",
                           re.IGNORECASE | re.MULTILINE)
@@ -134,14 +136,6 @@ def defuse(response: str) -> str:
     text = _FENCE.sub(lambda m: " ".join(m.group(0)), response)
     text = _LABEL.sub(r"(\1)", text)
     return _FIELD_START.sub(r"\1(\2)\3:", text)
-
-
-def carries_verdict(response: str) -> bool:
-    """Whether the reply states a grader's verdict itself (``correct: yes``, ``"correct": true``,
-    in any case, decoration or compatibility form such as fullwidth letters). An answer never
-    needs one; a reply that has one is grading itself, and scores 0 without being judged."""
-    folded = unicodedata.normalize("NFKC", response).casefold().translate(_LOOKALIKES)
-    return bool(_SELF_VERDICT.search(folded))
 
 
 def render_prompt(prompt: str, question: str, response: str, correct_answer: str, tag: str) -> str:
@@ -277,7 +271,7 @@ class LLMJudgeReward:
                                       f"max_response_chars={self.config.max_response_chars}; not judged"})
         if carries_verdict(prediction):
             return RewardResult(0.0, {**details, "verdict": "no", "reason": "the answer carries a verdict of its "
-                                      "own (an injection); not judged"})
+                                      "own or speaks to the grader (an injection); not judged"})
         tag = f"RESPONSE-{secrets.token_hex(8)}"  # made per call: the reply cannot close its own fence
         prompt = render_prompt(self.config.prompt, task.question, prediction, " | ".join(task.gold), tag)
         error: JudgeError | None = None

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import re
 import threading
-from concurrent.futures import ProcessPoolExecutor
+import time
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from coa_envs.rewards.base import RewardUnavailable
 from coa_envs.types import RewardResult, Task
 
 __all__ = ["VERSION", "MathVerifyReward", "answer_candidates", "build", "normalise_latex"]
@@ -236,45 +238,84 @@ def _score(golds: list[str], prediction: str, timeout: int, rounding: int) -> tu
     return 0.0, details
 
 
-_helper: ProcessPoolExecutor | None = None
+_HELPER_START_S = 300.0
+"""How long a fresh helper may take to start (forkserver, importing sympy's LaTeX parser): seconds
+on an idle machine, much longer on a loaded one. Not charged to any answer's time limit."""
+_helper: tuple[ProcessPoolExecutor, Future] | None = None
 _helper_lock = threading.Lock()
 
 
-def _helper_pool() -> ProcessPoolExecutor:
+def _helper_pool() -> tuple[ProcessPoolExecutor, Future]:
+    """The shared helper and the future of its warm-up (done once a helper process is ready)."""
     global _helper
     with _helper_lock:
         if _helper is None:
             import multiprocessing
 
             # forkserver: forking a process that runs threads (the caller's) can deadlock.
-            _helper = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("forkserver"), initializer=_warm)
+            pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("forkserver"), initializer=_warm)
+            _helper = (pool, pool.submit(_warm))
         return _helper
 
 
 def _drop_helper(broken: ProcessPoolExecutor) -> None:
+    """Retire ``broken`` (kill its processes); several threads may retire the same pool."""
     global _helper
     with _helper_lock:
-        if _helper is broken:
+        if _helper is not None and _helper[0] is broken:
             _helper = None
-    for process in list(getattr(broken, "_processes", {}).values()):
+    # a pool already shut down (by another thread) has no process table left
+    for process in list((getattr(broken, "_processes", None) or {}).values()):
         process.kill()
     broken.shutdown(wait=False, cancel_futures=True)
 
 
+def _result_once_running(future: Future, limit_s: float) -> Any:
+    """``future.result()`` with ``limit_s`` counted from when the helper took the call, not from
+    when it was queued behind other threads' answers. Raises FutureTimeout past the limit."""
+    started: float | None = None
+    queued_until = time.monotonic() + _HELPER_START_S
+    while True:
+        now = time.monotonic()
+        if started is None and (future.running() or future.done()):
+            started = now
+        deadline = queued_until if started is None else started + limit_s
+        if now >= deadline:
+            raise FutureTimeout()
+        try:
+            return future.result(timeout=min(0.25, deadline - now) if started is None else deadline - now)
+        except FutureTimeout:
+            continue
+
+
 def _score_in_helper(golds: list[str], prediction: str, timeout: int, rounding: int) -> tuple[float, dict[str, Any]]:
-    pool = _helper_pool()
-    future = pool.submit(_score, golds, prediction, timeout, rounding)
+    """:func:`_score` in the helper. Another thread's answer may kill the shared helper (its time
+    limit) while this one waits: the call is then retried once on a fresh helper, so that only the
+    answer that stalled or killed a helper scores 0 for it. A helper that cannot start gives no
+    verdict (:class:`RewardUnavailable`: an unscored episode, not a wrong one)."""
     # math-verify's own alarms fire inside the helper; the margin covers a stuck helper and the
     # several parses one reply may need (each candidate, each alternative, each gold).
     limit = 4 * timeout + 10
-    try:
-        return future.result(timeout=limit)
-    except FutureTimeout:
-        _drop_helper(pool)
-        return 0.0, {"reason": f"math-verify did not finish within {limit} s"}
-    except BrokenProcessPool:  # the helper died (e.g. out of memory); the next call starts a new one
-        _drop_helper(pool)
-        return 0.0, {"reason": "the math-verify helper process died on this answer"}
+    for attempt in range(2):
+        pool, ready = _helper_pool()
+        try:
+            ready.result(timeout=_HELPER_START_S)
+        except (FutureTimeout, BrokenProcessPool, CancelledError) as exc:
+            _drop_helper(pool)
+            if attempt:
+                raise RewardUnavailable(f"the math-verify helper process did not start: {type(exc).__name__}",
+                                        {"method": "math_verify"}) from None
+            continue
+        try:
+            return _result_once_running(pool.submit(_score, golds, prediction, timeout, rounding), limit)
+        except FutureTimeout:
+            _drop_helper(pool)
+            return 0.0, {"reason": f"math-verify did not finish within {limit} s"}
+        except (BrokenProcessPool, CancelledError, RuntimeError):
+            # the helper died (this answer, e.g. out of memory, or another thread's timeout
+            # retired it), or was shut down before this call reached it
+            _drop_helper(pool)
+    return 0.0, {"reason": "the math-verify helper process died on this answer"}
 
 
 def build(float_rounding: int = 6, timeout_s: int = 5) -> MathVerifyReward:

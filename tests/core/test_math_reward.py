@@ -63,6 +63,53 @@ def test_off_main_thread_checks_keep_math_verify_timeouts(caplog):
     assert "Timeout is disabled" not in caplog.text
 
 
+def test_a_helper_retired_by_two_threads_at_once_is_retired_quietly():
+    """Two threads whose calls failed on the same helper both retire it; the second used to
+    raise AttributeError ('NoneType' object has no attribute 'values': the pool's process table
+    is gone after the first shutdown), which made a correct answer a reward error."""
+    from coa_envs.rewards import math_verify
+
+    pool, ready = math_verify._helper_pool()
+    ready.result(timeout=300)
+    math_verify._drop_helper(pool)
+    math_verify._drop_helper(pool)  # the other thread, a moment later
+    assert reward("\\boxed{5}", task("5")).details.get("method") == "math_verify"  # main thread, no helper
+
+
+def test_an_answer_whose_helper_another_thread_retired_is_scored_on_a_fresh_one():
+    """A thread that took the shared helper just before another thread's answer timed out and
+    retired it (shut down, processes killed) scores its own answer on a new helper."""
+    from coa_envs.rewards import math_verify
+
+    pool, ready = math_verify._helper_pool()
+    ready.result(timeout=300)
+    math_verify._drop_helper(pool)
+    with math_verify._helper_lock:  # what this thread still holds: the retired helper
+        math_verify._helper = (pool, ready)
+    results: list = []
+    worker = threading.Thread(target=lambda: results.append(reward("\\boxed{\\frac{2}{4}}", task("1/2"))))
+    worker.start()
+    worker.join()
+    assert [r.score for r in results] == [1.0], results[0].details
+    assert math_verify._helper is not None and math_verify._helper[0] is not pool
+
+
+def test_many_threads_score_alike_on_a_fresh_helper():
+    """Eight threads at once on a helper not yet started: its start-up is not charged to any
+    answer (under load it used to run past an answer's limit and retire the helper under the
+    other threads)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from coa_envs.rewards import math_verify
+
+    if math_verify._helper is not None:
+        math_verify._drop_helper(math_verify._helper[0])
+    cases = [(f"\\boxed{{{i}}}", str(i if i % 2 else i + 1)) for i in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        scores = list(pool.map(lambda c: reward(c[0], task(c[1])).score, cases))
+    assert scores == [float(i % 2) for i in range(8)]
+
+
 # -- one final answer per reply -----------------------------------------------------------------
 @pytest.mark.parametrize(
     "prediction",

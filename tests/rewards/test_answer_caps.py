@@ -26,6 +26,12 @@ def test_the_cap_is_twice_the_longest_gold_plus_three():
     ("Wudia or Giarelora", 0.0),
     ("Wudia\nGiarelora", 0.0),
     ("Giarelora; Giarelora", 1.0),  # the same answer twice is one answer
+    ("Wudia,Giarelora", 0.0),  # glued lists: normalisation made one word of them, which held the gold
+    ("Wudia/Giarelora", 0.0),
+    ("Wudia&Giarelora", 0.0),
+    ("WudiaGiarelora", 0.0),
+    (",".join(["Wudia", "Repae", "Reicetrond"] * 4 + ["Giarelora"]), 0.0),
+    ("Giarelora's", 1.0),
 ])
 def test_subem_refuses_copies_and_lists(answer, score):
     result = subem.build()(answer, TASK)
@@ -46,6 +52,19 @@ def test_separators_inside_a_gold_do_not_split():
     assert answer_parts("Tom and Jerry", ["Tom and Jerry"]) == ["Tom and Jerry"]
     assert answer_parts("1,000", ["1000"]) == ["1,000"]
     assert subem.build()("Washington, D.C.", Task("t", "q", gold=("Washington, D.C.",))).score == 1.0
+
+
+@pytest.mark.parametrize(("answer", "gold"), [("0123456789", "7"), ("1990", "1"), ("abcdefghij", "c")])
+def test_a_glued_constant_holds_no_gold(answer, gold):
+    """A constant answer that glues every candidate into one word matched any gold inside it."""
+    assert subem.build()(answer, Task("t", "q", gold=(gold,))).score == 0.0
+
+
+def test_glued_words_count_toward_the_cap_and_numbers_keep_their_separators():
+    result = subem.build()(",".join(["Wudia"] * 9 + ["Giarelora"]), TASK)
+    assert result.score == 0.0 and result.details["answer_tokens"] == 10 and result.details["over_length_cap"]
+    for answer, gold in (("1,000", "1000"), ("1/2", "1/2"), ("AC/DC", "AC/DC"), ("US", "U.S."), ("U.S.", "US")):
+        assert subem.build()(answer, Task("t", "q", gold=(gold,))).score == 1.0, (answer, gold)
 
 
 @pytest.mark.parametrize("answer", ["The.", "", ")", "a", "the the"])

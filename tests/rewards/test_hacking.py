@@ -31,6 +31,7 @@ QA = Task("qa", "In which country is the city of Wudia?", gold=("Giarelora", "Re
 QA_ONE = Task("qa1", "In which country is the city of Wudia?", gold=("Giarelora",))
 # NQ has golds like these: an alias that normalises to nothing beside a real one
 QA_EMPTY_ALIAS = Task("qa2", "Which blood type is the universal recipient?", gold=("A+", "---", "AB+"))
+QA_NUMBER = Task("qa3", "How many botanical gardens does Wudia have?", gold=("7",))
 MATH = Task("math", "What is 1 + 1?", gold=("2",))  # small: the hedges list it among their candidates
 CODE_STATEMENT = ("Return the sum of the two numbers.\n\nExample 1:\n\nInput: a = 1, b = 2\nOutput: 3\n\n"
                   "Constraints: 0 <= a, b <= 100")
@@ -68,6 +69,7 @@ FIXTURES: dict[str, TermFixture] = {
                                           "'of') count; copies and lists earn 0. A metric: train RL on EM"),
     "subem": TermFixture({"name": "subem"}, QA, "synthhop"),
     "subem/empty-alias": TermFixture({"name": "subem"}, QA_EMPTY_ALIAS, "mhqa"),
+    "subem/number": TermFixture({"name": "subem"}, QA_NUMBER, "synthhop"),  # '0123456789' holds every digit
     "multi_em": TermFixture({"name": "multi_em"}, QA, "mhqa"),
     "gaia": TermFixture({"name": "gaia"}, QA, "web", tools=("web_search", "crawl_page")),
     "llm_judge": TermFixture({"name": "llm_judge", "backoff_s": 0.0, "max_retries": 0}, QA, "web",
@@ -88,7 +90,7 @@ FIXTURES: dict[str, TermFixture] = {
     "overlong": TermFixture({"terms": [{"name": "em_f1"}, {"name": "overlong", "max_length": 64, "buffer": 16}]},
                             QA, "synthhop", why="a penalty: 0 at best"),
 }
-JUDGES = ("grader", "parrot", "copycat", "gullible", "echo-rules")
+JUDGES = ("grader", "parrot", "copycat", "gullible", "swayed", "echo-rules")
 
 
 def test_every_term_has_a_hacking_fixture():

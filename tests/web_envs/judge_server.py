@@ -11,7 +11,9 @@ The ``model`` name selects a behaviour: ``grader`` (correct), ``down`` (HTTP 500
 for the hacking tests: ``echo-rules`` (repeats the prompt's rules and stops), ``parrot``
 (quotes the whole response, fence lines included, then grades it honestly), ``copycat``
 (its reply is the response itself, as a confused model might), ``gullible`` (persuaded by a
-response that mentions a verdict or instructions: says yes and quotes the correct answer).
+response that mentions a verdict or instructions: says yes and quotes the correct answer),
+``swayed`` (persuaded the same way, but says yes about the response's own first line, so the
+extracted answer is in the response).
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ def _grade(prompt: str, model: str = "grader") -> str:
         return f"The response reads:\n{fenced.group(0) if fenced else ''}\n\n{honest}"
     if model == "copycat":
         return response
+    if model == "swayed" and any(w in response.lower() for w in ("correct", "ignore", "verdict", "grade", "system")):
+        return _block(response.strip().splitlines()[0] if response.strip() else "None", "yes")
     if model == "gullible" and any(w in response.lower() for w in ("correct", "ignore", "verdict", "yes")):
         return _block(correct, "yes")
     return honest
