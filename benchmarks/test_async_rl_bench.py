@@ -192,10 +192,9 @@ def test_async_vs_sync_throughput_at_equal_heldout_reward(tmp_path, warm_model, 
 
 def test_lora_vs_full_learner_step_optimiser_memory_and_sync_bytes(tmp_path):
     from agents.models import is_installed
-    from agents.trajectory import Trajectory
-    from trainers.rl.batch import collate
     from trainers.rl.learner import Learner
     from trainers.rl.metrics import weights_nbytes
+    from trainers.rl.synthetic import random_batch
 
     if not is_installed("smollm2-135m"):
         pytest.skip("needs smollm2-135m")
@@ -203,18 +202,8 @@ def test_lora_vs_full_learner_step_optimiser_memory_and_sync_bytes(tmp_path):
     print(f"\n[lora-bench] load before: {os.getloadavg()}")
     learners = {"full": Learner(_config(tmp_path, "smollm2-135m", **{"model.lora.r": 0})),
                 "lora": Learner(_config(tmp_path, "smollm2-135m"))}
-    gen = torch.Generator().manual_seed(0)
-    vocab = learners["full"].policy.config.vocab_size
-    trajectories = []
-    for i in range(8):
-        t = Trajectory(env_id="bench", task_id=str(i), reward=float(i % 2),
-                       prompt_ids=torch.randint(0, vocab, (120,), generator=gen).tolist())
-        for _ in range(3):
-            ids = torch.randint(0, vocab, (40,), generator=gen).tolist()
-            t.add_generated("x", ids, [-2.0] * len(ids))
-            t.add_observation("o", torch.randint(0, vocab, (30,), generator=gen).tolist())
-        trajectories.append(t)
-    batch = collate(trajectories, [t.reward for t in trajectories], [i // 4 for i in range(8)])
+    batch = random_batch(learners["full"].policy.config.vocab_size, 8, turns=3, prompt_len=120,
+                         generated_len=40, observation_len=30, logprob=-2.0, env_id="bench")
     times: dict[str, list[float]] = {name: [] for name in learners}
     for _ in range(3):  # interleaved
         for name, learner in learners.items():

@@ -146,25 +146,14 @@ def test_rl_step_split(tmp_path, latency, algorithm):
 
 def test_learner_overhead_vs_bare_backward(tmp_path):
     """Tokens/s of Learner.prepare+update vs one plain forward/backward of the same batch."""
-    from agents.trajectory import Trajectory
-    from trainers.rl.batch import collate
     from trainers.rl.learner import Learner
+    from trainers.rl.synthetic import random_batch
 
     torch.set_num_threads(1)
     cfg = _config(tmp_path)
     learner = Learner(cfg)
-    gen = torch.Generator().manual_seed(0)
-    trajectories = []
-    vocab = learner.policy.config.vocab_size
-    for i in range(16):
-        t = Trajectory(env_id="bench", task_id=str(i), prompt_ids=torch.randint(
-            0, vocab, (40,), generator=gen).tolist(), reward=float(i % 2))
-        for _ in range(3):
-            ids = torch.randint(0, vocab, (24,), generator=gen).tolist()
-            t.add_generated("x", ids, [-1.0] * len(ids))
-            t.add_observation("o", torch.randint(0, vocab, (30,), generator=gen).tolist())
-        trajectories.append(t)
-    batch = collate(trajectories, [t.reward for t in trajectories], [i // 8 for i in range(16)])
+    batch = random_batch(learner.policy.config.vocab_size, 16, group=8, turns=3, prompt_len=40,
+                         generated_len=24, observation_len=30, logprob=-1.0, env_id="bench")
     tokens = float(batch.attention_mask.sum())
 
     def rl_step() -> None:

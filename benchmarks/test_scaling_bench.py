@@ -173,21 +173,11 @@ def test_rollouts_on_one_vs_two_ray_nodes(tmp_path):
 
 def _learner_batch(vocab: int, episodes: int = 32):
     """Random token episodes shaped like agent turns (prompt, 2 x (generated, observation))."""
-    from agents.trajectory import Trajectory
-    from trainers.rl.batch import collate
+    from trainers.rl.synthetic import random_batch
 
-    gen = torch.Generator().manual_seed(3)
-    trajectories = []
-    for i in range(episodes):
-        t = Trajectory(env_id="bench", task_id=str(i), reward=float(i % 3 == 0),
-                       prompt_ids=torch.randint(0, vocab, (32 + i % 8,), generator=gen).tolist())
-        for turn in range(2):
-            ids = torch.randint(0, vocab, (24 + (i + turn) % 9,), generator=gen).tolist()
-            t.add_generated("x", ids, (-torch.rand(len(ids), generator=gen) * 3).tolist())
-            t.add_observation("o", torch.randint(0, vocab, (16,), generator=gen).tolist())
-        trajectories.append(t)
-    return collate(trajectories, [t.reward for t in trajectories],
-                   [i // 4 for i in range(episodes)])
+    return random_batch(vocab, episodes, seed=3, env_id="bench", reward=lambda i: float(i % 3 == 0),
+                        prompt_len=lambda i: 32 + i % 8, generated_len=lambda i, turn: 24 + (i + turn) % 9,
+                        observation_len=16)
 
 
 def test_learner_ddp_vs_fsdp_two_ranks(tmp_path):

@@ -150,21 +150,10 @@ def _rl_config(**overrides):
 
 
 def _rl_batch(vocab: int, episodes: int = 8, seed: int = 1, group: int = 4):
-    from agents.trajectory import Trajectory
-    from trainers.rl.batch import collate
+    from trainers.rl.synthetic import random_batch
 
-    gen = torch.Generator().manual_seed(seed)
-    trajectories = []
-    for i in range(episodes):
-        t = Trajectory(env_id="t", task_id=str(i), reward=float(i % 2),
-                       prompt_ids=torch.randint(0, vocab, (12,), generator=gen).tolist())
-        for turn in range(2):
-            ids = torch.randint(0, vocab, (6 + (i + turn) % 5,), generator=gen).tolist()
-            t.add_generated("x", ids, (-torch.rand(len(ids), generator=gen) * 3).tolist())
-            t.add_observation("o", torch.randint(0, vocab, (5,), generator=gen).tolist())
-        trajectories.append(t)
-    return collate(trajectories, [t.reward for t in trajectories],
-                   [i // group for i in range(episodes)])
+    return random_batch(vocab, episodes, seed=seed, group=group, prompt_len=12,
+                        generated_len=lambda i, turn: 6 + (i + turn) % 5, observation_len=5)
 
 
 def test_bf16_rl_learner_step_matches_the_fp32_reference():

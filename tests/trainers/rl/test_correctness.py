@@ -15,6 +15,7 @@ from agents.trajectory import Trajectory  # noqa: E402
 from trainers.common import ConfigError, deep_merge  # noqa: E402
 from trainers.rl.batch import collate  # noqa: E402
 from trainers.rl.config import load_config  # noqa: E402
+from trainers.rl.synthetic import random_batch  # noqa: E402
 
 
 def _config(**overrides):
@@ -34,18 +35,8 @@ def _learner(**overrides):
 
 def _batch(vocab: int, episodes: int, seed: int = 0, group: int = 4):
     """Random multi-turn episodes with engine logprobs and alternating rewards."""
-    gen = torch.Generator().manual_seed(seed)
-    trajectories = []
-    for i in range(episodes):
-        t = Trajectory(env_id="t", task_id=str(i), reward=float(i % 2),
-                       prompt_ids=torch.randint(0, vocab, (5,), generator=gen).tolist())
-        for turn in range(2):
-            ids = torch.randint(0, vocab, (3 + (i + turn) % 4,), generator=gen).tolist()
-            t.add_generated("x", ids, (-torch.rand(len(ids), generator=gen) * 3).tolist())
-            t.add_observation("o", torch.randint(0, vocab, (4,), generator=gen).tolist())
-        trajectories.append(t)
-    return collate(trajectories, [t.reward for t in trajectories],
-                   [i // group for i in range(episodes)])
+    return random_batch(vocab, episodes, seed=seed, group=group, prompt_len=5,
+                        generated_len=lambda i, turn: 3 + (i + turn) % 4, observation_len=4)
 
 
 def test_a_ragged_last_minibatch_is_trained_not_dropped(monkeypatch):

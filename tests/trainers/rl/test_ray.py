@@ -154,20 +154,11 @@ def test_killed_rollout_worker_is_restarted_and_its_episodes_retried_or_counted(
 
 
 def _random_batch(vocab: int, episodes: int = 8):
-    from agents.trajectory import Trajectory
-    from trainers.rl.batch import collate
+    from trainers.rl.synthetic import random_batch
 
-    gen = torch.Generator().manual_seed(3)
-    trajectories = []
-    for i in range(episodes):
-        t = Trajectory(env_id="ddp", task_id=str(i), reward=float(i % 3 == 0),
-                       prompt_ids=torch.randint(0, vocab, (6 + i,), generator=gen).tolist())
-        for turn in range(2):
-            ids = torch.randint(0, vocab, (4 + (i + turn) % 5,), generator=gen).tolist()
-            t.add_generated("x", ids, (-torch.rand(len(ids), generator=gen) * 3).tolist())
-            t.add_observation("o", torch.randint(0, vocab, (5,), generator=gen).tolist())
-        trajectories.append(t)
-    return collate(trajectories, [t.reward for t in trajectories], [i // 4 for i in range(episodes)])
+    return random_batch(vocab, episodes, seed=3, env_id="ddp", reward=lambda i: float(i % 3 == 0),
+                        prompt_len=lambda i: 6 + i, generated_len=lambda i, turn: 4 + (i + turn) % 5,
+                        observation_len=5)
 
 
 @pytest.mark.parametrize("algorithm", ["dapo", pytest.param("grpo", marks=pytest.mark.slow)])
