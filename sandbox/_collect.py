@@ -217,6 +217,9 @@ def quota_note(tags: bytes, limits: Limits, returncode: int = 0) -> bytes:
                 "/dev/shm (Limits.max_files)")
     elif tag == STATUS_FILE_SIZE or returncode == -signal.SIGXFSZ:
         text = f"file size limit reached: {limits.max_file_mb} MB per file (Limits.max_file_mb)"
+    elif returncode == -signal.SIGBUS:  # no code of the run is left to say which: name both causes
+        text = (f"killed by SIGBUS: a memory-mapped file could not be backed (a file in /tmp or /dev/shm past "
+                f"the disk quota, {limits.disk_mb} MB, Limits.disk_mb; or a mapping past its file's end)")
     else:
         return b""
     return f"\nsandbox: {text}\n".encode()

@@ -162,3 +162,20 @@ def test_a_run_never_gets_real_time_scheduling_or_a_raised_priority(kind):
         pytest.skip(f"{kind}: {report['skip']}")
     assert report["stdout"] == "no fifo not raised\n", report
     assert report["after"] == "42\n", report
+
+
+SHARED_MEMORY_PAST_THE_QUOTA = r"""
+from multiprocessing import shared_memory
+block = shared_memory.SharedMemory(create=True, size=12 * 2**20)  # /dev/shm: sparse, then written
+block.buf[:] = b"x" * (12 * 2**20)
+print("written")
+"""
+
+
+def test_shared_memory_written_past_the_disk_quota_says_why_it_died(jail):
+    """A mapped file in /dev/shm written past ``disk_mb`` dies of SIGBUS, with no code of the run
+    left to explain: the result names the cause (it was a bare ``error`` with an empty stderr)."""
+    result = jail.run(SHARED_MEMORY_PAST_THE_QUOTA, limits=Limits(disk_mb=8, cpu_s=5, wall_s=15))
+    assert result.status is Status.ERROR and result.exit_code == -7, result
+    assert "SIGBUS" in result.stderr and "disk quota, 8 MB" in result.stderr, result
+    still_correct(jail)
