@@ -148,6 +148,8 @@ POLICIES: tuple[DegeneratePolicy, ...] = (
                      _once(lambda c: " ".join(f"\\boxed{{{i}}}" for i in range(21))), _MATH),
     DegeneratePolicy("hedge_boxed_then_final", "hedge", "a boxed answer and another 'final answer is'",
                      _once(lambda c: "\\boxed{1} The final answer is $2$."), _MATH),
+    DegeneratePolicy("hedge_prose_alternative", "hedge", "an answer, then 'Alternatively, ...' another",
+                     _once(lambda c: "Final answer: \\boxed{1}. Alternatively, 2."), _MATH),
     DegeneratePolicy("hedge_or_numbers", "hedge", "'0 or 1 or ... or 100'",
                      _once(lambda c: " or ".join(str(i) for i in range(101)))),
     DegeneratePolicy("hedge_number_list", "hedge", "'0, 1, 2, ..., 100'",

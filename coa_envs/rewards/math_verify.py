@@ -5,7 +5,8 @@ The answer text is the content of ``<answer>``. Its *candidates* are every ``\\b
 states none is one candidate as a whole. Official graders extract one answer, so:
 
 * **several distinct candidates are wrong** (``\\boxed{204} The final answer is $211$``): a
-  reply may repeat its answer, not offer two;
+  reply may repeat its answer, not offer two; a value offered in prose beside it
+  ("Alternatively, 204", "or possibly $204$", "if not, 204") is a candidate too;
 * **alternatives inside one answer form a set** ("204 or 211", ``204 \\lor 211``, "204; 211",
   "either 204 or 211"): right only when the gold answer is that set (``\\pm 5`` = "5 or -5");
 * each candidate is parsed whole (as ``\\boxed{candidate}``) and compared with math-verify; the
@@ -33,15 +34,20 @@ from coa_envs.types import RewardResult, Task
 
 __all__ = ["VERSION", "MathVerifyReward", "answer_candidates", "build", "normalise_latex"]
 
-VERSION = 2  # bump when the scores this term gives change (reported in reward_details)
+VERSION = 3  # bump when the scores this term gives change (reported in reward_details)
 # 2: one final answer per reply (several distinct candidates are wrong, alternatives form a
 #    set); the string fallback only when math-verify cannot parse (no OR of two verdicts)
+# 3: a value offered in prose beside the answer ("Alternatively, 3") is a second answer
 
 _SPACE_RE = re.compile(r"\s+")
 _WRAPPERS = (r"\left", r"\right", r"\!", r"\,", r"\;", r"\displaystyle", "$")
 _BOX_OPENERS = (r"\boxed{", r"\fbox{")
 # "final answer is X", "the answer is X", "answer: X"; X runs to the end of the sentence.
 _PHRASE_RE = re.compile(r"\banswer\s*(?:is|:|=)\s*", re.IGNORECASE)
+_WORD_RE = re.compile(r"[A-Za-z]{3,}")
+# a second answer offered in prose: "Final answer: 2. Alternatively, 3" / "or possibly 3"
+_HEDGE_RE = re.compile(r"\b(?:alternatively|or possibly|or maybe|or perhaps|otherwise|if not,?)\b[\s,:]*"
+                       r"(?:(?:it|the answer|x)\s+(?:is|could be|may be|might be|=)\s*)?", re.IGNORECASE)
 _MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 _ALTERNATIVE_WORDS = re.compile(r"\\(?:text|mathrm|textbf|mbox)\s*\{\s*(or|and)\s*\}|\\lor\b|\\vee\b", re.IGNORECASE)
 _OR_SPLIT = re.compile(r"\s*\bor\b\s*|\s+\|\s+|;", re.IGNORECASE)
@@ -217,6 +223,22 @@ def _warm() -> None:
         _warmed = True
 
 
+def _hedged(text: str, timeout: int) -> list[tuple[str, list[Any]]]:
+    """Values a reply offers besides its answer in prose ("Alternatively, 3"); only those
+    math-verify reads, so that "alternatively written as 4/2" is no second answer unless it is one."""
+    found = []
+    for match in _HEDGE_RE.finditer(text):
+        rest = text[match.end():]
+        span = _MATH_SPAN.match(rest)
+        candidate = _unwrap(span.group(0) if span else _leading_expression(rest))
+        if not candidate or _WORD_RE.search(re.sub(r"\\[A-Za-z]+", " ", candidate)):
+            continue  # prose ("the expression would be undefined"), not a value
+        parsed = _parse(candidate, timeout)
+        if parsed:
+            found.append((candidate, parsed))
+    return found
+
+
 def _score(golds: list[str], prediction: str, timeout: int, rounding: int) -> tuple[float, dict[str, Any]]:
     """Score and details; runs in this process or in the helper (arguments and result pickle)."""
     _warm()
@@ -225,6 +247,7 @@ def _score(golds: list[str], prediction: str, timeout: int, rounding: int) -> tu
     if not candidates:
         return 0.0, {**details, "reason": "empty answer"}
     values = [_one_value(c, timeout, rounding) for c in candidates]
+    values += _hedged(prediction, timeout)
     if any(not _same(values[0], v, timeout, rounding) for v in values[1:]):
         return 0.0, {**details, "reason": "several different final answers"}
     answer = values[0]

@@ -135,6 +135,11 @@ def test_many_threads_score_alike_on_a_fresh_helper():
         "x = 204 \\text{ or } x = 211",
         "The final answer is 204 \\boxed{211}",
         "The answer is 204 or maybe 211.",
+        "Final Answer: 211\n\nAlternatively, 204",  # a second answer offered in prose
+        "\\boxed{211}. Or possibly $204$.",
+        "\\boxed{211}. If not, 204.",
+        "211, otherwise 204",
+        "\\boxed{211}. Alternatively, $\\sqrt{204}$",
     ],
 )
 def test_several_distinct_answers_are_wrong_even_when_one_is_right(prediction):
@@ -155,6 +160,9 @@ def test_several_distinct_answers_are_wrong_even_when_one_is_right(prediction):
         ("The answer is therefore \\boxed{211}.", "211"),
         ("The final answer is 211, since 200 + 11 = 211.", "211"),
         ("The answer is (1, 2).", "(1, 2)"),
+        ("The answer is \\boxed{211}. Otherwise the sum would be odd.", "211"),  # prose, not a value
+        ("\\boxed{2}. Alternatively written as $\\frac{4}{2}$.", "2"),
+        ("\\boxed{211}. Alternatively, \\boxed{211}", "211"),
     ],
 )
 def test_one_answer_stated_once_or_repeated_still_scores(prediction, gold):
