@@ -30,21 +30,32 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _alive(pid: int) -> bool:
+    """Running or sleeping: not a zombie the zygote has yet to reap, not gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except OSError:
+        return False
+
+
 def _prepared_child(pool) -> int | None:
-    """Host pid of the single prepared run child of a one-worker pool (the zygote's child)."""
+    """Host pid of the prepared run child of a one-worker pool: the zygote's one live child once
+    the last run's child has exited (zombies it has not reaped yet do not count)."""
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         for zygote in _children(pool.worker_pids()[0]):
-            children = _children(zygote)
-            if len(children) == 1:
-                return children[0]
+            live = [child for child in _children(zygote) if _alive(child)]
+            if len(live) == 1:
+                return live[0]
         time.sleep(0.01)
     return None
 
 
 def _steer_next_pid(pid: int, until: threading.Event) -> None:
     """Keep pointing the host's pid allocator just before ``pid`` until ``until`` is set: the
-    next process forked anywhere gets ``pid`` (unless another process on the host forks first)."""
+    next process forked anywhere gets ``pid`` once it is free (unless another process on the
+    host forks first). The zygote forks run children in the host's PID namespace."""
     with open(_NS_LAST_PID, "w", encoding="ascii") as handle:
         while not until.is_set():
             handle.write(str(pid - 1))
@@ -53,18 +64,23 @@ def _steer_next_pid(pid: int, until: threading.Event) -> None:
 
 
 def test_an_exit_status_is_never_taken_from_an_earlier_process_with_the_same_pid(fresh_pool):
-    """Steer the kernel (``ns_last_pid``) so that a run child reuses the pid of an earlier child
-    whose status the zygote remembers; the run exits 3 without an end record."""
+    """A run child that ended and was reaped leaves its status with the zygote; the kernel is
+    steered (``ns_last_pid``) to give its pid to a later run child, which exits 3 without an end
+    record. Its result must be its own (before: the earlier child's exit 0, status ``ok``)."""
     if not os.access(_NS_LAST_PID, os.W_OK):
         pytest.skip("needs root in the host PID namespace to steer pid allocation")
-    for _attempt in range(30):
-        first = _prepared_child(fresh_pool)
+    fresh_pool.run("print(0)", limits=Limits(wall_s=5))
+    for _attempt in range(5):
+        first = _prepared_child(fresh_pool)  # the child that serves the next run
         assert fresh_pool.run("print('first')", limits=Limits(wall_s=5)).stdout == "first\n"
         stop = threading.Event()
         steer = threading.Thread(target=_steer_next_pid, args=(first, stop))
-        steer.start()  # the next child is forked once this run is answered
+        steer.start()
         try:
-            fresh_pool.run("import time\ntime.sleep(0.2)", limits=Limits(wall_s=5))
+            for _ in range(30):  # each answered run makes the worker fork the next child
+                fresh_pool.run("pass", limits=Limits(wall_s=5))
+                if _prepared_child(fresh_pool) == first:
+                    break
             reused = _prepared_child(fresh_pool) == first
         finally:
             stop.set()
