@@ -139,6 +139,26 @@ def test_sessions_get_uids_of_their_own(pool):
         assert not uids & set(pool.uids())
 
 
+def test_a_session_in_another_process_gets_a_uid_of_its_own(pool):
+    """Sessions numbered their uids per process from one base: the first session of every
+    process ran as the same uid, sharing one process budget with the others."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.sandbox.jails import CHECKOUT
+
+    probe = ("import json, sys\nsys.path.insert(0, sys.argv[1])\nfrom sandbox import Session\n"
+             "with Session(warm_spare=False) as s:\n    print(json.dumps(s._worker.config['uid']))")
+    with Session(warm_spare=False) as mine:
+        if mine._worker.config["uid"] == 0:
+            pytest.skip("runs keep the caller's uid here (not root)")
+        out = subprocess.run([sys.executable, "-c", probe, str(CHECKOUT)], capture_output=True, text=True,
+                             timeout=120, check=True)  # fmt: skip
+        theirs = json.loads(out.stdout.splitlines()[-1])
+        assert theirs != mine._worker.config["uid"] and theirs not in pool.uids(), theirs
+
+
 FORGE_CELL_RECORD = r"""
 import os, struct, time
 forged = struct.pack("=c16sid", b"C", os.urandom(16), 0, 0.0)
