@@ -116,6 +116,7 @@ class EpisodeRecorder:
             for name, kind in zip(tools, info.get("tool_error_kinds") or (), strict=False):
                 if kind:
                     errors[name] = errors.get(name, 0) + 1
+                    self._note_tool_error(name, str(kind), observation)
         elif info.get("error_kind"):  # the env had to correct the action itself (format, reward)
             errors["action"] = errors.get("action", 0) + 1
         self._tool_latency += float(info.get("tool_latency_s") or 0.0)
@@ -125,6 +126,18 @@ class EpisodeRecorder:
                 status = EpisodeStatus.ERROR_REWARD
             self._record_end(status, reward=reward, terminated=bool(terminated), info=info)
         return self.done
+
+    def _note_tool_error(self, tool: str, kind: str, observation: str) -> None:
+        """Count failed calls by tool and kind (``info["tool_error_kinds"]``: ``{"wiki_search":
+        {"not_configured": 3}}``) and keep up to three distinct failure texts per tool
+        (``info["tool_error_samples"]``): what a run summary needs to tell a tool that never
+        worked (one failure, whatever was asked) from an agent that called it badly."""
+        kinds = self.trajectory.info.setdefault("tool_error_kinds", {}).setdefault(tool, {})
+        kinds[kind] = kinds.get(kind, 0) + 1
+        samples = self.trajectory.info.setdefault("tool_error_samples", {}).setdefault(tool, [])
+        text = f"({kind}) {' '.join(observation.split())[:300]}"
+        if text not in samples and len(samples) < 3:
+            samples.append(text)
 
     def end(self, status: EpisodeStatus, *, error: BaseException | str | None = None) -> None:
         """The loop ends the episode itself (a limit it enforces, or a failure)."""

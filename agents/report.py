@@ -96,6 +96,9 @@ def comparison_rows(runs: Sequence[Run]) -> list[tuple[str, list[str]]]:
     rows: list[tuple[str, list[str]]] = []
     for key in keys:
         rows.append((key, [_fmt(r.summary.get(key)) for r in runs]))
+        if key == "env_id":  # which tasks: the split, and how many of it were played
+            rows.append(("split", [_fmt(r.summary.get("split_description") or r.summary.get("split")) for r in runs]))
+            rows.append(("played", [_played(r.summary) for r in runs]))
     for k in ks:
         rows.append((f"pass@{k}", [_fmt((r.summary.get("pass_at_k") or {}).get(str(k)))
                                    for r in runs]))
@@ -112,6 +115,12 @@ def comparison_rows(runs: Sequence[Run]) -> list[tuple[str, list[str]]]:
         if any(r.summary.get(key) for r in runs):
             rows.append((label, [_fmt(r.summary.get(key, 0)) for r in runs]))
     return rows
+
+
+def _played(summary: dict[str, Any]) -> str:
+    """``8 of 100 tasks`` (distinct tasks played of the tasks in the split), when known."""
+    total = summary.get("tasks_in_split")
+    return _fmt(summary.get("tasks")) if total is None else f"{summary.get('tasks', 0)} of {total} tasks"
 
 
 def pyplot() -> Any:

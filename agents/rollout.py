@@ -23,11 +23,13 @@ file (a torn last line from a crash is dropped).
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import queue
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -89,6 +91,21 @@ class RolloutResult:
         return dict(Counter(t.status for t in self.trajectories))
 
 
+# Calls abandoned at an episode's deadline keep running on their daemon threads. One still
+# inside native code (a forward pass, a tokenizer) when Python finalizes is killed mid-C++ and
+# aborts the process ("terminate called without an active exception") instead of exiting 0;
+# so at exit they get a bounded wait to return first.
+_ABANDONED: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+_ABANDONED_WAIT_S = 60.0
+
+
+@atexit.register
+def _wait_for_abandoned_calls() -> None:
+    deadline = time.monotonic() + _ABANDONED_WAIT_S
+    for thread in list(_ABANDONED):
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
 class _Worker:
     """One env + agent. Each call runs on a daemon thread so a deadline can abandon it."""
 
@@ -119,8 +136,10 @@ class _Worker:
                 finally:
                     done.set()
 
-            threading.Thread(target=target, name="coa-episode-call", daemon=True).start()
+            thread = threading.Thread(target=target, name="coa-episode-call", daemon=True)
+            thread.start()
             if not done.wait(remaining):
+                _ABANDONED.add(thread)  # still running: waited for (bounded) at interpreter exit
                 raise EpisodeTimeout()
             if "error" in box:
                 raise box["error"]

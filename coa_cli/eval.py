@@ -16,9 +16,11 @@ takes ``env`` (and ``seed``), as the scripted teacher ``agents.teachers.scripted
 does -- or a ``(observation, info) -> action`` callable).
 
 Tasks come from the held-out side of the env's train/test partition (``--split test``, see
-:mod:`coa_envs.tasks.split`): a benchmark test set whole, a pool's fixed 20%. ``--split all``
-scores every task of a file given with ``--data``; ``--split train`` plays training tasks
-(a teacher producing SFT data).
+:mod:`coa_envs.tasks.split`): a benchmark's test set whole -- a data file given to a benchmark
+id with ``--data`` included -- and a pool's fixed 20%; ``--split train`` plays a pool's
+training tasks (a teacher producing SFT data). The summary names the split and how many of
+its tasks were played. A run that completes but measured nothing (every call of a tool
+failed, every episode errored, nothing played: :mod:`agents.health`) says so and exits 3.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ __all__ = [
     "load_selector",
     "play_tasks",
     "report_command",
+    "report_health",
+    "split_description",
 ]
 
 
@@ -176,6 +180,27 @@ def env_factory(env_id: str, make_kwargs: dict[str, Any], env_url: str | None = 
     return lambda: gym.make(env_id, **make_kwargs)
 
 
+def _check_flags(env_id: str, stages: list[tuple[str, dict[str, Any]]]) -> None:
+    """Validate the options flag by flag (without loading any task), so an error names the
+    flag that caused it: ``-e tools.wiki_search.top_k=abc`` is an error of ``--env-option``."""
+    import gymnasium as gym
+
+    from coa_envs.config import build_config, deep_merge
+    from coa_envs.registry import check_id, entry
+
+    try:
+        check_id(env_id)
+    except gym.error.Error as exc:
+        raise typer.BadParameter(str(exc), param_hint="ENV_ID") from None
+    so_far: dict[str, Any] = {}
+    for flag, given in stages:
+        so_far = deep_merge(so_far, given)
+        try:
+            build_config(entry(env_id), so_far)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint=flag) from None
+
+
 def env_tasks(env_id: str, *, split: str, data: str | None, max_turns: int | None,
               protocol: str | None = None, env_url: str | None = None,
               options: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[Any]]:
@@ -184,25 +209,55 @@ def env_tasks(env_id: str, *, split: str, data: str | None, max_turns: int | Non
     that names the flag."""
     import gymnasium as gym
 
-    make_kwargs: dict[str, Any] = dict(options or {})
+    from coa_envs.errors import UserError
+    from coa_envs.tasks import DataNotFoundError
+    from coa_envs.tasks.split import SplitError
+
+    stages = [("--env-option/-e", dict(options or {})), ("--max-turns", {"max_turns": max_turns}),
+              ("--protocol", {"protocol": protocol})]
+    stages = [(flag, given) for flag, given in stages if None not in given.values()]
+    if not env_url:  # a served env is checked by its server
+        _check_flags(env_id, stages)
+    make_kwargs: dict[str, Any] = {}
+    for _, given in stages:
+        make_kwargs.update(given)
     make_kwargs["task_options"] = {**dict(make_kwargs.get("task_options") or {}), "split": split}
     if data:
         make_kwargs["data_path"] = data
-    if max_turns is not None:
-        make_kwargs["max_turns"] = max_turns
-    if protocol is not None:
-        make_kwargs["protocol"] = protocol
     try:
         probe = env_factory(env_id, make_kwargs, env_url)()
     except gym.error.Error as exc:
         raise typer.BadParameter(str(exc), param_hint="ENV_ID") from None
-    except ValueError as exc:  # a bad option, or split=train on a benchmark test set
-        raise typer.BadParameter(str(exc), param_hint="--split/--data") from None
+    except SplitError as exc:  # split=train on a test set, or a split that does not exist
+        raise typer.BadParameter(str(exc), param_hint="--split") from None
+    except DataNotFoundError as exc:  # no data, or not where --data points: the fix is --data
+        raise typer.BadParameter(str(exc), param_hint="--data") from None
     except RuntimeError as exc:  # the env server refused (unknown id, override) or is unreachable
         raise typer.BadParameter(str(exc), param_hint="--env-url") from None
+    except (ValueError, UserError) as exc:  # a malformed data file, a loader option
+        raise typer.BadParameter(str(exc), param_hint="--data" if data else "ENV_ID") from None
     tasks = list(probe.unwrapped.tasks)
     probe.close()
     return make_kwargs, tasks
+
+
+def split_description(env_id: str, split: str, make_kwargs: dict[str, Any]) -> str:
+    """What ``split`` means for this env's data, for the summary: ``test (test set: every
+    task)`` or ``test (held-out 20% of a pool)``."""
+    import importlib
+
+    from coa_envs.registry import entry
+    from coa_envs.tasks.split import TEST_SET_NOTE
+
+    try:
+        note = importlib.import_module(f"coa_envs.tasks.{entry(env_id)['family']}").SPLIT_NOTE
+    except (ImportError, AttributeError, KeyError):
+        return split
+    pool = bool(dict(make_kwargs.get("task_options") or {}).get("pool"))
+    if note == TEST_SET_NOTE and not pool:
+        return f"{split} (test set: every task)"
+    side = {"test": "held-out 20%", "train": "training 80%", "all": "every task"}.get(split, split)
+    return f"{split} ({side} of a pool)"
 
 
 def episode_agents(agent: str, *, model: str | None, seed: int, task_indices: list[int], samples: int,
@@ -258,16 +313,9 @@ def play_tasks(env_id: str, make_kwargs: dict[str, Any], factory: Callable[[Any,
 
 
 def _print_table(title: str, rows: list[tuple[str, list[str]]], labels: list[str]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from coa_cli.listing import show_table
 
-    table = Table(title=title)
-    table.add_column("metric")
-    for label in labels:
-        table.add_column(label, overflow="fold")
-    for key, values in rows:
-        table.add_row(key, *values)
-    Console().print(table)
+    show_table(title, ["metric", *labels], [[key, *values] for key, values in rows])
 
 
 # The model and engine options `coa eval` and `coa filter-tasks` share (see episode_agents).
@@ -286,6 +334,17 @@ TOKENIZER = typer.Option(None, help="openai engine: local tokenizer for token id
 DEVICE = typer.Option("cpu", help="hf engine: cpu | cuda | cuda:N")
 DTYPE = typer.Option("float32", help="hf/vllm: float32 | bfloat16 | float16 | auto")
 TOP_P = typer.Option(1.0, help="Nucleus sampling.")
+PROGRESS = typer.Option(None, "--progress/--no-progress",
+                        help="Show a progress bar (default: only in a terminal, not when piped or logged).")
+
+
+def progress_wanted(flag: bool | None) -> bool:
+    """``--progress``/``--no-progress`` as given, else on only when the output is a terminal."""
+    if flag is not None:
+        return flag
+    from coa_cli.listing import console
+
+    return bool(console().is_terminal)
 MAX_NEW_TOKENS = typer.Option(512, help="Token budget of one model turn.")
 
 
@@ -327,11 +386,12 @@ def eval_command(
     judge_model: str | None = typer.Option(None, help="judge selector: model (default $COA_JUDGE_MODEL)."),
     seed: int = typer.Option(0, help="Base seed (episode seeds derive from it)."),
     plots: bool = typer.Option(True, help="Write the accuracy/tool plots to OUT/plots."),
-    progress: bool = typer.Option(True, help="Show a progress bar."),
+    progress: bool | None = PROGRESS,
     table: bool = typer.Option(True, help="Print the summary table."),
 ) -> None:
     """Run AGENT on ENV_ID; write trajectories.jsonl, summary.json and plots; print the table."""
     from agents.engines import SamplingParams
+    from agents.health import run_health
     from agents.metrics import summarize
     from agents.report import Run, comparison_rows, write_plots
 
@@ -356,15 +416,19 @@ def eval_command(
         result = play_tasks(env_id, make_kwargs, factory, tasks, indices=indices, samples=samples,
                             out=trajectories_path, concurrency=concurrency, seed=seed,
                             episode_timeout_s=episode_timeout, max_tool_calls=max_tool_calls,
-                            resume=resume, progress=progress,
+                            resume=resume, progress=progress_wanted(progress),
                             make_env=env_factory(env_id, make_kwargs, env_url))
     finally:
         close()
+    health = run_health(result.trajectories, expected_episodes=len(indices) * samples)
     extra = {"agent": agent, "model": model, "engine": engine if agent == "llm" else None,
              "selector": selector, "seed": seed, "split": split, "env_url": env_url,
+             "split_description": split_description(env_id, split, make_kwargs),
+             "tasks_in_split": len(tasks),
              "distinct_tasks": len({t.task_id for t in result.trajectories}),
              "resumed_episodes": result.skipped,
-             "failed_episodes": sum(1 for t in result.trajectories if t.status != "ok")}
+             "failed_episodes": sum(1 for t in result.trajectories if t.status != "ok"),
+             "health": health.as_dict()}
     summary = summarize(env_id, result.trajectories, samples=samples, wall_s=result.wall_s,
                         selector=choose, extra=extra)
     if hasattr(choose, "fallbacks"):  # a judge that failed on some tasks (majority decided)
@@ -379,9 +443,10 @@ def eval_command(
         except ImportError:
             typer.echo("plots skipped: matplotlib is not installed (pip install coa-envs[llm])", err=True)
     if table:
-        _print_table(f"{env_id} [{split}] · agent={agent}" + (f" · {engine}:{model}" if agent == "llm" else ""),
+        _print_table(f"{env_id} · split {split} · agent={agent}" + (f" · {engine}:{model}" if agent == "llm" else ""),
                      comparison_rows([run]), [run.label])
     _warn_about_scores(summary)
+    report_health(health)
 
 
 def _warn_about_scores(summary: dict[str, Any]) -> None:
@@ -393,6 +458,19 @@ def _warn_about_scores(summary: dict[str, Any]) -> None:
         typer.echo(f"warning: {summary['public_tests_only']} episode(s) were scored on public tests only (the "
                    "statement's examples, which a lookup table passes): pass the official LiveCodeBench release "
                    "files with --data to score on private tests", err=True)
+
+
+def report_health(health: Any) -> None:
+    """Print a run's warnings and problems (:mod:`agents.health`) after its table; a run with a
+    problem measured nothing, so the command exits with status 3."""
+    for warning in health.warnings:
+        typer.secho(f"WARNING: {warning}", err=True, fg="yellow")
+    for problem in health.problems:
+        typer.secho(f"ERROR: {problem}", err=True, fg="red")
+    if health.problems:
+        typer.secho("The run completed but measured nothing (exit status 3); see above and "
+                    "docs/troubleshooting.md.", err=True, fg="red")
+        raise typer.Exit(3)
 
 
 def report_command(

@@ -36,8 +36,10 @@ from coa_cli.eval import (
     ENV_OPTION,
     MAX_NEW_TOKENS,
     MODEL,
+    PROGRESS,
     TOKENIZER,
     TOP_P,
+    progress_wanted,
 )
 
 __all__ = ["BANDS", "band_of", "filter_tasks_command", "parse_keep"]
@@ -120,12 +122,13 @@ def filter_tasks_command(
     episode_timeout: float = typer.Option(600.0, help="Seconds per episode before error:timeout."),
     seed: int = typer.Option(0, help="Base seed (episode seeds derive from it)."),
     resume: bool = typer.Option(False, help="Keep the episodes already sampled next to OUT."),
-    progress: bool = typer.Option(True, help="Show a progress bar."),
+    progress: bool | None = PROGRESS,
 ) -> None:
     """Sample MODEL K times per task of ENV_ID and keep the tasks whose pass rate is in --keep."""
     from agents.engines import SamplingParams
+    from agents.health import run_health
     from agents.metrics import group_by_task, pass_rates
-    from coa_cli.eval import env_options, env_tasks, episode_agents, play_tasks
+    from coa_cli.eval import env_options, env_tasks, episode_agents, play_tasks, report_health
 
     band = parse_keep(keep)
     if samples < 1 or concurrency < 1 or (n is not None and n < 1) or skip < 0:
@@ -151,7 +154,7 @@ def filter_tasks_command(
         result = play_tasks(env_id, make_kwargs, factory, tasks, indices=indices, samples=samples,
                             out=trajectories_path, concurrency=concurrency, seed=seed,
                             episode_timeout_s=episode_timeout, max_tool_calls=max_tool_calls,
-                            resume=resume, progress=progress)
+                            resume=resume, progress=progress_wanted(progress))
     finally:
         close()
     valid = [t for t in result.trajectories if not t.status.is_error]
@@ -177,6 +180,10 @@ def filter_tasks_command(
               "solved_histogram": {str(c): histogram.get(c, 0) for c in range(samples + 1)},
               "error_episodes": len(result.trajectories) - len(valid), "wall_s": result.wall_s,
               "per_task": {tasks[i].task_id: list(rates.get(tasks[i].task_id, (0, 0))) for i in indices}}
+    health = run_health(result.trajectories, expected_episodes=len(indices) * samples)
+    report["health"] = health.as_dict()
     out.with_suffix(".report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
-    _print_bands(f"{env_id} [{split}] · K={samples} · keep {band[0]:g}-{band[1]:g}", counts, histogram, samples)
+    _print_bands(f"{env_id} · split {split} · K={samples} · keep {band[0]:g}-{band[1]:g}", counts, histogram,
+                 samples)
     typer.echo(f"kept {counts['kept']} of {len(indices)} tasks -> {out}")
+    report_health(health)  # pass rates of a run that measured nothing are not pass rates

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
 from coa_cli.audit import audit_reward_command
 from coa_cli.bench import bench_command
@@ -25,7 +29,51 @@ from coa_cli.teach import teach_command
 from coa_cli.train import train_app
 from coa_cli.view import view_command
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Chain-of-Agents environments.")
+DEBUG_ENV_VAR = "COA_DEBUG"
+
+
+def _user_error(exc: BaseException) -> bool:
+    """An expected mistake whose message says what to do (:mod:`coa_envs.errors`), a mistyped
+    env id (Gymnasium's errors), or a file the command was pointed at that is not there."""
+    import gymnasium as gym
+
+    from coa_envs.configkit import ConfigError
+    from coa_envs.errors import UserError
+
+    if isinstance(exc, (UserError, ConfigError, gym.error.Error)):
+        return True
+    return isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError)) and bool(exc.filename)
+
+
+class _CoaGroup(TyperGroup):
+    """The ``coa`` group: ``--debug`` anywhere on the line (or ``COA_DEBUG=1``) keeps the
+    traceback of a failing command; without it, an expected user error (:func:`_user_error`)
+    is one message and exit status 1, never a traceback."""
+
+    def main(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        args = list(sys.argv[1:] if args is None else args)
+        if "--debug" in args:
+            args = [a for a in args if a != "--debug"]
+            os.environ[DEBUG_ENV_VAR] = "1"  # and for the subprocesses a command starts
+        if not sys.stderr.isatty():  # logged or piped: no download/loading progress bars in it
+            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        return super().main(args, *rest, **kwargs)
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            if os.environ.get(DEBUG_ENV_VAR, "") in ("", "0") and _user_error(exc):
+                message = str(exc) or type(exc).__name__
+                typer.secho(f"Error: {message}", err=True, fg="red")
+                typer.echo("(coa --debug ... shows the traceback)", err=True)
+                raise typer.Exit(1) from None
+            raise
+
+
+app = typer.Typer(cls=_CoaGroup, no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+                  help="Chain-of-Agents environments. --debug (anywhere on the line) shows the traceback "
+                       "of an error.")
 
 
 @app.command("list")

@@ -20,6 +20,8 @@ from typing import Any
 
 import typer
 
+from coa_cli.eval import PROGRESS, progress_wanted
+
 __all__ = ["teach_command"]
 
 
@@ -80,16 +82,17 @@ def teach_command(
     episode_timeout: float = typer.Option(1800.0, help="Seconds per episode before error:timeout."),
     seed: int = typer.Option(0, help="Base seed (episode seeds derive from it)."),
     resume: bool = typer.Option(False, help="Keep finished episodes in OUT and run the rest."),
-    progress: bool = typer.Option(True, help="Show a progress bar."),
+    progress: bool | None = PROGRESS,
 ) -> None:
     """Run a multi-agent teacher on ENV_ID; write trajectories.jsonl and summary.json."""
     import gymnasium as gym
 
     import coa_envs  # noqa: F401  (registers ids)
+    from agents.health import run_health
     from agents.metrics import summarize
     from agents.report import Run, comparison_rows
     from agents.teachers import SystemConfigError, load_system, teacher_factory
-    from coa_cli.eval import _print_table, play_tasks  # the same runner, file order and table as coa eval
+    from coa_cli.eval import _print_table, play_tasks, report_health  # the same runner, file order and table
 
     if samples < 1 or n < 1 or concurrency < 1:
         raise typer.BadParameter("--n, --samples and --concurrency must be >= 1")
@@ -118,7 +121,7 @@ def teach_command(
     result = play_tasks(env_id, make_kwargs, teacher_factory(team, make_kwargs), tasks, indices=indices,
                         samples=samples, out=trajectories_path, concurrency=concurrency, seed=seed,
                         episode_timeout_s=episode_timeout, max_tool_calls=10_000, end_on_length=False,
-                        resume=resume, progress=progress)
+                        resume=resume, progress=progress_wanted(progress))
     extra = {"agent": f"teacher:{team.name}", "system": str(system), "members": members, "seed": seed, "split": split,
              "resumed_episodes": result.skipped,
              "failed_episodes": sum(1 for t in result.trajectories if t.status != "ok")}
@@ -127,8 +130,10 @@ def teach_command(
     (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     run = Run(label=out.name or str(out), path=out, summary=summary, trajectories=list(result.trajectories))
     _print_table(f"{env_id} · teacher={team.name} ({', '.join(members)})", comparison_rows([run]), [run.label])
-    errors = [t.info.get("error") for t in result.trajectories if t.info.get("error")]
-    if errors:
-        typer.echo(f"{len(errors)} episodes failed; first error: {errors[0]}", err=True)
-    typer.echo(f"next: coa distill {out} --out {out / 'sft.jsonl'} --sharegpt {out / 'sft_sharegpt.jsonl'}")
+    health = run_health(result.trajectories, expected_episodes=len(indices) * samples)
+    summary["health"] = health.as_dict()
+    (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    if not health.problems:
+        typer.echo(f"next: coa distill {out} --out {out / 'sft.jsonl'} --sharegpt {out / 'sft_sharegpt.jsonl'}")
+    report_health(health)  # a teacher that could not play gives no data to distil
 

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Literal
 
-from coa_envs.configkit import describe_type, fits_type
+from coa_envs.configkit import describe_type
 from coa_envs.configkit import merge_mappings as deep_merge
+from coa_envs.errors import OptionError
+from coa_envs.options import check_choice, check_option, unknown_keys_error
 
 __all__ = ["OVERRIDE_KEYS", "REGISTRY_KEYS", "TASK_OVERRIDES", "EnvConfig", "build_config", "deep_merge",
            "describe_options"]
@@ -72,29 +74,33 @@ class EnvConfig:
 
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):
-            _check_value(_key(spec), getattr(self, spec.name), _hints()[spec.name], spec.metadata["minimum"])
-        families = _families()
-        if self.family not in families:
-            raise ValueError(f"family={self.family!r} is not valid; allowed: {families}")
+            check_option(_key(spec), getattr(self, spec.name), _hints()[spec.name], spec.metadata["minimum"])
+        check_choice("family", self.family, _families())
+        from coa_envs.tasks import task_option_schema
         from coa_envs.tools import validate_tool_config
 
+        task_option_schema(self.family).check(self.tasks)
         for name, tool_config in self.tools.items():
             validate_tool_config(name, tool_config)
         from coa_envs.rewards import build_reward
 
-        build_reward(self.reward).close()  # names, weights and every term's options, checked now
-        if self.mcp_servers:
-            from coa_envs.mcp.client import validate_server_config
+        try:
+            build_reward(self.reward).close()  # names, weights and every term's options, checked now
+            if self.mcp_servers:
+                from coa_envs.mcp.client import validate_server_config
 
-            for name, server in self.mcp_servers.items():
-                validate_server_config(name, server)
+                for name, server in self.mcp_servers.items():
+                    validate_server_config(name, server)
+        except OptionError:
+            raise
+        except ValueError as exc:  # a reward or MCP setting: the user's to fix
+            raise OptionError(str(exc)) from exc
         if self.context_budget_tokens and not self.tokenizer:
-            raise ValueError("context_budget_tokens needs tokenizer=<HF tokenizer path or id>")
+            raise OptionError("context_budget_tokens needs tokenizer=<HF tokenizer path or id>")
         if self.system_prompt is None:
             from coa_envs.prompts import available_prompts
 
-            if self.prompt not in available_prompts():
-                raise ValueError(f"prompt={self.prompt!r} is not valid; allowed: {available_prompts()}")
+            check_choice("prompt", self.prompt, available_prompts())
 
 
 def _key(spec: dataclasses.Field) -> str:
@@ -110,11 +116,6 @@ def _families() -> list[str]:
     from coa_envs.tasks import FAMILIES
 
     return sorted(FAMILIES)
-
-
-def _check_value(key: str, value: Any, hint: Any, minimum: int | None) -> None:
-    if not fits_type(value, hint, minimum):
-        raise ValueError(f"{key}={value!r} is not valid; allowed: {describe_type(hint, minimum)}")
 
 
 # gym.make shortcuts that are not fields: they edit the ``tasks`` loader options.
@@ -157,12 +158,10 @@ def build_config(entry: Mapping[str, Any], overrides: Mapping[str, Any]) -> EnvC
     """Merge a registry entry with ``gym.make`` overrides into a validated :class:`EnvConfig`."""
     unknown_entry = set(entry) - REGISTRY_KEYS
     if unknown_entry:
-        raise ValueError(f"registry entry {entry.get('id')}: unknown keys {sorted(unknown_entry)}; "
-                         f"allowed: {sorted(REGISTRY_KEYS)}")
+        raise unknown_keys_error(f"registry entry {entry.get('id')}", unknown_entry, REGISTRY_KEYS)
     unknown = set(overrides) - set(OVERRIDE_KEYS)
-    if unknown:
-        allowed = ", ".join(f"{k} ({v})" for k, v in OVERRIDE_KEYS.items())
-        raise ValueError(f"unknown option(s) {sorted(unknown)} for {entry['id']}; allowed: {allowed}")
+    if unknown:  # `coa list --options` documents each
+        raise unknown_keys_error(f"gym.make({entry['id']!r})", unknown, OVERRIDE_KEYS)
 
     values = {f.name: entry[_key(f)] for f in dataclasses.fields(EnvConfig) if _key(f) in entry}
     tasks = dict(entry.get("tasks") or {})
@@ -170,13 +169,13 @@ def build_config(entry: Mapping[str, Any], overrides: Mapping[str, Any]) -> EnvC
         tasks["path"] = str(overrides["data_path"])
     task_options = overrides.get("task_options") or {}
     if not isinstance(task_options, Mapping):
-        raise ValueError(f"task_options={task_options!r} is not valid; allowed: a mapping of loader options")
+        raise OptionError(f"task_options={task_options!r} is not valid; allowed: a mapping of loader options")
     values["tasks"] = deep_merge(tasks, task_options)
     merged = ("tools", "reward", "mcp_servers")
     for name in merged:  # an override is merged into the registry's (a new reward replaces it)
         extra = overrides.get(name) or {}
         if not isinstance(extra, Mapping):
-            raise ValueError(f"{name}={extra!r} is not valid; allowed: a mapping")
+            raise OptionError(f"{name}={extra!r} is not valid; allowed: a mapping")
         registered = entry.get(name) or {}
         values[name] = _reward_override(registered, extra) if name == "reward" else deep_merge(registered, extra)
     values.update((k, v) for k, v in overrides.items() if k not in TASK_OVERRIDES and k not in merged)

@@ -25,8 +25,8 @@ import dataclasses
 import re
 import types
 import typing
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Mapping, Sequence
+from pathlib import Path, PurePath
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import yaml
@@ -79,8 +79,20 @@ def parse_value(raw: str) -> Any:
 
 
 def load_mapping(path: str | Path) -> dict[str, Any]:
-    """A YAML file whose top level is a mapping of config keys."""
-    loaded = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_Loader) or {}
+    """A YAML file whose top level is a mapping of config keys; a missing file or a YAML
+    syntax error is a :class:`ConfigError` naming the file (and the line and column)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file ({exc.strerror or exc})") from None
+    try:
+        loaded = yaml.load(text, Loader=_Loader) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{where}: not valid YAML ({problem}); fix the file (e.g. a missing space "
+                          "after ':', a tab, an unclosed bracket or quote)") from None
     if not isinstance(loaded, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of config keys")
     return loaded
@@ -202,40 +214,70 @@ def _is_mapping(hint: Any) -> bool:
     return get_origin(hint) in (Mapping, dict)
 
 
+def _is_sequence(hint: Any) -> bool:
+    return get_origin(hint) in (list, tuple, Sequence) or hint in (list, tuple)
+
+
+def _item_hint(hint: Any) -> Any:
+    """The element type of ``list[str]`` / ``tuple[str, ...]`` (``Any`` when not given)."""
+    items = [a for a in get_args(hint) if a is not Ellipsis]
+    return items[0] if items else Any
+
+
 def describe_type(hint: Any, minimum: float | None = None) -> str:
     """The values a type hint allows, in words: the second half of every typed-check message
-    (``a positive integer or None``, ``'hf' or 'vllm'``, ``true or false``)."""
+    (``a positive integer or None``, ``'hf' or 'vllm'``, ``true or false``, ``a list of a string``)."""
+    if get_origin(hint) is typing.Annotated:
+        return describe_type(get_args(hint)[0], minimum)
     if _is_union(hint):
-        return " or ".join(describe_type(member, minimum) for member in get_args(hint))
+        return " or ".join(dict.fromkeys(describe_type(member, minimum) for member in get_args(hint)))
     if get_origin(hint) is Literal:
         return " or ".join(map(repr, get_args(hint)))
     if hint is type(None):
         return "None"
+    if hint is Any:
+        return "any value"
     if hint is bool:
         return "true or false"
     if hint is int:
         return "a positive integer" if minimum == 1 else "an integer" if minimum is None else f"an integer >= {minimum}"
     if hint is float:
         return "a number" if minimum is None else f"a number >= {minimum}"
-    if _is_mapping(hint):
+    if _is_mapping(hint) or hint in (dict, Mapping):
         return "a mapping"
+    if _is_sequence(hint):
+        item = _item_hint(hint)
+        return "a list" if item is Any else f"a list of {describe_type(item)}"
+    if isinstance(hint, type) and issubclass(hint, PurePath):
+        return "a path"
     return "a string" if hint is str else f"a {getattr(hint, '__name__', hint)}"
 
 
 def fits_type(value: Any, hint: Any, minimum: float | None = None) -> bool:
     """Does ``value`` fit ``hint`` as it stands (no conversion)? ``bool`` is no number here,
-    as in YAML; a hint this toolkit does not model (``list[str]``, ...) accepts anything."""
+    as in YAML; a list or tuple fits a sequence hint when every item fits its item type; a path
+    hint takes a string; a hint this toolkit does not model (a name that did not resolve, a
+    generic it does not know) accepts anything."""
+    if get_origin(hint) is typing.Annotated:
+        return fits_type(value, get_args(hint)[0], minimum)
     if _is_union(hint):
         return any(fits_type(value, member, minimum) for member in get_args(hint))
     if get_origin(hint) is Literal:
         return value in get_args(hint)
+    if hint is Any:
+        return True
     if hint is type(None):
         return value is None
     if hint in (int, float):
         kinds = int if hint is int else int | float
         return isinstance(value, kinds) and not isinstance(value, bool) and (minimum is None or value >= minimum)
-    if _is_mapping(hint):
+    if _is_mapping(hint) or hint in (dict, Mapping):
         return isinstance(value, Mapping)
+    if _is_sequence(hint):
+        item = _item_hint(hint)
+        return isinstance(value, (list, tuple)) and all(fits_type(v, item) for v in value)
+    if isinstance(hint, type) and issubclass(hint, PurePath):
+        return isinstance(value, (str, PurePath))
     return isinstance(value, hint) if isinstance(hint, type) else True
 
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import gymnasium as gym
 
 from coa_envs.config import EnvConfig
+from coa_envs.env_resources import EnvResources, held
 from coa_envs.prompts import render_system_prompt
 from coa_envs.protocol import ParsedTurn, ToolCall, parse_turn, render_observation
 from coa_envs.protocols import corrective_message
@@ -24,7 +26,7 @@ from coa_envs.rewards import EpisodeView, ToolCallRecord, build_reward
 from coa_envs.rewards.compose import term_errors
 from coa_envs.spaces import TextSpace
 from coa_envs.tasks import load_family_tasks, open_family_runtime
-from coa_envs.tools import build_tool, run_tool
+from coa_envs.tools import build_tools, run_tool
 from coa_envs.types import ErrorKind, Reward, Task, Tool, ToolContext, ToolResult
 
 __all__ = ["CoAEnv", "TextSpace", "corrective_message"]
@@ -41,6 +43,10 @@ class CoAEnv(gym.Env[str, str]):
     """A multi-turn text environment. See ``envs_registry.yaml`` for the registered ids."""
 
     metadata = {"render_modes": ["ansi"]}
+    _tools = held("tools")
+    _mcp = held("mcp")
+    _reward = held("reward")
+    _runtime = held("runtime")
 
     def __init__(self, config: EnvConfig):
         self.config = config
@@ -48,21 +54,26 @@ class CoAEnv(gym.Env[str, str]):
         budget = config.context_budget_chars or 1_000_000
         self.observation_space = TextSpace(max_length=max(budget, 1_000_000))
         self.action_space = TextSpace(max_length=max(budget, 1_000_000))
+        self._res = EnvResources()
+        self._finalizer = weakref.finalize(self, self._res.close)  # on GC and at interpreter exit
         self.config, self._runtime = open_family_runtime(config)
         try:
             self.tasks: list[Task] = load_family_tasks(config.family, self.config.tasks)
+            # Built now, not at the first call: a setting only a constructor can check (an index
+            # that must exist, a backend that needs base_url) fails make, not every tool call.
+            self._tools = build_tools(self.config.tools)
         except BaseException:
-            if self._runtime is not None:
-                self._runtime.close()
+            self.close()
             raise
         self._task_index = {t.task_id: i for i, t in enumerate(self.tasks)}
-        self._tools: dict[str, Tool] | None = None
-        self._mcp: dict[str, Any] | None = None  # MCP tools by env name, connected on first use
         self._definitions: dict[str, dict[str, Any]] | None = None
-        self._reward: Reward | None = None
         self._token_counter: Any = None
         self.task: Task | None = None
         self._reset_episode_state()
+
+    # what wrappers and users ask for (``env.get_wrapper_attr("max_turns")``)
+    env_id = property(lambda self: self.config.env_id)
+    max_turns = property(lambda self: self.config.max_turns, doc="model turns before truncation")
 
     # -- lazily built resources (dropped on pickling, rebuilt on demand) -----------------
     @property
@@ -94,8 +105,10 @@ class CoAEnv(gym.Env[str, str]):
 
     @property
     def tools(self) -> dict[str, Tool]:
+        """The configured tools (built at make, rebuilt after unpickling), then the MCP ones."""
         if self._tools is None:
-            self._tools = {name: build_tool(name, cfg) for name, cfg in self.config.tools.items()}
+            self._tools = build_tools(self.config.tools)
+        if self.config.mcp_servers and not set(self.mcp_tools) <= set(self._tools):
             self._tools.update(self.mcp_tools)
         return self._tools
 
@@ -355,37 +368,20 @@ class CoAEnv(gym.Env[str, str]):
         return None
 
     def close(self) -> None:
-        self._release_episode_tools()
-        if self._tools:
-            for tool in self._tools.values():
-                closer = getattr(tool, "close", None)
-                if callable(closer):
-                    try:
-                        closer()
-                    except Exception:
-                        log.exception("tool %s failed to close", tool.name)
-        self._tools = None
-        closer = getattr(self._reward, "close", None)
-        if callable(closer):  # e.g. the LLM judge's HTTP client
-            closer()
-        self._reward = None
-        for tool in (self._mcp or {}).values():
-            tool.close()
-        self._mcp, self._definitions = None, None
-        if getattr(self, "_runtime", None) is not None:
-            self._runtime.close()
-            self._runtime = None
+        if hasattr(self, "ctx"):  # not when make failed before the episode state existed
+            self._release_episode_tools()
+        self._res.close()
+        self._definitions = None
         super().close()
 
     # -- pickling: resources are rebuilt on demand, episode state travels --------------------
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_tools"] = None
-        state["_mcp"] = None  # connections are per process; reopened on demand
+        # Tools, MCP connections, reward clients and the runtime are per process (the original
+        # env owns the runtime; the config keeps its settings): the copy rebuilds them on demand.
+        del state["_res"], state["_finalizer"]
         state["_definitions"] = None
-        state["_reward"] = None
         state["_token_counter"] = None
-        state["_runtime"] = None  # the original env owns it; the config keeps its settings
         state["tasks"] = None
         state["_task_index"] = None
         # Per-episode tool state (e.g. a live notebook process) cannot cross processes.
@@ -393,6 +389,8 @@ class CoAEnv(gym.Env[str, str]):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        self._res = EnvResources()
+        self._finalizer = weakref.finalize(self, self._res.close)
         self.__dict__.update(state)
         self.tasks = load_family_tasks(self.config.family, self.config.tasks)
         self._task_index = {t.task_id: i for i, t in enumerate(self.tasks)}

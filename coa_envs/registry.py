@@ -15,7 +15,8 @@ from typing import Any
 
 import gymnasium as gym
 
-__all__ = ["REMOTE_ID", "describe", "entries", "entry", "ids", "make_env", "register_all", "resolve_path"]
+__all__ = ["REMOTE_ID", "check_id", "describe", "entries", "entry", "ids", "make_env", "register_all", "resolve_path",
+           "suggest_id"]
 
 from coa_envs.tasks import resolve_path  # re-exported: loaders and users resolve pkg: paths here
 
@@ -75,6 +76,59 @@ def register_all() -> None:
     if REMOTE_ID not in gym.registry:
         gym.register(id=REMOTE_ID, entry_point="coa_envs.service.client:RemoteEnv")
     _silence_dataset_version_warnings()
+    _suggest_ids_case_insensitively()
+
+
+def suggest_id(env_id: str) -> str:
+    """`` (did you mean 'coa/MATH500-v1'?)`` for a mistyped id (another case, a missing or wrong
+    version, a missing namespace); ``""`` when nothing is close."""
+    import re
+
+    from coa_envs.options import closest
+
+    known = [*_load(), REMOTE_ID]
+    match = next((k for k in known if k.lower() == env_id.lower()), None)
+    if match is None:  # compare the names alone ("coa/" and "-v0" would make any two ids look alike)
+        by_name: dict[str, str] = {}
+        for candidate in known:
+            by_name.setdefault(re.sub(r"-v\d+$", "", candidate.rpartition("/")[2]), candidate)
+        name = closest(re.sub(r"-v\d+$", "", env_id.rpartition("/")[2]), by_name)
+        match = by_name.get(name) if name is not None else None
+    return f" (did you mean {match!r}?)" if match is not None and match != env_id else ""
+
+
+def check_id(env_id: str) -> str:
+    """``env_id`` if registered, else a ``gymnasium.error.UnregisteredEnv`` with a suggestion and
+    where the list is (``coa list``): what every coa command says about a mistyped id."""
+    if env_id in _load() or env_id == REMOTE_ID:
+        return env_id
+    raise gym.error.UnregisteredEnv(f"no env {env_id!r} is registered{suggest_id(env_id)}; `coa list` shows "
+                                    "every id")
+
+
+def _suggest_ids_case_insensitively() -> None:
+    """Gymnasium suggests a close name only with the same case (``coa/math500-v0`` got no hint):
+    its name check is wrapped so a miss in the ``coa`` namespace gets our suggestion. Other
+    namespaces, and any Gymnasium without that private helper, are left as they are."""
+    from gymnasium.envs import registration
+
+    original = getattr(registration, "_check_name_exists", None)
+    if original is None or getattr(original, "_coa_wrapped", False):
+        return
+
+    def check_name_exists(ns: str | None, name: str) -> None:
+        try:
+            original(ns, name)
+        except gym.error.NameNotFound as exc:
+            if ns != "coa" or "Did you mean" in str(exc):
+                raise
+            hint = suggest_id(f"coa/{name}")
+            if not hint:
+                raise
+            raise gym.error.NameNotFound(f"{exc}{hint}") from None
+
+    check_name_exists._coa_wrapped = True  # type: ignore[attr-defined]
+    registration._check_name_exists = check_name_exists
 
 
 def _silence_dataset_version_warnings() -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import warnings
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -41,6 +42,11 @@ from typing import Any
 from agents.engines import Completion, EngineErrorKind, GenerationRequest, SamplingParams
 
 __all__ = ["HFEngine"]
+
+# transformers 5.x renamed the forward's ``past_key_values`` to ``cache`` and warns on every
+# decode step's first call; the old name still works and the warning only buried a newcomer's
+# first screen (the engine passes the cache explicitly, as every transformers 4.x/5.x accepts).
+warnings.filterwarnings("ignore", message=r".*`past_key_values` is deprecated", category=FutureWarning)
 
 #: ``take(limit, block)`` -> up to ``limit`` ``(request, deliver)`` pairs; None when closed.
 Take = Callable[[int, bool], "list[tuple[GenerationRequest, Callable[[Completion], None]]] | None"]
@@ -141,12 +147,15 @@ class HFEngine:
         assert all(c is not None for c in results)
         return results  # type: ignore[return-value]
 
-    def serve(self, take: Take) -> None:
-        """Decode until ``take`` reports closed and no row is left.
+    def serve(self, take: Take, stop: threading.Event | None = None) -> None:
+        """Decode until ``take`` reports closed and no row is left, or until ``stop`` is set.
 
         Between decode steps, ``take(room, block=False)`` admits new requests; with no row
         in flight it is called with ``block=True`` (the lock is not held while it waits).
         Each request's completion goes to its ``deliver`` callback as soon as it finishes.
+        Once ``stop`` is set (the batching worker is closing), rows still decoding (an episode
+        abandoned at its deadline) are answered with an error at the next step instead of being
+        decoded to the end, so no forward pass is still running when the process exits.
         """
         if self.continuous:
             with self._lock:
@@ -163,6 +172,11 @@ class HFEngine:
         batch = RunningBatch(self)
         closed = False
         while True:
+            if stop is not None and stop.is_set():
+                for row in batch.rows:
+                    if row.finish is None:
+                        row.deliver(Completion.failure(EngineErrorKind.INTERNAL, "the engine was closed"))
+                return
             if batch.rows and self._interrupted.is_set():
                 for row in batch.rows:  # each row's sampled tokens go back, marked "abort"
                     self._abort(row)

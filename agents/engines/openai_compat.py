@@ -84,9 +84,9 @@ class OpenAIEngine:
         if isinstance(tokenizer, str):  # a path, hub id or catalogue name (agents.models)
             from transformers import AutoTokenizer
 
-            from agents.models import resolve_model
+            from agents.models import find_model
 
-            tokenizer = AutoTokenizer.from_pretrained(resolve_model(tokenizer))
+            tokenizer = AutoTokenizer.from_pretrained(find_model(tokenizer))
         if mode == "completions" and tokenizer is None:
             mode = "chat"  # no way to render the chat template locally
         self.model, self.mode, self.tokenizer = model, mode, tokenizer

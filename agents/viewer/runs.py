@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from agents.viewer.index import UNREADABLE, FileIndex, Vocabs
+from coa_envs.errors import UserError
 
 __all__ = ["NotARunError", "Run", "find_trajectory_files", "open_runs", "rl_health"]
 
@@ -40,7 +41,7 @@ _SUMMARY_KEYS = ("env_id", "agent", "model", "engine", "episodes", "tasks", "sam
                  "mean_reward", "mean_turns")
 
 
-class NotARunError(ValueError):
+class NotARunError(UserError, ValueError):
     """A path given to the viewer holds no trajectories."""
 
 

@@ -48,7 +48,10 @@ class TokenizerCache:
         except ImportError:
             return None, "transformers is not installed (pip install coa-envs[llm]); showing token ids"
         try:
-            return AutoTokenizer.from_pretrained(spec, local_files_only=True), None
+            from agents.models import resolve_model
+
+            # a catalogue name (smollm2-135m, what summary.json records) is its converted directory
+            return AutoTokenizer.from_pretrained(resolve_model(spec), local_files_only=True), None
         except Exception as exc:  # any loading failure is shown, never raised into the server
             return None, f"cannot load tokenizer {spec!r} offline: {type(exc).__name__}: {str(exc)[:300]}"
 

@@ -50,7 +50,7 @@ class ToolHost:
     """
 
     def __init__(self, tools: Mapping[str, Mapping[str, Any]], *, files_root: str | Path | None = None,
-                 timeout_s: float = 60.0, env: Any = None):
+                 timeout_s: float = 60.0, env: Any = None, context: Mapping[str, Any] | None = None):
         if timeout_s <= 0:
             raise ValueError("timeout_s must be > 0")
         self.timeout_s = timeout_s
@@ -63,7 +63,12 @@ class ToolHost:
             self.close()
             raise
         self.definitions = {name: function_definition(name) for name in self.tools}
-        self.task = Task(task_id="mcp", question="", files=_files_under(files_root)) if files_root else None
+        # What a call sees as its task: the files under files_root, and ``context``, the metadata
+        # every task of the served env shares (a generated world's search index, which the
+        # SynthHop tasks carry rather than the tool's config).
+        files = _files_under(files_root) if files_root else ()
+        self.task = Task(task_id="mcp", question="", files=files, metadata=dict(context or {})) \
+            if files or context else None
 
     @classmethod
     def from_env(cls, env_id: str, tools: list[str] | None = None,
@@ -81,7 +86,7 @@ class ToolHost:
         chosen = {name: {**dict(configured[name]), **dict((overrides or {}).get(name) or {})}
                   for name in (tools or configured)}
         try:
-            return cls(chosen, env=env, **options)
+            return cls(chosen, env=env, context=_shared_metadata(env.tasks), **options)
         except BaseException:
             env.close()
             raise
@@ -114,6 +119,18 @@ class ToolHost:
         if self.env is not None:
             self.env.close()
             self.env = None
+
+
+def _shared_metadata(tasks: list[Task]) -> dict[str, Any]:
+    """The metadata entries every task has with the same value (the env's, not one task's)."""
+    if not tasks:
+        return {}
+    shared = dict(tasks[0].metadata)
+    for task in tasks[1:]:
+        shared = {k: v for k, v in shared.items() if k in task.metadata and task.metadata[k] == v}
+        if not shared:
+            break
+    return shared
 
 
 def _files_under(root: str | Path) -> tuple[str, ...]:

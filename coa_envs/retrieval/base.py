@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from coa_envs.errors import UserError
 from coa_envs.retrieval.corpus import Passage
 
 __all__ = [
@@ -41,7 +42,7 @@ class RetrievalError(RuntimeError):
     """Base class for retrieval failures that a caller may want to tell apart."""
 
 
-class RetrievalIndexError(RetrievalError):
+class RetrievalIndexError(UserError, RetrievalError):
     """An index directory is missing, incomplete or unreadable; the message says how to build it."""
 
 

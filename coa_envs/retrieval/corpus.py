@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from coa_envs.errors import UserError
+
 __all__ = [
     "CorpusError",
     "CorpusReader",
@@ -29,7 +31,7 @@ __all__ = [
 ]
 
 
-class CorpusError(ValueError):
+class CorpusError(UserError, ValueError):
     """A corpus file is missing or a row is not ``{"id", "contents"}`` json."""
 
 

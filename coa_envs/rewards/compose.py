@@ -42,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from coa_envs.options import Schema, did_you_mean
 from coa_envs.rewards.base import EpisodeView, RewardUnavailable, Scope
 from coa_envs.types import RewardResult, Task
 
@@ -103,8 +104,8 @@ def parse_reward_config(config: Mapping[str, Any], available: Sequence[str]) -> 
             raise ValueError(f"{where}={entry!r} is not valid; allowed: a mapping {{name: ..., weight: ...}}")
         name = entry.get("name")
         if name not in available and not (isinstance(name, str) and "." in name):
-            raise ValueError(f"{where}.name={name!r} is not valid; allowed: {sorted(available)} "
-                             "or the dotted name of a term module of yours")
+            raise ValueError(f"{where}.name={name!r} is not valid{did_you_mean(name, available)}; allowed: "
+                             f"{sorted(available)} or the dotted name of a term module of yours")
         label = entry.get("label", name)
         if not isinstance(label, str) or not label:
             raise ValueError(f"{where}.label={label!r} is not valid; allowed: a non-empty string")
@@ -145,6 +146,8 @@ class _Term:
         if isinstance(version, bool) or not isinstance(version, int) or not callable(getattr(module, "build", None)):
             raise ValueError(f"reward term module {path} needs an integer VERSION and a build(**options)")
         self.spec, self.version = spec, version
+        # the term's options, named and typed by its build() (a "did you mean" for a near miss)
+        Schema.of_callable(f"reward term {spec.label!r} ({spec.name})", module.build).check(spec.options)
         try:
             self.impl = module.build(**spec.options)
         except TypeError as exc:  # an unknown option: say which term

@@ -20,12 +20,14 @@ import inspect
 import json
 import os
 import threading
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 
+from coa_envs.errors import UserError
 from coa_envs.service.wire import HANGUP_ERRORS, ErrorCode, dumps
 from coa_envs.spaces import TextSpace
 from coa_envs.types import Task
@@ -35,7 +37,7 @@ __all__ = ["RemoteEnv", "RemoteEnvConfig", "RemoteEnvError"]
 TOKEN_ENV_VAR = "COA_ENV_TOKEN"
 
 
-class RemoteEnvError(RuntimeError):
+class RemoteEnvError(UserError, RuntimeError):
     """The server refused a request, or could not be reached; ``code`` is an :class:`ErrorCode`."""
 
     def __init__(self, code: ErrorCode | str, message: str):
@@ -70,6 +72,28 @@ def _ws_url(base_url: str, env_id: str | None) -> str:
     return f"{url}/envs/{env_id}/ws" if env_id else f"{url}/ws"
 
 
+class _Socket:
+    """The session's WebSocket, held apart from the env so that a finalizer can close it without
+    keeping the env alive: on garbage collection, and at interpreter exit while the socket's
+    reader thread still runs (closing it later, from ``__del__`` during shutdown, joined a frozen
+    daemon thread forever: a program that forgot ``env.close()`` never exited)."""
+
+    __slots__ = ("connection",)
+
+    def __init__(self) -> None:
+        self.connection: Any = None
+
+    def close(self, goodbye: bool = False) -> None:
+        connection, self.connection = self.connection, None
+        if connection is None:
+            return
+        if goodbye:  # tell the server the session is over, so it frees the env at once
+            with contextlib.suppress(Exception):
+                connection.send(dumps({"type": "close"}))
+        with contextlib.suppress(Exception):  # already broken: nothing left to release
+            connection.close()  # bounded: close_timeout
+
+
 class RemoteEnv(gym.Env[str, str]):
     """A served env. ``env_id`` may be omitted when the server serves exactly one id;
     ``overrides`` are ``gym.make`` keywords the server allows clients to set (``max_turns``,
@@ -95,7 +119,8 @@ class RemoteEnv(gym.Env[str, str]):
         self.token = token if token is not None else os.environ.get(TOKEN_ENV_VAR)
         self.connect_timeout_s, self.timeout_s = connect_timeout_s, timeout_s
         self.render_mode = render_mode
-        self._connection: Any = None
+        self._socket = _Socket()
+        self._finalizer = weakref.finalize(self, self._socket.close, True)  # on GC and at exit
         self._lock = threading.Lock()
         self._tasks: list[Task] | None = None
         self._task_index: dict[str, int] = {}
@@ -134,11 +159,16 @@ class RemoteEnv(gym.Env[str, str]):
         self.action_space = TextSpace(max_length=int(described["action_max_length"]))
         self.num_tasks = int(described.get("num_tasks") or 0)
 
+    @property
+    def _connection(self) -> Any:
+        return self._socket.connection
+
+    @_connection.setter
+    def _connection(self, connection: Any) -> None:
+        self._socket.connection = connection
+
     def _drop(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            with contextlib.suppress(Exception):  # already broken: nothing left to release
-                connection.close()
+        self._socket.close()
 
     def _call(self, kind: str, data: Mapping[str, Any] | None = None, expect: str = "observation") -> dict[str, Any]:
         """One request/reply on the session's socket; raises RemoteEnvError, never hangs."""
@@ -172,6 +202,11 @@ class RemoteEnv(gym.Env[str, str]):
             raise RemoteEnvError(ErrorCode.VALIDATION_ERROR, f"expected a {expect!r} reply to {kind!r}, got "
                                                              f"{reply.get('type')!r}")
         return reply.get("data") or {}
+
+    @property
+    def max_turns(self) -> int:
+        """The served env's turn limit (``env.get_wrapper_attr("max_turns")`` as for a local env)."""
+        return self.config.max_turns
 
     # -- what the server knows about the tasks -------------------------------------------
     @property
@@ -224,22 +259,16 @@ class RemoteEnv(gym.Env[str, str]):
 
     def close(self) -> None:
         with self._lock:
-            connection = self._connection
-            if connection is not None:
-                with contextlib.suppress(Exception):  # the server is gone already; nothing to tell it
-                    connection.send(dumps({"type": "close"}))
-            self._drop()
+            self._socket.close(goodbye=True)
         super().close()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_connection"], state["_lock"] = None, None
+        state["_socket"], state["_finalizer"], state["_lock"] = None, None, None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._socket = _Socket()  # a copy opens its own session on first use
+        self._finalizer = weakref.finalize(self, self._socket.close, True)
         self._lock = threading.Lock()
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self._drop()

@@ -129,13 +129,14 @@ class SessionManager:
         pool_size: int = 16,
         expose_answers: bool = False,
     ):
-        from coa_envs.registry import ids
+        from coa_envs.registry import ids, suggest_id
 
         self.env_ids = list(env_ids)
         known = set(ids())
         unknown = [e for e in self.env_ids if e not in known]
         if not self.env_ids or unknown:
-            raise ServiceError(ErrorCode.UNKNOWN_ENV, f"unknown env id(s) {unknown}; `coa list` shows "
+            hints = "".join(suggest_id(e) for e in unknown[:3])
+            raise ServiceError(ErrorCode.UNKNOWN_ENV, f"unknown env id(s) {unknown}{hints}; `coa list` shows "
                                                       "the registered ids" if unknown else "no env id given")
         if max_sessions < 1 or idle_timeout_s <= 0 or step_threads < 1:
             raise ValueError("max_sessions and step_threads must be >= 1 and idle_timeout_s > 0")
@@ -160,7 +161,10 @@ class SessionManager:
             raise ServiceError(ErrorCode.VALIDATION_ERROR,
                                f"this server serves {self.env_ids}; name one as env_id")
         if env_id not in self.env_ids:
-            raise ServiceError(ErrorCode.UNKNOWN_ENV, f"env id {env_id!r} is not served here; served: {self.env_ids}")
+            from coa_envs.options import did_you_mean
+
+            raise ServiceError(ErrorCode.UNKNOWN_ENV, f"env id {env_id!r} is not served here"
+                                                      f"{did_you_mean(env_id, self.env_ids)}; served: {self.env_ids}")
         return env_id
 
     def effective_overrides(self, client: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -17,6 +17,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from coa_envs.errors import OptionError, UserError
+from coa_envs.options import Option, Schema
 from coa_envs.types import Task
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "require",
     "resolve_path",
     "select_tasks",
+    "task_option_schema",
 ]
 
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +42,7 @@ _PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 FAMILIES: tuple[str, ...] = ("code", "math", "mhqa", "miniweb", "synthhop", "web")
 
 
-class TaskDataError(ValueError):
+class TaskDataError(UserError, ValueError):
     """A data file is malformed. The message names the file, the row and the field."""
 
     def __init__(self, file: str | Path, row: int | str, field: str, problem: str = "is missing"):
@@ -47,7 +50,7 @@ class TaskDataError(ValueError):
         super().__init__(f"{file}: row {row}: field {field!r} {problem}")
 
 
-class DataNotFoundError(FileNotFoundError):
+class DataNotFoundError(UserError, FileNotFoundError):
     """No data for an env: the message says how to obtain it."""
 
 
@@ -90,6 +93,18 @@ def require(record: Mapping[str, Any], field: str, file: str | Path, row: int) -
     return value
 
 
+# Loader options that count something: below these they mean nothing (limit=0 is not "all").
+_MINIMUMS = {"limit": 1, "num_tasks": 1, "port": 0}
+
+
+def task_option_schema(family: str) -> Schema:
+    """The loader options of ``family`` (``task_options``, the registry's ``tasks:``): the
+    keyword parameters of its ``load_tasks``, with their types, plus ``task_list``."""
+    module = importlib.import_module(f"coa_envs.tasks.{family}")
+    schema = Schema.of_callable("task_options", module.load_tasks, minimums=_MINIMUMS)
+    return schema.merged(Schema("task_options", {"task_list": Option(str | None)}))
+
+
 _cache: dict[str, list[Task]] = {}
 _cache_lock = threading.Lock()
 
@@ -115,7 +130,12 @@ def load_family_tasks(family: str, options: Mapping[str, Any]) -> list[Task]:
     if cached is not None:
         return cached
     module = importlib.import_module(f"coa_envs.tasks.{family}")
-    tasks = list(module.load_tasks(**options))
+    try:
+        tasks = list(module.load_tasks(**options))
+    except UserError:
+        raise
+    except ValueError as exc:  # the loader refused an option (a dataset name, a format...)
+        raise OptionError(f"task_options ({family} loader): {exc}") from exc
     if not tasks:
         raise DataNotFoundError(f"the {family} loader returned no tasks for options {dict(options)}")
     ids = [t.task_id for t in tasks]

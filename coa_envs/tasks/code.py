@@ -34,10 +34,10 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from coa_envs.tasks import TaskDataError, iter_jsonl, require, resolve_path
+from coa_envs.tasks import DataNotFoundError, TaskDataError, iter_jsonl, require, resolve_path
 from coa_envs.tasks.code_asserts import AssertRewriteError, rewrite_asserts
 from coa_envs.tasks.hygiene import refuse_trivial_tests
-from coa_envs.tasks.split import TEST_SET_NOTE, partition, select_test_set
+from coa_envs.tasks.split import TEST_SET_NOTE, benchmark_split
 from coa_envs.types import Task
 
 __all__ = ["DATASETS", "SPLIT_NOTE", "count_tests", "load_tasks", "parse_ground_truth"]
@@ -60,6 +60,7 @@ def load_tasks(
     platform: str | None = None,
     split: str = "all",
     subset: str = "all",
+    pool: bool = False,
 ) -> list[Task]:
     """Load LiveCodeBench tasks.
 
@@ -81,7 +82,7 @@ def load_tasks(
     resolved = resolve_path(path or DATASETS[dataset])
     assert resolved is not None
     if not resolved.exists():
-        raise FileNotFoundError(
+        raise DataNotFoundError(
             f"code task file not found: {resolved}. Pass data_path= a verl parquet or an official "
             "LiveCodeBench jsonl (huggingface.co/datasets/livecodebench/code_generation_lite)."
         )
@@ -91,11 +92,10 @@ def load_tasks(
         tasks = _shipped_subset(tasks, dataset, resolved)
     if platform is not None:
         tasks = [t for t in tasks if t.metadata.get("platform") == platform]
-    if shipped or subset == "shipped":
-        hint = "A code training file is an official LiveCodeBench-style jsonl or a verl parquet."
-        tasks = select_test_set(tasks, split, f"LiveCodeBench {dataset}", hint)
-    else:
-        tasks = partition(tasks, split, f"code file {resolved}")
+    hint = "A code training file is an official LiveCodeBench-style jsonl or a verl parquet."
+    benchmark = shipped or subset == "shipped"  # the shipped problems, wherever they were read from
+    what = f"LiveCodeBench {dataset}" if benchmark else f"code file {resolved}"
+    tasks = benchmark_split(tasks, split, what=what, data_file=not benchmark, pool=pool, family_hint=hint)
     return tasks[:limit] if limit else tasks
 
 

@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from coa_envs.tasks import TaskDataError, iter_jsonl, require, resolve_path
+from coa_envs.tasks import DataNotFoundError, TaskDataError, iter_jsonl, require, resolve_path
 from coa_envs.tasks.hygiene import bare, refuse_empty_golds
-from coa_envs.tasks.split import TEST_SET_NOTE, partition, select_test_set
+from coa_envs.tasks.split import TEST_SET_NOTE, benchmark_split
 from coa_envs.types import Task
 
 __all__ = ["DATASETS", "SPLIT_NOTE", "load_tasks"]
@@ -39,9 +39,11 @@ def load_tasks(
     format: str = "auto",
     limit: int | None = None,
     split: str = "all",
+    pool: bool = False,
 ) -> list[Task]:
-    """Load math tasks. The shipped benchmarks are test sets (``split="train"`` is refused);
-    a ``path`` of your own is a pool that ``split`` partitions (:mod:`coa_envs.tasks.split`)."""
+    """Load math tasks. The shipped benchmarks and a ``path`` of yours are test sets
+    (``split="train"`` is refused); ``pool=True`` marks a ``path`` as a training pool that
+    ``split`` partitions 80/20 (:mod:`coa_envs.tasks.split`)."""
     shipped = path is None
     if path is None:
         if dataset not in DATASETS:
@@ -50,7 +52,8 @@ def load_tasks(
     resolved = resolve_path(path)
     assert resolved is not None
     if not resolved.exists():
-        raise FileNotFoundError(f"math task file not found: {resolved}")
+        raise DataNotFoundError(f"math task file not found: {resolved} (data_path / --data: a JSONL of "
+                                "{\"question\", \"answer\"} rows or a verl parquet)")
     if format == "auto":
         format = "parquet" if resolved.suffix == ".parquet" else "jsonl"
     if format == "parquet":
@@ -60,10 +63,8 @@ def load_tasks(
     else:
         raise ValueError(f"unknown math format {format!r}; allowed: auto, parquet, jsonl")
     tasks = refuse_empty_golds(tasks, bare, f"math {dataset} ({resolved})")
-    if shipped:
-        tasks = select_test_set(tasks, split, f"the math benchmark {dataset!r}", _TRAIN_FILE_HINT)
-    else:
-        tasks = partition(tasks, split, f"math file {resolved}")
+    what = f"the math benchmark {dataset!r}" if shipped else f"math file {resolved}"
+    tasks = benchmark_split(tasks, split, what=what, data_file=not shipped, pool=pool, family_hint=_TRAIN_FILE_HINT)
     return tasks[:limit] if limit else tasks
 
 

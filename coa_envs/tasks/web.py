@@ -27,9 +27,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from coa_envs.tasks import resolve_path
+from coa_envs.tasks import DataNotFoundError, resolve_path
 from coa_envs.tasks.hygiene import gaia, refuse_empty_golds
-from coa_envs.tasks.split import TEST_SET_NOTE, partition, select_test_set
+from coa_envs.tasks.split import TEST_SET_NOTE, benchmark_split
 from coa_envs.tasks.web_browsecomp import load_browsecomp_csv
 from coa_envs.tasks.web_common import read_records, record_to_task, select_tasks
 from coa_envs.tasks.web_gaia import load_gaia
@@ -98,14 +98,15 @@ def load_tasks(
     include_root_url: bool = True,
     limit: int | None = None,
     split: str = "all",
+    pool: bool = False,
 ) -> list[Task]:
     """Load web-family tasks.
 
     Options: ``level`` (GAIA 1-3 or a list), ``source_split`` (GAIA ``validation``/``test``),
     ``text_only``/``category`` (HLE), ``include_root_url`` (WebWalkerQA: append the site
     to start from to the question, as the benchmark gives it), ``limit`` (first N tasks),
-    ``split`` (:mod:`coa_envs.tasks.split`: without ``path`` the benchmark is a test set and
-    ``train`` is refused; a ``path`` of your own is partitioned).
+    ``split`` (:mod:`coa_envs.tasks.split`: the benchmark, and a ``path`` of yours, is a test
+    set and ``train`` is refused; ``pool=True`` marks a ``path`` as a training pool, split 80/20).
     """
     if format not in FORMATS:
         raise ValueError(f"format={format!r} is not valid; allowed: {list(FORMATS)}")
@@ -113,7 +114,7 @@ def load_tasks(
         raise ValueError(f"dataset={dataset!r} is not valid; allowed: {list(DATASETS)} or None")
     resolved = resolve_path(path)
     if resolved is not None and not resolved.exists():
-        raise FileNotFoundError(f"data_path {path!r} does not exist (resolved to {resolved})")
+        raise DataNotFoundError(f"data_path {path!r} does not exist (resolved to {resolved})")
 
     simple = format == "json" or (format == "auto" and _is_simple_file(resolved))
     if dataset == "webwalker":
@@ -137,9 +138,7 @@ def load_tasks(
             raise ValueError("dataset=None reads a simple JSON list and needs path=<file>")
         tasks = _simple(resolved, "web")
     tasks = refuse_empty_golds(tasks, gaia, f"web {dataset or 'file'} ({resolved or 'default location'})")
-    if resolved is None:
-        hint = "A web training file is a JSON list or JSONL of {\"question\": ..., \"answer\": ...}."
-        tasks = select_test_set(tasks, split, f"the {dataset} benchmark", hint)
-    else:
-        tasks = partition(tasks, split, f"web file {resolved}")
+    hint = "A web training file is a JSON list or JSONL of {\"question\": ..., \"answer\": ...}."
+    what = f"the {dataset} benchmark" if resolved is None else f"web file {resolved}"
+    tasks = benchmark_split(tasks, split, what=what, data_file=resolved is not None, pool=pool, family_hint=hint)
     return select_tasks(tasks, limit)

@@ -13,10 +13,11 @@ import dataclasses
 import threading
 
 import sandbox
+from coa_envs.options import Schema, did_you_mean
 from coa_envs.types import ErrorKind, ToolContext, ToolResult, ToolSpec
 from sandbox import ExecResult, Grants, Limits, Status
 
-__all__ = ["BACKENDS", "SPEC", "STATEFUL_BACKENDS", "CodeTool", "build", "render_exec_result"]
+__all__ = ["BACKENDS", "SPEC", "STATEFUL_BACKENDS", "CodeTool", "build", "option_schema", "render_exec_result"]
 
 SPEC = ToolSpec(name="code", usage="```python\n...\n```", argument="a Python program; print() what you need to see",
                 summary="run Python in a sandbox; print() what you need to see.", parameter="code")
@@ -162,6 +163,13 @@ class CodeTool:
             instance.close()
 
 
+def option_schema(backend: str) -> Schema:
+    """``build``'s own options plus every :class:`sandbox.Limits` field (checked at make time)."""
+    own = Schema.of_callable("tools.code", build, skip=("backend",))
+    limits = Schema.of_dataclass("tools.code", Limits, minimums={f.name: 0 for f in dataclasses.fields(Limits)})
+    return Schema("tools.code", own.options).merged(limits)
+
+
 def build(
     backend: str = "default",
     stateful: bool = False,
@@ -176,7 +184,8 @@ def build(
     ``max_files`` are the run's scratch-space quotas). ``read_only_paths``/``writable_paths``
     grant host paths (absolute, existing; checked here)."""
     if preset is not None and preset not in sandbox.PRESETS:
-        raise ValueError(f"unknown sandbox preset {preset!r}; choose one of {sorted(sandbox.PRESETS)}")
+        raise ValueError(f"unknown sandbox preset {preset!r}{did_you_mean(preset, sandbox.PRESETS)}; "
+                         f"choose one of {sorted(sandbox.PRESETS)}")
     fields = {field.name for field in dataclasses.fields(Limits)}
     unknown = sorted(set(limits) - fields)
     if unknown:

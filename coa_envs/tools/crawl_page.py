@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from coa_envs.options import Schema
 from coa_envs.types import ErrorKind, ToolContext, ToolResult, ToolSpec
 from coa_envs.web.browsers import BrowserError, BrowserRenderer
 from coa_envs.web.extract import ExtractedPage, ExtractionError, extract
@@ -29,7 +30,7 @@ from coa_envs.web.fetch import FetchFailure, HttpFetcher
 from coa_envs.web.llm import ChatEndpoint, ChatError, chat
 from coa_envs.web.ssrf import UrlGuard, literal_only_resolver
 
-__all__ = ["BACKENDS", "SPEC", "CrawlConfig", "CrawlPageTool", "build", "parse_crawl_query"]
+__all__ = ["BACKENDS", "SPEC", "CrawlConfig", "CrawlPageTool", "build", "option_schema", "parse_crawl_query"]
 
 SPEC = ToolSpec(name="crawl_page", usage="URL | what to look for", summary="read a web page (text extracted).",
                 argument="a page URL, optionally followed by ' | ' and what to look for on it",
@@ -288,6 +289,13 @@ class CrawlPageTool:
             first = failures[0]
             return ToolResult(text=text, ok=False, error_kind=first.kind or ErrorKind.TOOL_ERROR, details=details)
         return ToolResult(text=text, details=details)
+
+
+def option_schema(backend: str) -> Schema:
+    """The fields of :class:`CrawlConfig` (checked at make time)."""
+    return Schema.of_dataclass("tools.crawl_page", CrawlConfig, minimums={
+        "timeout_s": 0, "max_bytes": 1, "max_redirects": 0, "max_chars": 1, "max_links": 0, "max_urls": 1,
+        "browser_workers": 1, "settle_ms": 0})
 
 
 def build(backend: str = "httpx", **config: Any) -> CrawlPageTool:

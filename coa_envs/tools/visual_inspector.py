@@ -22,11 +22,12 @@ from typing import Any
 
 import httpx
 
+from coa_envs.options import Schema
 from coa_envs.tools.file_reader import FileReadError, file_kind, read_file
 from coa_envs.types import ErrorKind, ToolContext, ToolResult, ToolSpec
 from coa_envs.web.llm import ChatEndpoint, ChatError, chat
 
-__all__ = ["BACKENDS", "SPEC", "VisualInspectorTool", "build", "parse_file_query"]
+__all__ = ["BACKENDS", "SPEC", "VisualInspectorTool", "build", "option_schema", "parse_file_query"]
 
 SPEC = ToolSpec(name="visual_inspector", usage="file name | question", summary="read an attached file or image.",
                 argument="an attached file's name, optionally followed by ' | ' and a question about it")
@@ -145,6 +146,12 @@ class VisualInspectorTool:
             header += f"\nYour question: {question} (the file's full text follows; answer from it)"
         return ToolResult(f"{header}\n{text.text}",
                           details={"file": text.name, "kind": text.kind, "truncated": text.truncated})
+
+
+def option_schema(backend: str) -> Schema:
+    """The constructor's keyword parameters (checked at make time)."""
+    return Schema.of_callable("tools.visual_inspector", VisualInspectorTool.__init__, skip=("backend",),
+                              minimums={"timeout_s": 0, "max_retries": 0, "max_tokens": 1, "max_chars": 1})
 
 
 def build(backend: str = "openai", **config: Any) -> VisualInspectorTool:

@@ -23,9 +23,10 @@ from typing import Any
 
 import httpx
 
+from coa_envs.options import Schema
 from coa_envs.types import ErrorKind, ToolContext, ToolResult, ToolSpec
 
-__all__ = ["BACKENDS", "SPEC", "SearchHit", "WebSearchTool", "build", "render_hits"]
+__all__ = ["BACKENDS", "SPEC", "SearchHit", "WebSearchTool", "build", "option_schema", "render_hits"]
 
 SPEC = ToolSpec(name="web_search", usage="query", summary="search the web; returns numbered titles, URLs and snippets.",
                 argument="the web search query", retrieves=True)
@@ -220,6 +221,12 @@ def _resolve(path: str) -> str:
     except ImportError:  # registry not importable in a stripped-down install
         return path
     return str(resolve_path(path))
+
+
+def option_schema(backend: str) -> Schema:
+    """The options of every backend: the constructor's keyword parameters (checked at make time)."""
+    return Schema.of_callable("tools.web_search", WebSearchTool.__init__, skip=("backend",),
+                              minimums={"top_k": 1, "retries": 0, "snippet_chars": 1, "timeout_s": 0})
 
 
 def build(backend: str = "serper", **config: Any) -> WebSearchTool:

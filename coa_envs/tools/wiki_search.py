@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from coa_envs import retrieval
+from coa_envs.options import Option, Schema
 from coa_envs.retrieval import Retriever, SearchHit, open_retriever
 from coa_envs.types import ErrorKind, ToolContext, ToolResult, ToolSpec
 
-__all__ = ["BACKENDS", "SPEC", "WikiSearchTool", "build", "render_hits"]
+__all__ = ["BACKENDS", "SPEC", "WikiSearchTool", "build", "option_schema", "render_hits"]
 
 SPEC = ToolSpec(name="wiki_search", usage="query", summary="retrieve the most relevant encyclopedia passages.",
                 argument="the encyclopedia search query", retrieves=True)
@@ -198,6 +199,26 @@ class WikiSearchTool:
         """Release the HTTP client; shared local indexes stay open for other envs."""
         if self._remote is not None:
             self._remote.close()
+
+
+def option_schema(backend: str) -> Schema:
+    """The tool's own options plus its backend's (the retriever constructor's keyword
+    parameters; a local index's ``index`` and ``corpus`` directory/file), checked at make time."""
+    where = "tools.wiki_search"
+    own = Schema.of_callable(where, WikiSearchTool.__init__, skip=("backend",),
+                             minimums={"top_k": 1, "max_query_chars": 1, "max_passage_chars": 1})
+    if backend == "remote":
+        from coa_envs.retrieval.remote import RemoteRetriever
+
+        retriever = Schema.of_callable(where, RemoteRetriever.__init__, minimums={"retries": 0, "timeout_s": 0})
+    else:
+        if backend == "dense":
+            from coa_envs.retrieval.dense import DenseRetriever as Local
+        else:
+            from coa_envs.retrieval.bm25 import BM25Retriever as Local
+        retriever = Schema.of_callable(where, Local.__init__, skip=("index_dir", "corpus_path")).merged(
+            Schema(where, {"index": Option(str | None), "corpus": Option(str | None)}))
+    return Schema(where, own.options).merged(retriever)
 
 
 def build(backend: str = "bm25", **config: Any) -> WikiSearchTool:

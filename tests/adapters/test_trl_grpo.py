@@ -43,6 +43,8 @@ def test_grpo_steps_on_episodes_the_env_scored(tmp_path, random_tiny):
         assert len(batch) == 4  # 2 prompts x 2 generations, each its own episode
         assert row["reward"] == pytest.approx(sum(t.reward for t in batch) / len(batch))
         assert {t.status.split(":")[0] for t in batch} <= {"ok", "truncated", "error"}
+        # TRL's "truncated" is exactly the episodes the env did not end (it was 1 every step)
+        assert row["completions/clipped_ratio"] == pytest.approx(sum(not t.terminated for t in batch) / len(batch))
     # What TRL trained on is the token-exact trajectory: prompt = the env's messages
     # through the chat template, env_mask = 0 exactly on the observation tokens.
     out = rollout(dataset["prompt"][:1], trainer)
@@ -52,9 +54,33 @@ def test_grpo_steps_on_episodes_the_env_scored(tmp_path, random_tiny):
     assert out["prompt_ids"][0] == list(expected_prompt) == trajectory.prompt_ids
     observation_ids = [i for s in trajectory.segments if s.kind == "observation" for i in s.token_ids]
     masked = [i for i, m in zip(out["completion_ids"][0], out["env_mask"][0], strict=True) if m == 0]
-    assert masked == observation_ids
+    # an episode the env ended closes with eos (untrained), so TRL does not count it as truncated
+    ended = [tokenizer.eos_token_id] if trajectory.terminated else []
+    assert masked == observation_ids + ended
     assert len(out["logprobs"][0]) == len(out["completion_ids"][0])
     rollout.close()
+
+
+def test_trl_counts_an_answered_episode_as_terminated_and_a_cut_one_as_truncated(random_tiny):
+    """`completions/clipped_ratio: 1` every step: TRL read every episode as truncated."""
+    from agents.trajectory import EpisodeStatus, Segment, Trajectory
+    from trainers.adapters.trl_grpo import _token_record
+
+    tokenizer, _ = random_tiny
+    eos = tokenizer.eos_token_id
+
+    def episode(terminated: bool) -> Trajectory:
+        answer = tokenizer.encode("<answer>4</answer>", add_special_tokens=False)
+        return Trajectory(env_id=ENV_ID, task_id="t", prompt_ids=[1, 2], terminated=terminated,
+                          status=EpisodeStatus.OK if terminated else EpisodeStatus.TRUNCATED_MAX_TURNS,
+                          segments=[Segment("generated", "<answer>4</answer>", answer, [-0.5] * len(answer))])
+
+    prompt = [{"role": "user", "content": "q"}]
+    _, done_ids, done_lp, done_mask = _token_record(episode(True), prompt, tokenizer)
+    assert done_ids[-1] == eos and done_mask[-1] == 0 and done_lp[-1] == 0.0  # terminated for TRL
+    assert len(done_ids) == len(done_lp) == len(done_mask)
+    _, cut_ids, _, _ = _token_record(episode(False), prompt, tokenizer)
+    assert cut_ids[-1] != eos and len(cut_ids) == len(done_ids) - 1  # truncated for TRL, as it was
 
 
 def test_a_prompt_not_from_the_dataset_is_refused(random_tiny):

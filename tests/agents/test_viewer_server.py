@@ -323,3 +323,13 @@ def test_cli_serves_the_page_on_loopback(oracle_run):
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_a_run_made_with_a_catalogue_model_decodes_its_tokens(smollm2_dir):
+    """`coa view` of a `--model smollm2-135m` run said "cannot load tokenizer 'smollm2-135m'
+    offline": summary.json names the catalogue entry, which is its converted directory."""
+    from agents.viewer.tokens import TokenizerCache
+
+    tokenizer, error = TokenizerCache().get("smollm2-135m")
+    assert error is None and tokenizer is not None
+    assert tokenizer.decode(tokenizer.encode("Hello", add_special_tokens=False)) == "Hello"

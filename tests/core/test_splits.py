@@ -40,8 +40,9 @@ def _norm(text: str) -> str:
 
 
 def _is_test_set(env_id: str) -> bool:
+    """A benchmark id's data is a test set, shipped or given as data_path (the fixtures here)."""
     family = importlib.import_module(f"coa_envs.tasks.{entry(env_id)['family']}")
-    return family.SPLIT_NOTE == TEST_SET_NOTE and "data_path" not in MAKE_KWARGS.get(env_id, {})
+    return family.SPLIT_NOTE == TEST_SET_NOTE
 
 
 @pytest.mark.parametrize("env_id", ALL_IDS)
@@ -65,19 +66,45 @@ def test_train_and_test_tasks_never_overlap(env_id):
 
 @pytest.mark.parametrize("env_id", [i for i in ALL_IDS if _is_test_set(i)])
 def test_benchmark_test_sets_refuse_training_and_say_how_to_train(env_id):
-    with pytest.raises(ValueError, match=r"test set.*data_path.*split='all'"):
-        gym.make(env_id, task_options={"split": "train"})
+    with pytest.raises(ValueError, match=r"test set.*data_path.*'pool': True.*split='all'"):
+        gym.make(env_id, **{**MAKE_KWARGS.get(env_id, {}), "task_options": {"split": "train"}})
 
 
-def test_a_data_path_file_of_a_test_set_family_is_split(tmp_path):
-    rows = "\n".join(f'{{"question": "What is {i} + {i}?", "answer": "{2 * i}"}}' for i in range(200))
-    (tmp_path / "train.jsonl").write_text(rows + "\n", encoding="utf-8")
+def _math_file(tmp_path, count: int = 200) -> str:
+    rows = "\n".join(f'{{"question": "What is {i} + {i}?", "answer": "{2 * i}"}}' for i in range(count))
+    (tmp_path / "mine.jsonl").write_text(rows + "\n", encoding="utf-8")
+    return str(tmp_path / "mine.jsonl")
+
+
+def _sizes(env_id: str, **kwargs) -> dict[str, int]:
     sizes = {}
-    for split in ("train", "test", "all"):
-        env = gym.make("coa/MATH500-v1", data_path=str(tmp_path / "train.jsonl"), task_options={"split": split})
+    for split in ("test", "all", "train"):
+        options = {**kwargs.pop("task_options", {}), "split": split}
+        try:
+            env = gym.make(env_id, **kwargs, task_options=options)
+        except ValueError:
+            continue
         sizes[split] = len(env.unwrapped.tasks)
+        kwargs["task_options"] = {k: v for k, v in options.items() if k != "split"}
         env.close()
+    return sizes
+
+
+def test_a_data_file_given_to_a_benchmark_id_is_a_test_set_played_whole(tmp_path):
+    """`coa eval coa/GAIA-v0 --data gaia_dev.jsonl` played 21 of 103 tasks: a benchmark's file
+    was split 80/20 like a training pool. It is a test set: test and all give every task."""
+    assert _sizes("coa/MATH500-v1", data_path=_math_file(tmp_path)) == {"test": 200, "all": 200}
+    for env_id, kwargs in MAKE_KWARGS.items():
+        if "data_path" in kwargs and _is_test_set(env_id):  # GAIA, BrowseComp, HLE, LiveCodeBench files
+            sizes = _sizes(env_id, **kwargs)
+            assert set(sizes) == {"test", "all"} and sizes["test"] == sizes["all"], (env_id, sizes)
+
+
+def test_a_training_file_marked_pool_is_split_80_20(tmp_path):
+    sizes = _sizes("coa/MATH500-v1", data_path=_math_file(tmp_path), task_options={"pool": True})
     assert sizes["train"] + sizes["test"] == sizes["all"] == 200 and 20 < sizes["test"] < 60
+    with pytest.raises(ValueError, match="pool=true marks a data file"):  # never the shipped benchmark
+        gym.make("coa/MATH500-v1", task_options={"pool": True, "split": "train"})
 
 
 def test_the_partition_is_fixed_and_ignores_order_case_and_spacing():

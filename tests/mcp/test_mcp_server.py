@@ -108,3 +108,16 @@ def test_http_server_serves_an_envs_tools_behind_a_token():
             assert refused.status_code == 401 and "bearer token" in refused.text
     finally:
         host.close()
+
+
+def test_serving_synthhops_tools_over_stdio_searches_its_world():
+    """`coa mcp serve --env coa/SynthHop-v0` served a wiki_search that answered "not configured":
+    the world's index travels in its tasks' metadata, not in the tool's config."""
+
+    async def session() -> None:
+        async with Client(stdio_client(_stdio("--env", "coa/SynthHop-v0"))) as client:
+            found = await client.call_tool("wiki_search", {"query": "university founded"})
+            assert not found.is_error, found.content[0].text
+            assert "Doc 1 (Title:" in found.content[0].text and "not configured" not in found.content[0].text
+
+    anyio.run(session)

@@ -197,13 +197,23 @@ def _token_record(trajectory: Trajectory, prompt: Any, tokenizer: Any) -> tuple[
                                                                                    list[int]]:
     """(prompt ids, completion ids, sampled logprobs, env mask) of one episode.
 
+    TRL counts a completion whose last token is not eos (or pad) as *truncated*
+    (``completions/clipped_ratio``; ``mask_truncated_completions`` drops it from the loss). A
+    CoA episode the env ended (an answer) stops at ``</answer>``, a stop string, not at eos, so
+    every episode read as truncated (clipped_ratio 1, mean_terminated_length 0). An episode the
+    env terminated therefore ends with one eos token, mask 0 and logprob 0 (not sampled, never
+    trained); an episode cut by a limit keeps its last token and is truncated for TRL too.
+
     An episode that produced no token-exact record (the engine failed before the first
     turn, or the env could not start) still needs a row: one eos token with mask 0, so it
     adds nothing to the loss, while its reward (0) keeps the group's statistics honest.
     """
     if trajectory.has_token_ids and trajectory.response_ids():
-        return (list(trajectory.prompt_ids), trajectory.response_ids(), trajectory.sampled_logprobs(),
-                trajectory.loss_mask())
+        completion, logprobs, mask = trajectory.response_ids(), trajectory.sampled_logprobs(), trajectory.loss_mask()
+        eos = int(tokenizer.eos_token_id)
+        if trajectory.terminated and completion[-1] != eos:
+            completion, logprobs, mask = [*completion, eos], [*logprobs, 0.0], [*mask, 0]
+        return list(trajectory.prompt_ids), completion, logprobs, mask
     prompt_ids = list(tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=True,
                                                     return_dict=False))
     return prompt_ids, [int(tokenizer.eos_token_id)], [0.0], [0]

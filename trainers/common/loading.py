@@ -36,13 +36,13 @@ def load_tokenizer(spec: ModelSection, texts: Iterable[str] = (), source: str | 
         from agents.tiny import train_tiny_tokenizer
 
         return train_tiny_tokenizer(list(texts) or None, vocab_size=int(spec.tiny["vocab_size"]))
-    from agents.models import adapter_base, resolve_model
+    from agents.models import adapter_base, find_model
 
     name = spec.tokenizer or spec.path
     base = adapter_base(name)  # an adapter directory: its own tokenizer, else its base's
     if base is not None and not (Path(name) / "tokenizer_config.json").exists():
         return AutoTokenizer.from_pretrained(base)
-    return AutoTokenizer.from_pretrained(resolve_model(name))
+    return AutoTokenizer.from_pretrained(find_model(name))  # a name naming nothing fails at once
 
 
 def build_model(spec: ModelSection, tokenizer: Any, *, seed: int, dtype: Any) -> Any:
@@ -58,9 +58,9 @@ def build_model(spec: ModelSection, tokenizer: Any, *, seed: int, dtype: Any) ->
     elif spec.random_init:
         from transformers import AutoConfig, AutoModelForCausalLM
 
-        from agents.models import resolve_model
+        from agents.models import find_model
 
-        hf_config = AutoConfig.from_pretrained(resolve_model(spec.path), **spec.config_overrides)
+        hf_config = AutoConfig.from_pretrained(find_model(spec.path), **spec.config_overrides)
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(hf_config)
     else:

@@ -18,7 +18,6 @@ one name. Stdlib + PyYAML (and gymnasium's registry, only when ids are checked).
 from __future__ import annotations
 
 import bisect
-import difflib
 import itertools
 import random
 from collections.abc import Mapping, Sequence
@@ -87,13 +86,11 @@ def check_env_ids(entries: Sequence[MixtureEntry], where: str) -> None:
     import gymnasium as gym
 
     import coa_envs  # noqa: F401 - registers the coa ids
+    from coa_envs.registry import suggest_id
 
-    known = sorted(gym.envs.registry)
     for entry in entries:
         if entry.id not in gym.envs.registry:
-            close = difflib.get_close_matches(entry.id, known, n=3, cutoff=0.5)
-            hint = f"; did you mean {', '.join(close)}?" if close else "; `coa list` shows them"
-            raise ConfigError(f"{where}: unknown env id {entry.id!r}{hint}")
+            raise ConfigError(f"{where}: unknown env id {entry.id!r}{suggest_id(entry.id)}; `coa list` shows them")
 
 
 def normalised_weights(entries: Sequence[MixtureEntry]) -> list[float]:

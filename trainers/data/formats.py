@@ -28,6 +28,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from coa_envs.errors import UserError
+
 __all__ = [
     "DataFormat",
     "DataFormatError",
@@ -69,7 +71,7 @@ class FormatErrorKind(StrEnum):
     NO_ASSISTANT = "no_assistant"
 
 
-class DataFormatError(ValueError):
+class DataFormatError(UserError, ValueError):
     """A record that cannot become an SFT sample; names the file, row and kind."""
 
     def __init__(self, kind: FormatErrorKind, where: str, detail: str) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents.trajectory import Segment, Trajectory
+from coa_envs.errors import UserError
 from trainers.data import (
     Pack,
     SftSample,
@@ -36,7 +37,7 @@ __all__ = ["PairDataError", "PairRow", "PreparedPairs", "pair_samples", "prepare
 _SIDES = ("chosen", "rejected")
 
 
-class PairDataError(ValueError):
+class PairDataError(UserError, ValueError):
     """Pairs the trainer cannot score as configured; the message says what to change."""
 
 
