@@ -63,7 +63,7 @@ class VLLMEngine:
         except ImportError as exc:  # pragma: no cover - depends on the machine
             raise ImportError("the vllm engine needs `pip install coa-envs[vllm]` "
                               "(and a CUDA GPU)") from exc
-        from agents.models import adapter_base, find_model
+        from agents.models import adapter_base, resolve_model
 
         self._vllm = vllm
         if "logprobs_mode" not in llm_kwargs and _supports_logprobs_mode(vllm):
@@ -73,7 +73,7 @@ class VLLMEngine:
         if base is not None:  # an adapter directory: serve its base with the adapter on
             llm_kwargs.setdefault("enable_lora", True)
             llm_kwargs.setdefault("max_lora_rank", _adapter_rank(model))
-        self.llm = vllm.LLM(model=base or find_model(model), seed=seed, **llm_kwargs)
+        self.llm = vllm.LLM(model=base or resolve_model(model), seed=seed, **llm_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.eos_text = self.tokenizer.eos_token or ""
         self._lock = threading.Lock()

@@ -96,11 +96,14 @@ def test_eval_against_a_dead_endpoint_reports_failures_and_finishes(tmp_path):
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    _eval("coa/MATH500-v1", tmp_path, "--engine", "openai", "--base-url",
-          f"http://127.0.0.1:{port}/v1", "--model", "m", "--api-mode", "chat", *TINY)
+    result = runner.invoke(app, ["eval", "coa/MATH500-v1", "--engine", "openai", "--base-url",
+                                 f"http://127.0.0.1:{port}/v1", "--model", "m", "--api-mode", "chat", *TINY,
+                                 "--out", str(tmp_path)])
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status_counts"] == {"error:engine_http_error": 4}
     assert summary["errors"] == 4 and summary["accuracy"] == 0.0
+    # a run in which the agent could not play measured nothing: it says so and exits 3
+    assert result.exit_code == 3 and "the agent could not play" in result.output
 
 
 def test_resume_runs_only_the_missing_episodes(tmp_path):
