@@ -46,7 +46,10 @@ _DECODING = """
     result = {}
     caller = threading.Thread(target=lambda: result.update(c=engine.generate([request], long)[0]), daemon=True)
     caller.start()
-    time.sleep(2.0)  # the worker is in the middle of decoding
+    deadline = time.monotonic() + 120
+    while not engine.batch_sizes and time.monotonic() < deadline:  # the worker took the request
+        time.sleep(0.05)
+    time.sleep(0.5)  # and is in the middle of decoding it
 """
 
 
@@ -54,7 +57,7 @@ def test_closing_a_batching_engine_mid_decode_answers_with_an_error_within_a_ste
     run = _python(_DECODING + """
     started = time.monotonic()
     engine.close()
-    caller.join(timeout=30)
+    caller.join(timeout=120)
     print("closed in", round(time.monotonic() - started, 1), "s;", result["c"].error_kind, result["c"].error)
     assert not engine._worker.is_alive() and not result["c"].ok
     """)
