@@ -24,6 +24,10 @@ Run (takes the bench lock, prints the load before and after)::
 
     flock /tmp/bench.lock python3 -m pytest benchmarks/test_async_rl_bench.py -s -p no:cacheprovider
 
+``COA_BENCH_STEPS`` (6), ``COA_BENCH_REPEATS`` (2), ``COA_BENCH_NEW_TOKENS`` (48),
+``COA_BENCH_TURNS`` (3), ``COA_BENCH_HELDOUT_SAMPLES`` (4) and ``COA_BENCH_WARM_STEPS`` (24)
+shrink the run for a busy machine (the figures then say which were used).
+
 Reported, not asserted (2 shared cores make absolute times noisy); the target is async
 episodes/s >= 1.3x synchronous at equal held-out reward.
 """
@@ -55,7 +59,11 @@ TOOL_LATENCY_S = 0.5
 STEPS = int(os.environ.get("COA_BENCH_STEPS", "6"))
 REPEATS = int(os.environ.get("COA_BENCH_REPEATS", "2"))
 NUM_TASKS = 40  # SynthHop holds out every fifth: 32 train, 8 held out
-HELDOUT_SAMPLES = 4
+HELDOUT_SAMPLES = int(os.environ.get("COA_BENCH_HELDOUT_SAMPLES", "4"))
+# smaller episodes for an oversubscribed machine (the defaults are the documented workload)
+NEW_TOKENS = int(os.environ.get("COA_BENCH_NEW_TOKENS", "48"))
+TURNS = int(os.environ.get("COA_BENCH_TURNS", "3"))
+WARM_STEPS = int(os.environ.get("COA_BENCH_WARM_STEPS", "24"))
 ENV_KWARGS = {"task_options": {"difficulty": "easy", "num_tasks": NUM_TASKS},
               "tools": {"wiki_search": {"backend": "bm25", "top_k": 1}},
               "reward": {"name": "em_f1", "metric": "f1"}}
@@ -82,8 +90,8 @@ def _config(out: Path, model: str, **overrides) -> RLConfig:
                       "group_size": 4, "minibatch_size": 8, "lr": 1e-4,
                       "dynamic_sampling": False},
         "model": {"path": model, "lora": {"r": 16, "alpha": 32}},
-        "env": {"id": "coa/SynthHop-v0", "kwargs": ENV_KWARGS, "max_turns": 3},
-        "rollout": {"max_new_tokens": 48, "max_response_tokens": 256, "episodes_in_flight": 8,
+        "env": {"id": "coa/SynthHop-v0", "kwargs": ENV_KWARGS, "max_turns": TURNS},
+        "rollout": {"max_new_tokens": NEW_TOKENS, "max_response_tokens": 256, "episodes_in_flight": 8,
                     "tool_threads": 8},
         "resources": {"use_ray": False, "torch_threads": 1, "micro_batch_size": 4},
         "bookkeeping": {"save_every": 0, "output_dir": str(out), "tensorboard": False,
@@ -104,7 +112,7 @@ def warm_model(tmp_path_factory):
     torch.set_num_threads(2)
     out = tmp_path_factory.mktemp("warm")
     cfg = _config(out, "smollm2-135m", **{"model.lora.r": 0, "model.warm_start": {
-        "episodes": 32, "max_steps": 24, "learning_rate": 1e-4, "max_seq_len": 768}})
+        "episodes": 32, "max_steps": WARM_STEPS, "learning_rate": 1e-4, "max_seq_len": 768}})
     return str(warm_start(cfg))
 
 
@@ -170,8 +178,9 @@ def test_async_vs_sync_throughput_at_equal_heldout_reward(tmp_path, warm_model, 
     heldout = {name: _heldout_reward(tmp_path / f"{name}-0" / "final", tmp_path / f"eval-{name}")
                for name in arms}
     base = statistics.fmean(r["episodes_per_s"] for r in results["sync"])
-    print(f"[async-bench] SynthHop 1-hop, smollm2-135m + LoRA r16, {STEPS} steps x 8 episodes, "
-          f"tool latency {TOOL_LATENCY_S} s, torch threads 1, {REPEATS} interleaved repeats")
+    print(f"[async-bench] SynthHop 1-hop, smollm2-135m + LoRA r16, {STEPS} steps x 8 episodes "
+          f"({TURNS} turns of {NEW_TOKENS} tokens at most), tool latency {TOOL_LATENCY_S} s, "
+          f"torch threads 1, {REPEATS} interleaved repeats")
     for name in arms:
         eps = [r["episodes_per_s"] for r in results[name]]
         idle = [r["learner_idle_share"] for r in results[name]]
@@ -205,7 +214,7 @@ def test_lora_vs_full_learner_step_optimiser_memory_and_sync_bytes(tmp_path):
     batch = random_batch(learners["full"].policy.config.vocab_size, 8, turns=3, prompt_len=120,
                          generated_len=40, observation_len=30, logprob=-2.0, env_id="bench")
     times: dict[str, list[float]] = {name: [] for name in learners}
-    for _ in range(3):  # interleaved
+    for _ in range(max(REPEATS, 2)):  # interleaved
         for name, learner in learners.items():
             t0 = time.perf_counter()
             prepared, _ = learner.prepare(batch)
