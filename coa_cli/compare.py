@@ -19,7 +19,7 @@ from typing import Any
 
 import typer
 
-from coa_cli.eval import DEVICE, DTYPE, ENV_OPTION
+from coa_cli.options import DEVICE, DTYPE, ENV_OPTION
 
 __all__ = ["compare_command"]
 
@@ -74,7 +74,8 @@ def compare_command(
 ) -> None:
     """Play every --model on the same held-out tasks and print their scores side by side."""
     from agents.report import load_run
-    from coa_cli.eval import _print_table, eval_command
+    from coa_cli.eval import eval_command
+    from coa_cli.run_output import metric_table
 
     if len(model) < 2:
         raise typer.BadParameter("give two or more --model to compare", param_hint="--model")
@@ -102,7 +103,7 @@ def compare_command(
             run.label = label
             runs.append(run)
         rows = _solved_rows(runs)
-        _print_table(f"{spec['env_id']} · the same {n} held-out tasks · seed {seed} · temperature {temperature:g}",
+        metric_table(f"{spec['env_id']} · the same {n} held-out tasks · seed {seed} · temperature {temperature:g}",
                      [("accuracy", [f"{r.summary.get('accuracy', 0.0):.3f}" for r in runs]), *rows,
                       *[(k, v) for k, v in _context_rows(runs)]], labels)
         summary["sets"][spec["name"]] = {label: {"accuracy": r.summary.get("accuracy"), "dir": str(r.path)}

@@ -21,236 +21,58 @@ id with ``--data`` included -- and a pool's fixed 20%; ``--split train`` plays a
 training tasks (a teacher producing SFT data). The summary names the split and how many of
 its tasks were played. A run that completes but measured nothing (every call of a tool
 failed, every episode errored, nothing played: :mod:`agents.health`) says so and exits 3.
+
+The runner itself (tasks of a split, agents, policies, selectors, ``play_tasks``) is
+:mod:`agents.evaluation`, usable without the command line; its names are importable from
+here too for this release.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from coa_cli.eval_tasks import env_factory, env_options, env_tasks, split_description
-from coa_cli.options import ENV_OPTION
+from coa_cli.options import (
+    API_KEY,
+    API_MODE,
+    BASE_URL,
+    DEVICE,
+    DTYPE,
+    ENGINE,
+    ENV_OPTION,
+    MAX_NEW_TOKENS,
+    MODEL,
+    PROGRESS,
+    SERVER_EXTENSIONS,
+    TOKENIZER,
+    TOP_P,
+    env_options,
+    flag_errors,
+    progress_wanted,
+)
+from coa_cli.run_output import metric_table, report_health
 
-__all__ = [
-    "agent_factory",
-    "build_policy",
-    "env_factory",
-    "env_options",
-    "env_tasks",
-    "episode_agents",
-    "eval_command",
-    "load_selector",
-    "play_tasks",
-    "report_command",
-    "report_health",
-    "split_description",
-]
+__all__ = ["eval_command", "report_command"]
 
-
-def _replay_factory(path: str, seed: int, task_indices: list[int], samples: int) -> Callable:
-    """Per-episode replay agents: sample ``k`` of a task replays that task's ``k``-th recording."""
-    from agents.replay import ReplayAgent
-    from agents.rollout import episode_seed
-
-    recordings = ReplayAgent(path).by_task
-    sample_of = {episode_seed(seed, i, k): k for i in task_indices for k in range(samples)}
-
-    class _OneReplay:
-        def __init__(self, sample: int):
-            self.sample, self.script = sample, []
-
-        def reset(self, observation: str, info: dict[str, Any]) -> None:
-            runs = recordings.get(info["task_id"])
-            if not runs:
-                raise KeyError(f"no recorded trajectory for task {info['task_id']!r}")
-            self.script = list(runs[self.sample % len(runs)])
-
-        def act(self, observation: str, info: dict[str, Any]) -> str:
-            return self.script.pop(0) if self.script else ""
-
-    return lambda env, episode: _OneReplay(sample_of.get(episode, 0))
+# The runner moved to agents.evaluation; its names stay importable from here for one release
+# (loaded on first use, so `coa --help` does not import the envs).
+_MOVED = ("agent_factory", "build_policy", "env_factory", "env_tasks", "episode_agents", "load_selector",
+          "play_tasks", "split_description")
 
 
-def _import_object(spec: str, what: str, hint: str) -> Any:
-    module_name, _, attr = spec.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise typer.BadParameter(f"cannot import {what} {spec!r}: {exc}", param_hint=hint) from None
-    return obj
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        import importlib
+
+        return getattr(importlib.import_module("agents.evaluation"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def agent_factory(spec: str, *, seed: int = 0, task_indices: list[int] | None = None,
-                  samples: int = 1, policy: Any = None) -> Callable[[Any, int], Any]:
-    """``(env, episode_seed) -> Agent`` for an ``--agent`` spec (see the module docstring)."""
-    if spec == "oracle":
-        from agents.oracle import OracleAgent
 
-        return lambda env, episode: OracleAgent(env)
-    if spec.startswith("replay:"):
-        return _replay_factory(spec.split(":", 1)[1], seed, task_indices or [], samples)
-    if spec == "llm":
-        if policy is None:
-            raise typer.BadParameter("the llm agent needs --model", param_hint="--agent")
-        return lambda env, episode: policy.fork(episode)
-    if ":" in spec:
-        from agents.base import as_agent
-
-        obj = _import_object(spec, "agent", "--agent")
-        if isinstance(obj, type):
-            import inspect
-
-            wants = inspect.signature(obj).parameters
-            if "env" in wants:  # an env-aware agent (a scripted teacher) gets the episode's env
-                return lambda env, episode: obj(env, **({"seed": episode} if "seed" in wants else {}))
-            return lambda env, episode: obj()
-        agent = as_agent(obj)  # a stateless callable or a thread-safe agent instance
-        return lambda env, episode: agent
-    raise typer.BadParameter(f"unknown agent {spec!r}; use oracle, replay:FILE, llm or MODULE:NAME",
-                             param_hint="--agent")
-
-
-def load_selector(spec: str, judge_url: str | None = None, judge_model: str | None = None) -> Callable:
-    """``majority`` (vote over normalised answers), ``judge`` (an LLM picks the answer; see
-    :class:`agents.selectors.JudgeSelector`) or ``MODULE:NAME`` of a
-    ``(task_id, trajectories) -> index`` selector (a reward model…)."""
-    from agents.metrics import majority_vote
-
-    if spec == "majority":
-        return majority_vote
-    if spec == "judge":
-        from agents.selectors import JudgeSelector
-
-        try:
-            return JudgeSelector(judge_url, judge_model)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--judge-url/--judge-model") from None
-    if ":" in spec:
-        return _import_object(spec, "selector", "--selector")
-    raise typer.BadParameter(f"unknown selector {spec!r}; use majority, judge or MODULE:NAME",
-                             param_hint="--selector")
-
-
-def build_policy(*, engine: str, model: str, base_url: str | None, api_key: str | None,
-                  api_mode: str, tokenizer: str | None, device: str, dtype: str,
-                  sampling: Any, system_prompt: str | None, concurrency: int,
-                  timeout_s: float, server_extensions: bool = True) -> Any:
-    from agents.engines import build_engine
-    from agents.policy import LLMPolicy
-
-    if engine == "hf":
-        backend = build_engine("hf", model=model, device=device, dtype=dtype)
-    elif engine == "vllm":
-        backend = build_engine("vllm", model=model, dtype=dtype)
-    elif engine == "openai":
-        if not base_url:
-            raise typer.BadParameter("the openai engine needs --base-url", param_hint="--base-url")
-        backend = build_engine("openai", base_url=base_url, model=model,
-                               api_key=api_key or os.environ.get("OPENAI_API_KEY", "EMPTY"),
-                               mode=api_mode, tokenizer=tokenizer, concurrency=concurrency,
-                               timeout_s=timeout_s, server_extensions=server_extensions)
-    else:
-        raise typer.BadParameter(f"unknown engine {engine!r}; use hf, vllm or openai",
-                                 param_hint="--engine")
-    return LLMPolicy(backend, sampling=sampling, system_prompt=system_prompt)
-
-
-def episode_agents(agent: str, *, model: str | None, seed: int, task_indices: list[int], samples: int,
-                   **policy_options: Any) -> tuple[Callable[[Any, int], Any], Callable[[], None]]:
-    """``(factory, close)`` for an ``--agent`` spec; ``llm`` builds the policy of ``--model``
-    (:func:`build_policy` with ``policy_options``) and batches its episodes."""
-    if agent != "llm":
-        return agent_factory(agent, seed=seed, task_indices=task_indices, samples=samples), (lambda: None)
-    from agents.rollout import policy_factory
-
-    if not model:
-        raise typer.BadParameter("the llm agent needs --model", param_hint="--model")
-    return policy_factory(build_policy(model=model, **policy_options))
-
-
-def _sort_file(path: Path, order: dict[tuple[str, int], int], latest: list[Any]) -> None:
-    """Rewrite the streamed JSONL in task/sample order (atomically), for stable diffs, with
-    the ``latest`` version of each episode (its group terms scored) in place of the streamed one."""
-    from agents.trajectory import read_trajectories, write_trajectory
-
-    newest = {(t.task_id, t.sample_index): t for t in latest}
-    records = sorted((newest.get((t.task_id, t.sample_index), t) for t in read_trajectories(path)),
-                     key=lambda t: (order.get((t.task_id, t.sample_index), 1 << 30), t.sample_index))
-    tmp = path.with_suffix(".jsonl.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        for trajectory in records:
-            write_trajectory(handle, trajectory)
-    os.replace(tmp, path)
-
-
-def play_tasks(env_id: str, make_kwargs: dict[str, Any], factory: Callable[[Any, int], Any], tasks: list[Any], *,
-               indices: list[int], samples: int, out: Path, make_env: Callable[[], Any] | None = None,
-               **rollout_kwargs: Any) -> Any:
-    """Play ``samples`` episodes of each task in ``indices``, streaming them to ``out``; then
-    score the reward's group terms over each task's samples (:mod:`agents.group_rewards`) and
-    rewrite ``out`` in task/sample order. Returns the :class:`~agents.rollout.RolloutResult`."""
-    from agents.group_rewards import score_groups
-    from agents.metrics import group_by_task
-    from agents.rollout import run_rollouts
-    from coa_envs.config import build_config
-    from coa_envs.registry import entry
-    from coa_envs.rewards import build_reward
-
-    result = run_rollouts(make_env or env_factory(env_id, make_kwargs), factory, task_indices=indices,
-                          samples=samples, out=out, **rollout_kwargs)
-    reward = build_reward(build_config(entry(env_id), make_kwargs).reward)
-    by_id = {t.task_id: t for t in tasks}
-    score_groups(group_by_task(result.trajectories).values(), reward, by_id.get)
-    reward.close()
-    order = {(tasks[i].task_id, k): i for i in indices for k in range(samples)}
-    _sort_file(out, order, result.trajectories)
-    return result
-
-
-def _print_table(title: str, rows: list[tuple[str, list[str]]], labels: list[str]) -> None:
-    from coa_cli.listing import show_table
-
-    show_table(title, ["metric", *labels], [[key, *values] for key, values in rows])
-
-
-# The model and engine options `coa eval` and `coa filter-tasks` share (see episode_agents).
-MODEL = typer.Option(None, help="Model dir, hub id or catalogue name such as smollm2-135m "
-                                 "(hf, vllm); served name (openai).")
-ENGINE = typer.Option("hf", help="hf | vllm | openai")
-BASE_URL = typer.Option(None, help="openai engine: endpoint, e.g. http://127.0.0.1:8000/v1")
-API_KEY = typer.Option(None, help="openai engine: key (default $OPENAI_API_KEY).")
-API_MODE = typer.Option("completions", help="openai engine: completions | chat")
-SERVER_EXTENSIONS = typer.Option(
-    True, "--server-extensions/--hosted-api",
-    help="openai engine: send vLLM's request extensions (sampled token ids, the matched stop "
-         "string, top_k), right for coa serve and vLLM; --hosted-api sends only standard OpenAI "
-         "fields, for hosted APIs that refuse them (trajectories are then not token-exact).")
-TOKENIZER = typer.Option(None, help="openai engine: local tokenizer for token ids.")
-DEVICE = typer.Option("cpu", help="hf engine: cpu | cuda | cuda:N")
-DTYPE = typer.Option("float32", help="hf/vllm: float32 | bfloat16 | float16 | auto")
-TOP_P = typer.Option(1.0, help="Nucleus sampling.")
-PROGRESS = typer.Option(None, "--progress/--no-progress",
-                        help="Show a progress bar (default: only in a terminal, not when piped or logged).")
-
-
-def progress_wanted(flag: bool | None) -> bool:
-    """``--progress``/``--no-progress`` as given, else on only when the output is a terminal."""
-    if flag is not None:
-        return flag
-    from coa_cli.listing import console
-
-    return bool(console().is_terminal)
-MAX_NEW_TOKENS = typer.Option(512, help="Token budget of one model turn.")
-
-
+@flag_errors
 def eval_command(
     env_id: str = typer.Argument(..., help="A registered id, e.g. coa/MATH500-v1"),
     agent: str | None = typer.Option(None, help="oracle | replay:FILE | llm | MODULE:NAME "
@@ -294,6 +116,7 @@ def eval_command(
 ) -> None:
     """Run AGENT on ENV_ID; write trajectories.jsonl, summary.json and plots; print the table."""
     from agents.engines import SamplingParams
+    from agents.evaluation import env_factory, env_tasks, episode_agents, load_selector, play_tasks, split_description
     from agents.health import run_health
     from agents.metrics import summarize
     from agents.report import Run, comparison_rows, write_plots
@@ -346,7 +169,7 @@ def eval_command(
         except ImportError:
             typer.echo("plots skipped: matplotlib is not installed (pip install coa-envs[llm])", err=True)
     if table:
-        _print_table(f"{env_id} · split {split} · agent={agent}" + (f" · {engine}:{model}" if agent == "llm" else ""),
+        metric_table(f"{env_id} · split {split} · agent={agent}" + (f" · {engine}:{model}" if agent == "llm" else ""),
                      comparison_rows([run]), [run.label])
     _warn_about_scores(summary)
     report_health(health)
@@ -361,19 +184,6 @@ def _warn_about_scores(summary: dict[str, Any]) -> None:
         typer.echo(f"warning: {summary['public_tests_only']} episode(s) were scored on public tests only (the "
                    "statement's examples, which a lookup table passes): pass the official LiveCodeBench release "
                    "files with --data to score on private tests", err=True)
-
-
-def report_health(health: Any) -> None:
-    """Print a run's warnings and problems (:mod:`agents.health`) after its table; a run with a
-    problem measured nothing, so the command exits with status 3."""
-    for warning in health.warnings:
-        typer.secho(f"WARNING: {warning}", err=True, fg="yellow")
-    for problem in health.problems:
-        typer.secho(f"ERROR: {problem}", err=True, fg="red")
-    if health.problems:
-        typer.secho("The run completed but measured nothing (exit status 3); see above and "
-                    "docs/troubleshooting.md.", err=True, fg="red")
-        raise typer.Exit(3)
 
 
 def report_command(
@@ -396,6 +206,6 @@ def report_command(
             run.label = f"{run.label}#{labels[run.label]}"
         loaded.append(run)
     data = write_report(loaded, out, plots=plots)
-    _print_table(f"{len(loaded)} runs", data["rows"], [r.label for r in loaded])
+    metric_table(f"{len(loaded)} runs", data["rows"], [r.label for r in loaded])
     for path in data["plots"]:
         typer.echo(f"wrote {path}")

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import typer
 
-from coa_cli.eval import (
+from coa_cli.options import (
     API_KEY,
     API_MODE,
     BASE_URL,
@@ -39,6 +39,8 @@ from coa_cli.eval import (
     PROGRESS,
     TOKENIZER,
     TOP_P,
+    env_options,
+    flag_errors,
     progress_wanted,
 )
 
@@ -92,6 +94,7 @@ def _print_bands(title: str, counts: dict[str, int], histogram: dict[int, int], 
                   + ", ".join(f"{c}: {histogram.get(c, 0)}" for c in range(samples + 1)))
 
 
+@flag_errors
 def filter_tasks_command(
     env_id: str = typer.Argument(..., help="A registered id, e.g. coa/SynthHop-v0"),
     model: str | None = MODEL,
@@ -126,9 +129,10 @@ def filter_tasks_command(
 ) -> None:
     """Sample MODEL K times per task of ENV_ID and keep the tasks whose pass rate is in --keep."""
     from agents.engines import SamplingParams
+    from agents.evaluation import env_tasks, episode_agents, play_tasks
     from agents.health import run_health
     from agents.metrics import group_by_task, pass_rates
-    from coa_cli.eval import env_options, env_tasks, episode_agents, play_tasks, report_health
+    from coa_cli.run_output import report_health
 
     band = parse_keep(keep)
     if samples < 1 or concurrency < 1 or (n is not None and n < 1) or skip < 0:

@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from coa_cli.eval import ENV_OPTION
+from coa_cli.options import ENV_OPTION
 
 __all__ = ["gateway_command"]
 
@@ -97,7 +97,7 @@ def gateway_command(
     from agents.gateway.app import create_gateway_app
     from agents.gateway.client import load_callable
     from agents.gateway.core import Gateway
-    from coa_cli.eval import env_options
+    from coa_cli.options import env_options
     from coa_envs.service.running import run_server
 
     reward_fn = None

@@ -20,7 +20,7 @@ from typing import Any
 
 import typer
 
-from coa_cli.eval import PROGRESS, progress_wanted
+from coa_cli.options import PROGRESS, progress_wanted
 
 __all__ = ["teach_command"]
 
@@ -88,11 +88,12 @@ def teach_command(
     import gymnasium as gym
 
     import coa_envs  # noqa: F401  (registers ids)
+    from agents.evaluation import play_tasks  # the same runner, file order and table as coa eval
     from agents.health import run_health
     from agents.metrics import summarize
     from agents.report import Run, comparison_rows
     from agents.teachers import SystemConfigError, load_system, teacher_factory
-    from coa_cli.eval import _print_table, play_tasks, report_health  # the same runner, file order and table
+    from coa_cli.run_output import metric_table, report_health
 
     if samples < 1 or n < 1 or concurrency < 1:
         raise typer.BadParameter("--n, --samples and --concurrency must be >= 1")
@@ -129,7 +130,7 @@ def teach_command(
     summary["teacher"] = _teacher_summary(result.trajectories)
     (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     run = Run(label=out.name or str(out), path=out, summary=summary, trajectories=list(result.trajectories))
-    _print_table(f"{env_id} · teacher={team.name} ({', '.join(members)})", comparison_rows([run]), [run.label])
+    metric_table(f"{env_id} · teacher={team.name} ({', '.join(members)})", comparison_rows([run]), [run.label])
     health = run_health(result.trajectories, expected_episodes=len(indices) * samples)
     summary["health"] = health.as_dict()
     (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")

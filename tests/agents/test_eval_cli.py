@@ -141,7 +141,7 @@ def test_hosted_api_flag_turns_the_openai_engines_server_extensions_off(monkeypa
         built.update(options)
         raise RuntimeError("recorded")  # the options are what this test checks; no server is run
 
-    monkeypatch.setattr(eval_cli, "build_policy", record)
+    monkeypatch.setattr("agents.evaluation.build_policy", record)  # the runner behind coa eval
     for flag, expected in (("--hosted-api", False), ("--server-extensions", True), (None, True)):
         built.clear()
         args = ["eval", "coa/MATH500-v1", "--agent", "llm", "--engine", "openai", "--model", "m",

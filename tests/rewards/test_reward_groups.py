@@ -8,11 +8,11 @@ import json
 import pytest
 
 from agents.episode import EpisodeRecorder
+from agents.evaluation import play_tasks
 from agents.group_rewards import episode_view, score_groups
 from agents.metrics import group_by_task, summarize
 from agents.rollout import episode_seed
 from agents.trajectory import EpisodeStatus, Trajectory
-from coa_cli.eval import play_tasks
 from coa_envs.rewards import EpisodeView, build_reward
 from coa_envs.types import Task
 

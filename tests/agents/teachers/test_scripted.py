@@ -111,7 +111,7 @@ def test_a_task_without_a_solution_path_is_refused_with_the_reason():
 
 
 def test_coa_eval_builds_the_team_per_episode_with_its_env_and_seed():
-    from coa_cli.eval import agent_factory
+    from agents.evaluation import agent_factory
 
     factory = agent_factory("agents.teachers.scripted:ScriptedTeam")
     env = gym.make("coa/SynthHop-v0", **SYNTHHOP)
