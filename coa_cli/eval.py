@@ -35,24 +35,8 @@ from typing import Any
 
 import typer
 
-from coa_cli.options import (
-    API_KEY,
-    API_MODE,
-    BASE_URL,
-    DEVICE,
-    DTYPE,
-    ENGINE,
-    ENV_OPTION,
-    MAX_NEW_TOKENS,
-    MODEL,
-    PROGRESS,
-    SERVER_EXTENSIONS,
-    TOKENIZER,
-    TOP_P,
-    env_options,
-    flag_errors,
-    progress_wanted,
-)
+from coa_cli import options as shared  # the options coa eval, filter-tasks and teach share
+from coa_cli.options import env_options, flag_errors, progress_wanted
 from coa_cli.run_output import metric_table, report_health
 
 __all__ = ["eval_command", "report_command"]
@@ -77,18 +61,18 @@ def eval_command(
     env_id: str = typer.Argument(..., help="A registered id, e.g. coa/MATH500-v1"),
     agent: str | None = typer.Option(None, help="oracle | replay:FILE | llm | MODULE:NAME "
                                                 "(default: llm with --model, else oracle)"),
-    model: str | None = MODEL,
-    engine: str = ENGINE,
-    base_url: str | None = BASE_URL,
-    api_key: str | None = API_KEY,
-    api_mode: str = API_MODE,
-    server_extensions: bool = SERVER_EXTENSIONS,
-    tokenizer: str | None = TOKENIZER,
-    device: str = DEVICE,
-    dtype: str = DTYPE,
+    model: str | None = shared.MODEL,
+    engine: str = shared.ENGINE,
+    base_url: str | None = shared.BASE_URL,
+    api_key: str | None = shared.API_KEY,
+    api_mode: str = shared.API_MODE,
+    server_extensions: bool = shared.SERVER_EXTENSIONS,
+    tokenizer: str | None = shared.TOKENIZER,
+    device: str = shared.DEVICE,
+    dtype: str = shared.DTYPE,
     temperature: float = typer.Option(1.0, help="Sampling temperature (0 = greedy)."),
-    top_p: float = TOP_P,
-    max_new_tokens: int = MAX_NEW_TOKENS,
+    top_p: float = shared.TOP_P,
+    max_new_tokens: int = shared.MAX_NEW_TOKENS,
     system_prompt: str | None = typer.Option(None, help="Prompt name (qa, web, code, math) or text."),
     n: int = typer.Option(20, help="Number of tasks (taken in order)."),
     samples: int = typer.Option(1, "--samples", "-k", help="Samples per task (K of avg@K, pass@k)."),
@@ -100,7 +84,7 @@ def eval_command(
                                                   "(token: $COA_ENV_TOKEN)."),
     split: str = typer.Option("test", help="test (held-out tasks) | train | all: which side of the "
                                            "env's train/test partition to run (see `coa list`)."),
-    env_option: list[str] = ENV_OPTION,
+    env_option: list[str] = shared.ENV_OPTION,
     max_turns: int | None = typer.Option(None, help="Override the env's turn limit."),
     protocol: str | None = typer.Option(None, help="tags | tools: how the model calls tools (default: the "
                                                    "env's; tools = native function calling)."),
@@ -111,7 +95,7 @@ def eval_command(
     judge_model: str | None = typer.Option(None, help="judge selector: model (default $COA_JUDGE_MODEL)."),
     seed: int = typer.Option(0, help="Base seed (episode seeds derive from it)."),
     plots: bool = typer.Option(True, help="Write the accuracy/tool plots to OUT/plots."),
-    progress: bool | None = PROGRESS,
+    progress: bool | None = shared.PROGRESS,
     table: bool = typer.Option(True, help="Print the summary table."),
 ) -> None:
     """Run AGENT on ENV_ID; write trajectories.jsonl, summary.json and plots; print the table."""

@@ -26,23 +26,8 @@ from pathlib import Path
 
 import typer
 
-from coa_cli.options import (
-    API_KEY,
-    API_MODE,
-    BASE_URL,
-    DEVICE,
-    DTYPE,
-    ENGINE,
-    ENV_OPTION,
-    MAX_NEW_TOKENS,
-    MODEL,
-    PROGRESS,
-    TOKENIZER,
-    TOP_P,
-    env_options,
-    flag_errors,
-    progress_wanted,
-)
+from coa_cli import options as shared  # the options coa eval, filter-tasks and teach share
+from coa_cli.options import env_options, flag_errors, progress_wanted
 
 __all__ = ["BANDS", "band_of", "filter_tasks_command", "parse_keep"]
 
@@ -97,27 +82,27 @@ def _print_bands(title: str, counts: dict[str, int], histogram: dict[int, int], 
 @flag_errors
 def filter_tasks_command(
     env_id: str = typer.Argument(..., help="A registered id, e.g. coa/SynthHop-v0"),
-    model: str | None = MODEL,
+    model: str | None = shared.MODEL,
     samples: int = typer.Option(8, "--samples", "-k", help="Samples per task (K)."),
     keep: str = typer.Option("0.1-0.9", help="Pass-rate band to keep, LOW-HIGH (inclusive)."),
     out: Path = typer.Option(Path("tasks.jsonl"), help="Where the kept tasks go (JSONL)."),
     agent: str | None = typer.Option(None, help="llm (default with --model) | oracle | MODULE:NAME"),
-    engine: str = ENGINE,
-    base_url: str | None = BASE_URL,
-    api_key: str | None = API_KEY,
-    api_mode: str = API_MODE,
-    tokenizer: str | None = TOKENIZER,
-    device: str = DEVICE,
-    dtype: str = DTYPE,
+    engine: str = shared.ENGINE,
+    base_url: str | None = shared.BASE_URL,
+    api_key: str | None = shared.API_KEY,
+    api_mode: str = shared.API_MODE,
+    tokenizer: str | None = shared.TOKENIZER,
+    device: str = shared.DEVICE,
+    dtype: str = shared.DTYPE,
     temperature: float = typer.Option(1.0, help="Sampling temperature (pass rates need sampling: > 0)."),
-    top_p: float = TOP_P,
-    max_new_tokens: int = MAX_NEW_TOKENS,
+    top_p: float = shared.TOP_P,
+    max_new_tokens: int = shared.MAX_NEW_TOKENS,
     n: int | None = typer.Option(None, help="Only the first N tasks (default: all of the split)."),
     skip: int = typer.Option(0, help="Skip the first SKIP tasks of the split (e.g. those a teacher played "
                                      "for SFT), then take --n."),
     split: str = typer.Option("train", help="train (default) | test | all"),
     data: str | None = typer.Option(None, help="Task file/dir (sets data_path)."),
-    env_option: list[str] = ENV_OPTION,
+    env_option: list[str] = shared.ENV_OPTION,
     threshold: float = typer.Option(1.0, help="A sample is solved when its primary reward term reaches this."),
     concurrency: int = typer.Option(4, help="Episodes in flight."),
     max_turns: int | None = typer.Option(None, help="Override the env's turn limit."),
@@ -125,7 +110,7 @@ def filter_tasks_command(
     episode_timeout: float = typer.Option(600.0, help="Seconds per episode before error:timeout."),
     seed: int = typer.Option(0, help="Base seed (episode seeds derive from it)."),
     resume: bool = typer.Option(False, help="Keep the episodes already sampled next to OUT."),
-    progress: bool | None = PROGRESS,
+    progress: bool | None = shared.PROGRESS,
 ) -> None:
     """Sample MODEL K times per task of ENV_ID and keep the tasks whose pass rate is in --keep."""
     from agents.engines import SamplingParams
