@@ -105,6 +105,7 @@ def _eval_with_abandoned_episodes(out: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(5400)  # 20 model loads beside a busy core (~2 min each on a loaded 2-core machine)
 def test_coa_eval_with_smollm2_never_aborts_at_exit_under_a_busy_neighbour(smollm2_dir, tmp_path):
     """20 runs beside a process that keeps a core busy: each ends with its own status (3: every
     episode timed out, so the run measured nothing), never with the abort (134)."""
