@@ -29,16 +29,17 @@ for _ in range(8):
     pid = os.fork()
     if pid == 0:
         block = b"\1" * (100 * 2**20)  # written, so resident: 100 MB per child
-        os.write(ready_w, b"1")
+        os.write(ready_w, b"%d\n" % os.getpid())
         time.sleep(3)
         os._exit(0)
     kids.append(pid)
 time.sleep(2)
-alive = 0
-for pid in kids:
-    if os.waitpid(pid, os.WNOHANG) == (0, 0):
-        alive += 1
-print(alive, flush=True)
+os.set_blocking(ready_r, False)
+try:
+    ready = [int(word) for word in os.read(ready_r, 4096).split()]  # children that wrote their block
+except BlockingIOError:
+    ready = []
+print(sum(os.waitpid(pid, os.WNOHANG) == (0, 0) for pid in ready), flush=True)  # ... and still hold it
 for pid in kids:
     try:
         os.waitpid(pid, 0)
@@ -53,7 +54,7 @@ def test_forked_children_share_one_memory_budget(jail):
     assert result.status is Status.MEMORY, result
     assert result.limit_hit == "memory_limit", result
     if result.stdout.strip():
-        assert int(result.stdout) * 100 <= 128, result  # children holding 100 MB at the same time
+        assert int(result.stdout) * 100 <= 128, result  # children that held 100 MB at the same time
     still_correct(jail)
 
 
