@@ -118,13 +118,19 @@ def _assert_hidden(report: dict, installed_under: str) -> None:
     assert ran, report["runs"]
 
 
-def test_a_wheel_installed_in_a_venv_keeps_its_task_files_from_runs(wheel, tmp_path):
+def _venv_with(wheel, tmp_path) -> tuple[Path, str]:
+    """A venv (system site-packages visible) holding ``wheel``: a real non-editable install."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
                    timeout=120)
     python = str(venv / "bin" / "python")
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--ignore-installed", str(wheel)],
                    check=True, timeout=300, capture_output=True)
+    return venv, python
+
+
+def test_a_wheel_installed_in_a_venv_keeps_its_task_files_from_runs(wheel, tmp_path):
+    venv, python = _venv_with(wheel, tmp_path)
     _assert_hidden(_probe(python, "", tmp_path), str(venv))
 
 
@@ -133,12 +139,7 @@ def test_an_installed_copy_shadowed_by_a_checkout_keeps_its_task_files_from_runs
     who installed the project once, then works from a checkout): the sandbox imports the
     checkout's copy, and the installed one, inside the prefix every run sees, was left readable
     (only the copy an import finds was hidden)."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
-                   timeout=120)
-    python = str(venv / "bin" / "python")
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--ignore-installed", str(wheel)],
-                   check=True, timeout=300, capture_output=True)
+    venv, python = _venv_with(wheel, tmp_path)
     installed = subprocess.run([python, "-I", "-c", "import coa_envs, os; print(os.path.dirname(coa_envs.__file__))"],
                                capture_output=True, text=True, check=True, timeout=60).stdout.strip()
     assert installed.startswith(str(venv)), installed
