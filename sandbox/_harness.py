@@ -129,6 +129,18 @@ def quota_tag(exc: BaseException, quota_dir: str | tuple[str, ...] | None) -> by
     return None
 
 
+#: Where a refused fork or thread is reported the moment it happens (the run's status descriptor,
+#: set by :func:`execute`): code that catches the refusal and goes on still hit the limit. The
+#: pids controller counts refusals too, but only its own: when ``RLIMIT_NPROC`` (or no cgroup at
+#: all) refused first, this report is the only trace.
+_refusal_sink: list[int | None] = [None]
+
+
+def _report_refusal() -> None:
+    sink, _refusal_sink[0] = _refusal_sink[0], None  # once per run: the first tag is what counts
+    _report(sink, STATUS_PROCESS_LIMIT)
+
+
 def _mark_process_limit(function):  # type: ignore[no-untyped-def]
     """Wrap a process-creating call so hitting the process limit counts as a denial."""
 
@@ -137,6 +149,22 @@ def _mark_process_limit(function):  # type: ignore[no-untyped-def]
             return function(*args, **kwargs)
         except BlockingIOError as exc:  # EAGAIN from fork: RLIMIT_NPROC said no
             exc._sandbox_process_limit = True  # type: ignore[attr-defined]
+            _report_refusal()
+            raise
+
+    wrapper.__wrapped__ = function  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _mark_thread_limit(function):  # type: ignore[no-untyped-def]
+    """Wrap a thread-starting call: a thread refused for the process limit is reported."""
+
+    def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+        try:
+            return function(*args, **kwargs)
+        except RuntimeError as exc:
+            if "can't start new thread" in str(exc):
+                _report_refusal()
             raise
 
     wrapper.__wrapped__ = function  # type: ignore[attr-defined]
@@ -144,10 +172,20 @@ def _mark_process_limit(function):  # type: ignore[no-untyped-def]
 
 
 def install_process_limit_markers() -> None:
-    """Make hitting the process limit in fork/spawn calls count as a denial (idempotent)."""
+    """Make hitting the process limit in fork/spawn/thread calls count as a denial and report
+    it at once (idempotent)."""
     for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp"):
         if hasattr(os, name) and not hasattr(getattr(os, name), "__wrapped__"):
             setattr(os, name, _mark_process_limit(getattr(os, name)))
+    import _thread
+
+    for name in ("start_new_thread", "start_joinable_thread"):
+        if hasattr(_thread, name) and not hasattr(getattr(_thread, name), "__wrapped__"):
+            setattr(_thread, name, _mark_thread_limit(getattr(_thread, name)))
+    threading = sys.modules.get("threading")  # imported already: it holds its own reference
+    for name in ("_start_new_thread", "_start_joinable_thread"):
+        if threading is not None and hasattr(threading, name) and not hasattr(getattr(threading, name), "__wrapped__"):
+            setattr(threading, name, getattr(_thread, name.lstrip("_")))
     try:
         import _posixsubprocess
     except ImportError:
@@ -248,6 +286,7 @@ def execute(code: str, status_fd: int | None = None, filename: str = "<sandbox>"
 
     atexit._clear()  # handlers inherited from a forked worker are not the run's business
     main = new_main_module(filename)
+    _refusal_sink[0] = status_fd
     rc = _run_in(main.__dict__, code, status_fd, filename, quota_dir)
     try:
         threading = sys.modules.get("threading")
@@ -270,6 +309,7 @@ def execute_cell(
 
     ``SystemExit`` ends the cell, not the session.
     """
+    _refusal_sink[0] = status_fd
     return _flush(_run_in(main.__dict__, code, status_fd, filename, quota_dir))
 
 

@@ -10,6 +10,7 @@ Only root switches runs to other uids; an unprivileged caller's runs keep its ow
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import os
@@ -41,10 +42,12 @@ class UidLease:
 
 class UidPool:
     """Per-run uids for backends that start one jail per run (bwrap, nsjail): a uid is taken
-    for a run and given back after it; more blocks are leased when every uid is busy."""
+    for a run and given back after it; more blocks are leased when every uid is busy. Uids
+    rotate (first given back, last taken again), so a run never starts under the uid whose
+    previous run may still have processes being reaped, counted by ``RLIMIT_NPROC``."""
 
     def __init__(self, eager: bool = False) -> None:
-        self._free: list[int] = []
+        self._free: collections.deque[int] = collections.deque()
         self._leases: list[UidLease] = []
         self._lock = threading.Lock()
         if eager:  # lease the first block now (so that uids() names them before any run)
@@ -55,8 +58,8 @@ class UidPool:
             if not self._free:
                 lease = lease_uids(BLOCK)
                 self._leases.append(lease)
-                self._free = list(reversed(lease.uids))
-            return self._free.pop()
+                self._free.extend(lease.uids)
+            return self._free.popleft()
 
     def give_back(self, uid: int) -> None:
         with self._lock:
@@ -70,7 +73,8 @@ class UidPool:
         with self._lock:
             for lease in self._leases:
                 lease.release()
-            self._leases, self._free = [], []
+            self._leases = []
+            self._free.clear()
 
 
 def _lock_dir() -> str:

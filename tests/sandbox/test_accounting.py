@@ -15,6 +15,7 @@ import math
 import pytest
 
 from sandbox import Limits, Status
+from sandbox.backends import BackendUnavailable, get_backend
 from tests.sandbox.jails import SPINNERS_REPORTING, cpu_the_spinners_had, leftover_processes, still_correct
 
 MB = 2**20
@@ -154,14 +155,34 @@ print(forks, threads, flush=True)
 @pytest.mark.parametrize("max_processes", [8, 32])
 def test_a_refused_fork_the_code_catches_still_says_process_limit(jail, max_processes):
     """Code that catches the refusal and goes on (a fork bomb wrapped in ``try``) still hit the
-    limit: the result says so. (Both RLIMIT_NPROC and the pids controller allowed
-    ``max_processes``; the rlimit refused first, and only the controller counts what it refuses:
-    ``ok`` with no limit named.)"""
+    limit: the result says so, whichever refused it, the pids controller (which counts its
+    refusals) or ``RLIMIT_NPROC`` (which the harness reports the moment it refuses). Before that
+    report existed, a refusal by the rlimit left ``ok`` with no limit named (CI, stop 36)."""
     result = jail.run(CAUGHT_REFUSALS, limits=Limits(max_processes=max_processes, cpu_s=5, wall_s=15))
     forks, threads = (int(word) for word in result.stdout.split())
     assert forks + 1 <= max_processes and threads <= max_processes, result
     assert (result.status, result.limit_hit) == (Status.VIOLATION, "process_limit"), result
     still_correct(jail)
+
+
+@pytest.mark.parametrize("kind", ["pool", "nsjail"])
+def test_a_caught_refusal_is_reported_without_a_pids_controller(kind):
+    """Where only ``RLIMIT_NPROC`` refuses (per-process accounting, or an rlimit that refused
+    before the controller), the refusal itself is the report: the harness writes it the moment
+    a fork or a thread is refused, whether or not the code catches it."""
+    options = {"size": 1, "preload": ()} if kind == "pool" else {}
+    try:
+        backend = get_backend(kind, accounting="process", **options)
+    except BackendUnavailable as missing:
+        pytest.skip(str(missing))
+    try:
+        result = backend.run(CAUGHT_REFUSALS, limits=Limits(max_processes=8, cpu_s=5, wall_s=15))
+        forks, threads = (int(word) for word in result.stdout.split())
+        assert forks < 8 and threads < 8, result
+        assert (result.status, result.limit_hit) == (Status.VIOLATION, "process_limit"), result
+        assert backend.run("print(6 * 7)").stdout == "42\n"
+    finally:
+        backend.close()
 
 
 def test_threads_count_against_the_process_limit(jail):

@@ -82,6 +82,22 @@ def test_uid_leases_are_disjoint_and_given_back():
         second.release()
 
 
+def test_a_uid_given_back_is_the_last_one_taken_again():
+    """A finished run's uid waits behind every other free one: processes of its run still being
+    reaped must not count against the next run's RLIMIT_NPROC."""
+    if _uids.os.geteuid() != 0:
+        pytest.skip("only root hands runs other uids")
+    pool = _uids.UidPool()
+    try:
+        first = pool.take()
+        pool.give_back(first)
+        taken = [pool.take() for _ in range(_uids.BLOCK - 1)]
+        assert first not in taken and len(set(taken)) == _uids.BLOCK - 1
+        assert pool.take() == first
+    finally:
+        pool.release()
+
+
 def test_a_block_some_process_runs_as_is_never_leased(monkeypatch):
     if _uids.os.geteuid() != 0:
         pytest.skip("only root hands runs other uids")
