@@ -39,7 +39,8 @@ def test_stdio_server_lists_our_definitions_and_runs_the_sandbox(tmp_path):
 
     async def session() -> None:
         params = _stdio("--tools", "code,wiki_search,visual_inspector", "--tool-config",
-                        "visual_inspector={backend: files}", "--files-root", str(tmp_path), "--timeout", "3")
+                        "visual_inspector={backend: files}", "--tool-config", "code={wall_s: 60, cpu_s: 60}",
+                        "--files-root", str(tmp_path), "--timeout", "10")  # the server's limit stops the sleep
         async with Client(stdio_client(params)) as client:
             listed = {t.name: t for t in (await client.list_tools()).tools}
             assert sorted(listed) == ["code", "visual_inspector", "wiki_search"]
@@ -62,8 +63,8 @@ def test_stdio_server_lists_our_definitions_and_runs_the_sandbox(tmp_path):
             typed = await client.call_tool("code", {"code": 7})
             assert typed.is_error and "as a string" in typed.content[0].text
 
-            slow = await client.call_tool("code", {"code": "import time\ntime.sleep(30)"})
-            assert slow.is_error and "did not finish within 3 s" in slow.content[0].text
+            slow = await client.call_tool("code", {"code": "import time\ntime.sleep(60)"})
+            assert slow.is_error and "did not finish within 10 s" in slow.content[0].text
             assert slow.meta[META_KEY]["error_kind"] == "tool_timeout"
 
             unconfigured = await client.call_tool("wiki_search", {"query": "Belcourt"})
