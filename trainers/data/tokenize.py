@@ -134,31 +134,26 @@ def _tokenize_chat(sample: SftSample, tokenizer: Any) -> _Builder:
     return builder
 
 
-def _tokenize_exact(sample: SftSample, tokenizer: Any) -> _Builder:
-    builder = _Builder(tokenizer)
-    builder.add_ids(sample.prompt_ids, False)
-    for span in sample.messages[-1].spans:
-        builder.add_ids(span.token_ids, span.trainable)
-    return builder
+def _tokenize_prompt_then_spans(sample: SftSample, tokenizer: Any) -> _Builder:
+    """A prompt without chat messages, then the last turn's spans: no template to apply.
 
-
-def _tokenize_raw_prompt(sample: SftSample, tokenizer: Any) -> _Builder:
-    """A trajectory with a plain-text prompt and no chat messages: no template to apply."""
+    Recorded token ids are taken as they are (the sampler's own ids, its stop included); a
+    plain-text prompt and spans are tokenised piece by piece and closed with eos."""
     builder = _Builder(tokenizer)
-    builder.add_text(sample.prompt_text, False)
+    exact = sample.has_token_ids
+    add = builder.add_ids if exact else builder.add_text
+    add(sample.prompt_ids if exact else sample.prompt_text, False)
     for span in sample.messages[-1].spans:
-        builder.add_text(span.text, span.trainable)
-    if tokenizer.eos_token_id is not None:
+        add(span.token_ids if exact else span.text, span.trainable)
+    if not exact and tokenizer.eos_token_id is not None:
         builder.add_ids([tokenizer.eos_token_id], True)
     return builder
 
 
 def tokenize_sample(sample: SftSample, tokenizer: Any) -> TokenizedSample:
     """Token ids and labels for one sample (see the module docstring for the rule)."""
-    if sample.has_token_ids:
-        builder = _tokenize_exact(sample, tokenizer)
-    elif sample.prompt_text and len(sample.messages) == 1:
-        builder = _tokenize_raw_prompt(sample, tokenizer)
+    if sample.has_token_ids or (sample.prompt_text and len(sample.messages) == 1):
+        builder = _tokenize_prompt_then_spans(sample, tokenizer)
     else:
         builder = _tokenize_chat(sample, tokenizer)
     return TokenizedSample(sample.sample_id, tuple(builder.ids), tuple(builder.labels))
