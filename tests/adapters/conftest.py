@@ -3,6 +3,7 @@ briefly SFT'd tiny model (our warm start on oracle episodes) that earns some rew
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
@@ -54,3 +55,18 @@ def grpo_args(out, **overrides):
 
 def step_logs(trainer) -> list[dict]:
     return [row for row in trainer.state.log_history if "loss" in row]
+
+
+def train_grpo(model, tokenizer, rollout, hook, out, dataset=None, **overrides):
+    """TRL's GRPOTrainer over ``rollout`` (its dataset unless ``dataset`` is given) with
+    ``hook`` as the rollout function, trained to the end: the trainer and its logged steps,
+    each checked to have a finite loss."""
+    from trl import GRPOTrainer
+
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer,
+                          train_dataset=rollout.dataset() if dataset is None else dataset,
+                          args=grpo_args(out, **overrides), reward_funcs=rollout.reward, rollout_func=hook)
+    trainer.train()
+    logs = step_logs(trainer)
+    assert logs and all(math.isfinite(row["loss"]) for row in logs)
+    return trainer, logs

@@ -5,7 +5,6 @@ TRL's GRPOTrainer on those traces (VerifiersRollout)."""
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 
 import pytest
@@ -16,7 +15,7 @@ import gymnasium as gym
 import verifiers.v1 as vf
 
 import coa_envs  # noqa: F401
-from tests.adapters.conftest import ENV_ID, ENV_KWARGS, grpo_args, step_logs
+from tests.adapters.conftest import ENV_ID, ENV_KWARGS, train_grpo
 from trainers.adapters.verifiers_env import CoAChatHarnessConfig, CoAEnvConfig, CoATasksetConfig, CoAVerifiersEnv
 
 
@@ -98,8 +97,6 @@ def test_trace_tokens_mask_exactly_the_models_turns(random_tiny):
 
 
 def test_grpo_trains_on_verifiers_episodes(tmp_path, random_tiny):
-    from trl import GRPOTrainer
-
     from trainers.adapters.verifiers_trl import VerifiersRollout
 
     tokenizer, model = random_tiny
@@ -111,12 +108,9 @@ def test_grpo_trains_on_verifiers_episodes(tmp_path, random_tiny):
         rewards_seen.append([e.traces[-1].rewards["coa_reward"].score for e in rollout.last_episodes])
         return out
 
-    trainer = GRPOTrainer(model=model, processing_class=tokenizer, train_dataset=rollout.dataset(),
-                          args=grpo_args(tmp_path, per_device_train_batch_size=4, num_generations=2, max_steps=2),
-                          reward_funcs=rollout.reward, rollout_func=hook)
-    trainer.train()
-    logs = step_logs(trainer)
-    assert len(logs) == 2 and all(math.isfinite(row["loss"]) for row in logs)
+    _, logs = train_grpo(model, tokenizer, rollout, hook, tmp_path,
+                         per_device_train_batch_size=4, num_generations=2, max_steps=2)
+    assert len(logs) == 2
     for row, rewards in zip(logs, rewards_seen, strict=True):
         assert len(rewards) == 4 and row["reward"] == pytest.approx(sum(rewards) / 4)
     assert all(e.ok for e in rollout.last_episodes)
@@ -124,8 +118,6 @@ def test_grpo_trains_on_verifiers_episodes(tmp_path, random_tiny):
 
 @pytest.mark.slow
 def test_grpo_on_verifiers_episodes_from_a_warm_start(tmp_path, warm_tiny_dir):
-    from trl import GRPOTrainer
-
     from agents.tiny import load_tiny
     from trainers.adapters.verifiers_trl import VerifiersRollout
 
@@ -138,8 +130,5 @@ def test_grpo_on_verifiers_episodes_from_a_warm_start(tmp_path, warm_tiny_dir):
         rewards.extend(out["coa_reward"])
         return out
 
-    trainer = GRPOTrainer(model=model, processing_class=tokenizer, train_dataset=rollout.dataset(),
-                          args=grpo_args(tmp_path, max_steps=3), reward_funcs=rollout.reward, rollout_func=hook)
-    trainer.train()
-    assert all(math.isfinite(row["loss"]) for row in step_logs(trainer))
+    train_grpo(model, tokenizer, rollout, hook, tmp_path, max_steps=3)
     assert sum(rewards) > 0  # the env scored some of the warm-started policy's answers right
