@@ -5,7 +5,8 @@ Everything the tests and demos serve over HTTP (the awkward test site of
 search APIs and TLS sites of the tests) is a standard-library ``http.server`` answering from a
 daemon thread on 127.0.0.1 at a port the OS picks, stopped with shutdown, close and join.
 :func:`loopback_server` builds one (loopback only: nothing here may listen on a reachable
-address) and :class:`Serving` runs it; stdlib only.
+address), :class:`Serving` runs it and :class:`QuietHandler` is the request handler they
+build on (no access log, one call per reply); stdlib only.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["LOOPBACK_HOSTS", "Serving", "loopback_server"]
+__all__ = ["LOOPBACK_HOSTS", "QuietHandler", "Serving", "loopback_server"]
 
 LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 
@@ -35,6 +36,26 @@ def loopback_server(handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.
     if quiet:
         server.handle_error = _ignore_error  # type: ignore[method-assign]
     return server
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A request handler that keeps test output clean (no access log) and answers in one call."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+    def send_body(self, status: int, body: bytes, content_type: str = "text/plain",
+                  headers: dict[str, str] | None = None) -> None:
+        """Status, ``Content-Type``, ``Content-Length`` and ``headers``, then ``body``
+        (left out for HEAD, whose length still announces it)."""
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
 
 class Serving:

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from coa_envs.loopback import Serving, loopback_server
+from coa_envs.loopback import QuietHandler, Serving, loopback_server
 from coa_envs.miniweb.site import Site, build_site
 from coa_envs.miniweb.world import make_world
 
@@ -28,26 +28,13 @@ _NOT_FOUND = (b"<!doctype html><html><head><title>404 Not Found</title></head><b
               b"Found</h1><p>The requested page does not exist on this server.</p></body></html>")
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     protocol_version = "HTTP/1.1"
     server: _SiteHTTPServer
     # One write per response and no Nagle delay: headers and body written separately
     # otherwise cost a ~40 ms delayed-ACK stall per keep-alive request.
     wbufsize = 1 << 16
     disable_nagle_algorithm = True
-
-    def log_message(self, format: str, *args: object) -> None:  # quiet in tests
-        return
-
-    def _send(self, status: int, body: bytes, content_type: str, location: str | None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        if location:
-            self.send_header("Location", location)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
 
     def do_GET(self) -> None:
         path = urlsplit(self.path).path or "/"
@@ -56,11 +43,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.hits[path] += 1
         page = self.server.site.pages.get(path)
         if page is None:
-            self._send(404, _NOT_FOUND, "text/html; charset=utf-8", None)
+            self.send_body(404, _NOT_FOUND, "text/html; charset=utf-8")
             return
         if page.delay_s:
             time.sleep(page.delay_s)
-        self._send(page.status, page.body, page.content_type, page.location)
+        self.send_body(page.status, page.body, page.content_type,
+                       {"Location": page.location} if page.location else None)
 
     do_HEAD = do_GET
 

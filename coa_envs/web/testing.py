@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
-from coa_envs.loopback import Serving, loopback_server
+from coa_envs.loopback import QuietHandler, Serving, loopback_server
 
 __all__ = ["ARTICLE_FACT", "JS_SECRET", "PDF_FACT", "TestSite", "make_pdf", "serve_test_site"]
 
@@ -102,26 +102,13 @@ class TestSite:
 
 
 def _make_handler(site: TestSite, extra_pages: dict[str, tuple[str, bytes]]) -> type:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         protocol_version = "HTTP/1.1"
         # Headers and body go out in two writes; with Nagle on, delayed ACKs add ~40 ms per request.
         disable_nagle_algorithm = True
 
-        def log_message(self, format: str, *args: object) -> None:  # keep test output clean
-            pass
-
-        def _send(self, status: int, body: bytes, content_type: str, headers: dict | None = None) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            for key, value in (headers or {}).items():
-                self.send_header(key, value)
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
         def _redirect(self, location: str, status: int = 302) -> None:
-            self._send(status, b"", "text/html", {"Location": location})
+            self.send_body(status, b"", "text/html", {"Location": location})
 
         def do_HEAD(self) -> None:
             self.do_GET()
@@ -133,38 +120,39 @@ def _make_handler(site: TestSite, extra_pages: dict[str, tuple[str, bytes]]) -> 
             html = "text/html; charset=utf-8"
             if path in extra_pages:
                 content_type, body = extra_pages[path]
-                self._send(200, body, content_type)
+                self.send_body(200, body, content_type)
             elif path in ("/", "/index.html"):
                 links = "".join(f'<li><a href="{p}">{p}</a></li>' for p in
                                 ("/article.html", "/js.html", "/doc.pdf", "/plain.txt", "/page/1"))
-                self._send(200, f"<html><head><title>Test site</title></head><body><h1>Test site</h1>"
-                                f"<p>Index of the pages on this test site.</p><ul>{links}</ul></body></html>"
-                           .encode(), html)
+                self.send_body(200, f"<html><head><title>Test site</title></head><body><h1>Test site</h1>"
+                                    f"<p>Index of the pages on this test site.</p><ul>{links}</ul></body></html>"
+                               .encode(), html)
             elif path == "/article.html":
-                self._send(200, _ARTICLE.encode(), html)
+                self.send_body(200, _ARTICLE.encode(), html)
             elif path == "/js.html":
-                self._send(200, _JS_PAGE.encode(), html)
+                self.send_body(200, _JS_PAGE.encode(), html)
             elif path == "/doc.pdf":
-                self._send(200, make_pdf([PDF_FACT, "Prepared by the finance office."], "Annual report"),
-                           "application/pdf")
+                self.send_body(200, make_pdf([PDF_FACT, "Prepared by the finance office."], "Annual report"),
+                               "application/pdf")
             elif path == "/broken.pdf":
-                self._send(200, b"%PDF-1.4\n1 0 obj << /Type /Catalog >> garbage", "application/pdf")
+                self.send_body(200, b"%PDF-1.4\n1 0 obj << /Type /Catalog >> garbage", "application/pdf")
             elif path == "/plain.txt":
-                self._send(200, "Plain text file.\nSecond line with ünïcödé.\n".encode(), "text/plain; charset=utf-8")
+                self.send_body(200, "Plain text file.\nSecond line with ünïcödé.\n".encode(),
+                               "text/plain; charset=utf-8")
             elif path == "/latin1.html":
                 body = f"<html><head><title>Latin</title></head><body><p>{LATIN1_TEXT[:-4]}</p></body></html>"
-                self._send(200, body.encode("latin-1"), "text/html; charset=iso-8859-1")
+                self.send_body(200, body.encode("latin-1"), "text/html; charset=iso-8859-1")
             elif path == "/latin1-meta.html":
                 body = (f'<html><head><meta charset="windows-1252"><title>Meta</title></head>'
                         f"<body><p>{LATIN1_TEXT}</p></body></html>")
-                self._send(200, body.encode("cp1252"), "text/html")
+                self.send_body(200, body.encode("cp1252"), "text/html")
             elif path == "/binary":
                 junk = random.Random(1234).randbytes(50_000)
-                self._send(200, junk, "application/octet-stream")
+                self.send_body(200, junk, "application/octet-stream")
             elif path == "/image.png":
-                self._send(200, b"\x89PNG\r\n\x1a\n" + bytes(200), "image/png")
+                self.send_body(200, b"\x89PNG\r\n\x1a\n" + bytes(200), "image/png")
             elif path == "/empty":
-                self._send(200, b"", "text/html")
+                self.send_body(200, b"", "text/html")
             elif path.startswith("/redirect/"):
                 step = int(path.rsplit("/", 1)[1] or 0)
                 self._redirect(f"/redirect/{step + 1}" if step < 3 else "/article.html", 301 if step % 2 else 302)
@@ -182,22 +170,22 @@ def _make_handler(site: TestSite, extra_pages: dict[str, tuple[str, bytes]]) -> 
             elif path == "/to":  # open redirect: /to?u=<url>
                 self._redirect(query.get("u", ["/"])[0])
             elif path == "/error":
-                self._send(500, b"<html><body>Internal error</body></html>", html)
+                self.send_body(500, b"<html><body>Internal error</body></html>", html)
             elif path == "/slow":
                 time.sleep(float(query.get("s", ["3"])[0]))
-                self._send(200, _numbered_page(99).encode(), html)
+                self.send_body(200, _numbered_page(99).encode(), html)
             elif path == "/huge":
                 repeats = int(query.get("n", ["8000"])[0])
                 paragraphs = "".join(f"<p>Paragraph {i}: " + "lorem ipsum dolor sit amet, consectetur "
                                      "adipiscing elit. " * 20 + "</p>\n" for i in range(repeats))
                 body = f"<html><head><title>Huge</title></head><body>{paragraphs}</body></html>"
-                self._send(200, body.encode(), html)
+                self.send_body(200, body.encode(), html)
             elif path.startswith("/page/"):
-                self._send(200, _numbered_page(int(path.rsplit("/", 1)[1] or 0)).encode(), html)
+                self.send_body(200, _numbered_page(int(path.rsplit("/", 1)[1] or 0)).encode(), html)
             elif path == "/beacon":
-                self._send(200, b"GIF89a", "image/gif")
+                self.send_body(200, b"GIF89a", "image/gif")
             else:
-                self._send(404, b"<html><body><h1>404 Not Found</h1></body></html>", html)
+                self.send_body(404, b"<html><body><h1>404 Not Found</h1></body></html>", html)
 
     return Handler
 

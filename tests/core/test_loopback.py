@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 import urllib.request
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from coa_envs.loopback import Serving, loopback_server
+from coa_envs.loopback import QuietHandler, Serving, loopback_server
 
 
-class _Hello(BaseHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
+class _Hello(QuietHandler):
     def do_GET(self) -> None:
-        body = f"hello {self.path}".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self.send_body(200, f"hello {self.path}".encode())
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "example.org"])

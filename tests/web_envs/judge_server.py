@@ -25,9 +25,9 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
-from coa_envs.loopback import Serving, loopback_server
+from coa_envs.loopback import QuietHandler, Serving, loopback_server
 
 _FIELD = re.compile(r"^\[(question|correct_answer)\]: (.*?)(?=\n\n)", re.S | re.M)
 _RESPONSE = re.compile(r"<<<BEGIN (RESPONSE-\w+)>>>\n(.*?)\n<<<END \1>>>", re.S)
@@ -61,19 +61,12 @@ def _grade(prompt: str, model: str = "grader") -> str:
     return honest
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     server: _JudgeServer
-
-    def log_message(self, format: str, *args: object) -> None:
-        return
 
     def _reply(self, status: int, payload: object) -> None:
         body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self.send_body(status, body, "application/json")
 
     def do_POST(self) -> None:
         request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))

@@ -15,13 +15,12 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from coa_envs.loopback import Serving, loopback_server
+from coa_envs.loopback import QuietHandler, Serving, loopback_server
 from coa_envs.web.browsers import find_chromedriver, find_chromium
 from coa_envs.web.testing import TestSite, serve_test_site
 
@@ -107,11 +106,8 @@ def openai_echo(request: Recorded) -> Reply:
 def api_server() -> Iterator[ApiServer]:
     state = ApiServer(base_url="", behaviour=lambda _r: (500, "text/plain", b"no behaviour set"))
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
 
         def _handle(self) -> None:
             parts = urlsplit(self.path)
@@ -122,11 +118,7 @@ def api_server() -> Iterator[ApiServer]:
             if state.delay_s:
                 time.sleep(state.delay_s)
             status, content_type, body = state.behaviour(recorded)
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.send_body(status, body, content_type)
 
         do_GET = do_POST = _handle
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 import socket
 import ssl
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from coa_envs.loopback import Serving, loopback_server
+from coa_envs.loopback import QuietHandler, Serving, loopback_server
 from coa_envs.types import ErrorKind
 from coa_envs.web.fetch import FetchedPage, FetchFailure, HttpFetcher
 from coa_envs.web.proxy import BLOCKED_MARKER, GuardedProxy
@@ -25,17 +24,10 @@ def tls_site(tmp_path_factory) -> Iterator[tuple[int, str]]:
     ca_path = tmp_path_factory.mktemp("tls") / "ca.pem"
     ca.cert_pem.write_to_path(str(ca_path))
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             body = f"<html><body><p>TLS page for {self.headers['Host']}</p></body></html>".encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.send_body(200, body, "text/html")
 
     server = loopback_server(Handler)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
