@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+# its own limit: the suite's 600 s is for one test, this is a whole recipe
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(6600)]
 
 ROOT = Path(__file__).resolve().parents[2]
 REDUCED = [
