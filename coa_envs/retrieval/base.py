@@ -30,6 +30,7 @@ __all__ = [
     "RetrieverUnavailable",
     "SearchHit",
     "build_hint",
+    "open_index",
     "read_index_meta",
     "write_index_meta",
 ]
@@ -141,3 +142,23 @@ def read_index_meta(index_dir: str | Path, backend: str) -> dict[str, Any]:
             f"{meta.get('format_version')}). Rebuild it with: {build_hint(backend, index_dir)}"
         )
     return meta
+
+
+def open_index(index_dir: str | Path, backend: str,
+               corpus_path: str | Path | None = None) -> tuple[dict[str, Any], Path, str]:
+    """An index's checked metadata, its corpus (``corpus_path``, else the file it was built
+    from) and the command that rebuilds it. A corpus that is gone, or whose size changed since
+    the build (the stored offsets would point into other text), is a :class:`RetrievalIndexError`."""
+    meta = read_index_meta(index_dir, backend)
+    corpus = Path(corpus_path) if corpus_path else Path(meta["corpus_path"])
+    hint = build_hint(backend, index_dir, corpus)
+    if not corpus.is_file():
+        raise RetrievalIndexError(
+            f"the corpus this index was built from is gone: {corpus}. Pass corpus=... "
+            f"(--corpus) with its new location, or rebuild: {hint}"
+        )
+    if corpus.stat().st_size != meta.get("corpus_bytes"):
+        raise RetrievalIndexError(
+            f"{corpus} changed since the index was built (size differs). Rebuild: {hint} --overwrite"
+        )
+    return meta, corpus, hint

@@ -28,8 +28,7 @@ import numpy as np
 from coa_envs.retrieval.base import (
     RetrievalIndexError,
     SearchHit,
-    build_hint,
-    read_index_meta,
+    open_index,
     staged_index,
 )
 from coa_envs.retrieval.bm25_pruned import (
@@ -153,19 +152,8 @@ class BM25Retriever:
         bm25s = import_bm25s()
 
         self.index_dir = Path(index_dir)
-        meta = read_index_meta(self.index_dir, "bm25")
+        meta, corpus, hint = open_index(self.index_dir, "bm25", corpus_path)
         self.meta = meta
-        corpus = Path(corpus_path) if corpus_path else Path(meta["corpus_path"])
-        hint = build_hint("bm25", self.index_dir, corpus)
-        if not corpus.is_file():
-            raise RetrievalIndexError(
-                f"the corpus this index was built from is gone: {corpus}. Pass corpus=... "
-                f"(--corpus) with its new location, or rebuild: {hint}"
-            )
-        if corpus.stat().st_size != meta.get("corpus_bytes"):
-            raise RetrievalIndexError(
-                f"{corpus} changed since the index was built (size differs). Rebuild: {hint} --overwrite"
-            )
         missing = [name for name in (*_BM25S_FILES, _OFFSETS_FILE) if not (self.index_dir / name).is_file()]
         if missing:
             raise RetrievalIndexError(f"{self.index_dir} is incomplete (missing {missing}). Rebuild: {hint}")

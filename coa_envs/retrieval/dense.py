@@ -23,8 +23,7 @@ from coa_envs.retrieval.base import (
     RetrievalError,
     RetrievalIndexError,
     SearchHit,
-    build_hint,
-    read_index_meta,
+    open_index,
     staged_index,
 )
 from coa_envs.retrieval.corpus import CorpusReader, iter_corpus
@@ -192,12 +191,8 @@ class DenseRetriever:
         import faiss
 
         self.index_dir = Path(index_dir)
-        meta = read_index_meta(self.index_dir, "dense")
+        meta, corpus, hint = open_index(self.index_dir, "dense", corpus_path)
         self.meta = meta
-        corpus = Path(corpus_path) if corpus_path else Path(meta["corpus_path"])
-        hint = build_hint("dense", self.index_dir, corpus)
-        if not corpus.is_file():
-            raise RetrievalIndexError(f"the corpus of this index is gone: {corpus}. Rebuild: {hint}")
         try:
             flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if mmap else 0
             self._index = faiss.read_index(str(self.index_dir / _INDEX_FILE), flags)

