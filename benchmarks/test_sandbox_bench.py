@@ -26,8 +26,10 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,6 +56,28 @@ def _record(benchmark, name: str) -> None:
     benchmark.extra_info.update({k: round(v, 3) for k, v in stats.items()})
 
 
+def _python_c(*flags: str) -> Callable[[str], str]:
+    """Runs a snippet in a fresh ``python [flags] -c``: the baseline every sandbox is timed against."""
+    return lambda code: subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True,
+                                       check=True).stdout
+
+
+def _in(backend: Any) -> Callable[[str], str]:
+    """Runs a snippet in ``backend`` under the default limits."""
+    return lambda code: backend.run(code, limits=Limits()).stdout
+
+
+def _time_runs(benchmark, name: str, run: Callable[[str], str], code: str, expected: str, *, rounds: int = 40,
+               warmup: int = 3) -> None:
+    """Time ``run(code)`` (checking its output each time) and keep its percentiles under ``name``."""
+
+    def once() -> None:
+        assert run(code) == expected
+
+    benchmark.pedantic(once, rounds=rounds, warmup_rounds=warmup)
+    _record(benchmark, name)
+
+
 @pytest.fixture(scope="module")
 def pool():
     backend = sandbox.default_backend()
@@ -65,23 +89,12 @@ def pool():
 
 
 def test_baseline_plain_subprocess(benchmark):
-    def once() -> None:
-        out = subprocess.run([sys.executable, "-c", TRIVIAL], capture_output=True, text=True, check=True)
-        assert out.stdout == "2\n"
-
-    benchmark.pedantic(once, rounds=40, warmup_rounds=3)
-    _record(benchmark, "subprocess")
+    _time_runs(benchmark, "subprocess", _python_c(), TRIVIAL, "2\n")
 
 
 def test_baseline_bare_interpreter_start(benchmark):
     """``python -I -S -c``: no site-packages scan (.pth hooks can cost ~100 ms on their own)."""
-
-    def once() -> None:
-        out = subprocess.run([sys.executable, "-I", "-S", "-c", TRIVIAL], capture_output=True, text=True, check=True)
-        assert out.stdout == "2\n"
-
-    benchmark.pedantic(once, rounds=40, warmup_rounds=3)
-    _record(benchmark, "bare_python")
+    _time_runs(benchmark, "bare_python", _python_c("-I", "-S"), TRIVIAL, "2\n")
 
 
 def test_pool_sequential_and_paced_against_python_c(pool):
@@ -122,13 +135,10 @@ def test_bubblewrap_round_trip(benchmark):
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap not installed")
     backend = sandbox.get_backend("bwrap")
-
-    def once() -> None:
-        assert backend.run(TRIVIAL, limits=Limits()).stdout == "2\n"
-
-    benchmark.pedantic(once, rounds=40, warmup_rounds=3)
-    backend.close()
-    _record(benchmark, "bwrap")
+    try:
+        _time_runs(benchmark, "bwrap", _in(backend), TRIVIAL, "2\n")
+    finally:
+        backend.close()
 
 
 def test_nsjail_round_trip(benchmark):
@@ -136,13 +146,10 @@ def test_nsjail_round_trip(benchmark):
         backend = sandbox.get_backend("nsjail")
     except sandbox.BackendUnavailable as exc:
         pytest.skip(str(exc))
-
-    def once() -> None:
-        assert backend.run(TRIVIAL, limits=Limits()).stdout == "2\n"
-
-    benchmark.pedantic(once, rounds=40, warmup_rounds=3)
-    backend.close()
-    _record(benchmark, "nsjail")
+    try:
+        _time_runs(benchmark, "nsjail", _in(backend), TRIVIAL, "2\n")
+    finally:
+        backend.close()
 
 
 def test_session_cell_round_trip(benchmark, pool):
@@ -223,20 +230,11 @@ def test_throughput_1000_snippets_64_callers(benchmark, pool):
 
 
 def test_numpy_snippet_cold_subprocess(benchmark):
-    def once() -> None:
-        out = subprocess.run([sys.executable, "-c", NUMPY], capture_output=True, text=True, check=True)
-        assert out.stdout == "45\n"
-
-    benchmark.pedantic(once, rounds=15, warmup_rounds=2)
-    _record(benchmark, "numpy_cold")
+    _time_runs(benchmark, "numpy_cold", _python_c(), NUMPY, "45\n", rounds=15, warmup=2)
 
 
 def test_numpy_snippet_warm_pool(benchmark, pool):
-    def once() -> None:
-        assert pool.run(NUMPY, limits=Limits()).stdout == "45\n"
-
-    benchmark.pedantic(once, rounds=200, warmup_rounds=10)
-    _record(benchmark, "numpy_warm")
+    _time_runs(benchmark, "numpy_warm", _in(pool), NUMPY, "45\n", rounds=200, warmup=10)
 
 
 def test_summary():
