@@ -8,16 +8,14 @@ bounded, released with the episode and dropped when the weights change.
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers", reason="needs the [llm] extra")
 
 from agents.engines import GenerationRequest, SamplingParams  # noqa: E402
-from agents.engines.batching import BatchingEngine  # noqa: E402
 from agents.engines.hf import HFEngine  # noqa: E402
+from tests.batching_scenario import short_request_mid_decode  # noqa: E402
 
 OBSERVATIONS = ["\n<observation>\nBafurk was founded by Ilse Marr.\n</observation>\n\n",
                 "\n<observation>\nMarr was born in Oslo.\n</observation>\n\n"]
@@ -137,40 +135,11 @@ def test_a_shared_prompt_prefix_is_prefilled_once(tiny_model, tiny_tokenizer):
 def test_batching_engine_admits_a_request_while_another_decodes(tiny_model, tiny_tokenizer):
     """Continuous batching: a short request sent while a long one is mid-decode finishes
     first, instead of waiting for the long one's batch to end."""
-    engine = HFEngine(tiny_model, tiny_tokenizer)
-    engine.eos_ids = frozenset()  # the long row runs its whole budget
-    batcher = BatchingEngine(engine)
-    long_tokens: list[int] = []
-    events: list[str] = []
-    short_request = GenerationRequest(token_ids=tuple(_prompt(tiny_tokenizer, "Hi?")),
-                                      params=_params(3, 4))
-    short_result = []
-
-    def send_short() -> None:
-        short_result.append(batcher.generate([short_request], SamplingParams())[0])
-        events.append(f"short done after {len(long_tokens)} long tokens")
-
-    sender = threading.Thread(target=send_short)
-
-    def on_token(token: int, logprob: float) -> None:
-        long_tokens.append(token)
-        if len(long_tokens) == 3:
-            sender.start()
-
-    long_request = GenerationRequest(token_ids=tuple(_prompt(tiny_tokenizer)),
-                                     params=_params(4, 60), on_token=on_token)
-    try:
-        (long_completion,) = batcher.generate([long_request], SamplingParams())
-        events.append("long done")
-        sender.join(timeout=60)
-    finally:
-        batcher.close()
-    assert len(long_completion.token_ids) == 60
-    assert events[-1] == "long done" and events[0].startswith("short done")
-    single = HFEngine(tiny_model, tiny_tokenizer)
-    single.eos_ids = frozenset()
-    (alone,) = single.generate([short_request], SamplingParams())
-    assert short_result[0].token_ids == alone.token_ids
+    short = GenerationRequest(token_ids=tuple(_prompt(tiny_tokenizer, "Hi?")), params=_params(3, 4))
+    run = short_request_mid_decode(lambda: HFEngine(tiny_model, tiny_tokenizer), short,
+                                   _prompt(tiny_tokenizer), _params(4, 60))
+    assert len(run["long"].token_ids) == 60 and run["finished"] == ["short", "long"]
+    assert run["short"].token_ids == run["alone"].token_ids
 
 
 def test_weight_update_drops_stored_keys_values(tiny_model, tiny_tokenizer):

@@ -293,38 +293,14 @@ def test_engine_continuous_batching_on_cuda_is_token_exact(tokenizer, cuda_model
 def test_batching_engine_admits_mid_decode_on_cuda(tokenizer, cuda_model):
     """Continuous batching on the device: a request sent while another decodes joins the
     running batch, finishes first, and samples what it samples alone."""
-    import threading
-
     from agents.engines import GenerationRequest, SamplingParams
-    from agents.engines.batching import BatchingEngine
     from agents.engines.hf import HFEngine
+    from tests.batching_scenario import short_request_mid_decode
 
-    engine = HFEngine(cuda_model, tokenizer, device=DEVICE)
-    engine.eos_ids = frozenset()
-    batcher = BatchingEngine(engine)
     short = GenerationRequest(token_ids=tuple(_prompt(tokenizer, "Hi?")),
-                              params=SamplingParams(max_new_tokens=4, temperature=0.8, seed=3,
-                                                    stop=()))
-    short_result, events, long_tokens = [], [], []
-    sender = threading.Thread(target=lambda: (short_result.append(
-        batcher.generate([short], SamplingParams())[0]), events.append("short")))
-
-    def on_token(token: int, logprob: float) -> None:
-        long_tokens.append(token)
-        if len(long_tokens) == 3:
-            sender.start()
-
-    long = GenerationRequest(token_ids=tuple(_prompt(tokenizer, "Who founded Bafurk?")),
-                             params=SamplingParams(max_new_tokens=80, temperature=0.8, seed=4,
-                                                   stop=()), on_token=on_token)
-    try:
-        (long_completion,) = batcher.generate([long], SamplingParams())
-        events.append("long")
-        sender.join(timeout=60)
-    finally:
-        batcher.close()
-    assert len(long_completion.token_ids) == 80 and events == ["short", "long"]
-    single = HFEngine(cuda_model, tokenizer, device=DEVICE)
-    single.eos_ids = frozenset()
-    (alone,) = single.generate([short], SamplingParams())
-    assert short_result[0].token_ids == alone.token_ids
+                              params=SamplingParams(max_new_tokens=4, temperature=0.8, seed=3, stop=()))
+    run = short_request_mid_decode(lambda: HFEngine(cuda_model, tokenizer, device=DEVICE), short,
+                                   _prompt(tokenizer, "Who founded Bafurk?"),
+                                   SamplingParams(max_new_tokens=80, temperature=0.8, seed=4, stop=()))
+    assert len(run["long"].token_ids) == 80 and run["finished"] == ["short", "long"]
+    assert run["short"].token_ids == run["alone"].token_ids
