@@ -91,11 +91,12 @@ class QueryTokenizer:
 
 
 # The kernels are plain functions here and compiled by _get_kernels() (numba is imported
-# lazily). They call each other through the module globals ``_insert``/``_kth``, which
+# lazily). They call each other through the module globals ``_insert``/``_kth``/``_keep``, which
 # _get_kernels() binds to the compiled versions before compiling their callers; numba
 # resolves globals at compile time, and module-level functions can use its disk cache.
 _insert: Any = None
 _kth: Any = None
+_keep: Any = None
 
 
 def _insert_py(top_s, top_d, k, score, doc):  # pragma: no cover - compiled
@@ -116,6 +117,22 @@ def _kth_py(acc, docs, n, k, top_s, top_d):  # pragma: no cover - compiled
     for j in range(n):
         _insert(top_s, top_d, k, acc[docs[j]], docs[j])
     return top_s[k - 1] if top_d[k - 1] >= 0 else np.float32(0.0)
+
+
+def _keep_py(source, n, cand, acc, bound, theta, mark):  # pragma: no cover - compiled
+    # The documents of source[:n] that can still reach theta with ``bound`` more go to the
+    # front of cand (source may be cand: the write never passes the read) and are marked 2,
+    # the rest 1; returns how many stay.
+    m = 0
+    for j in range(n):
+        d = source[j]
+        if acc[d] + bound >= theta:
+            cand[m] = d
+            m += 1
+            mark[d] = 2
+        else:
+            mark[d] = 1
+    return m
 
 
 def _search_py(data, indices, indptr, terms, weights, ubs, k, acc, mark, touched, cand, top_s, top_d):
@@ -151,13 +168,7 @@ def _search_py(data, indices, indptr, terms, weights, ubs, k, acc, mark, touched
     m = n
     if i < n_terms:
         # Phase B: the remaining terms only for documents that can still reach theta.
-        m = 0
-        for j in range(n):
-            d = touched[j]
-            if acc[d] + suffix[i] >= theta:
-                cand[m] = d
-                m += 1
-                mark[d] = 2
+        m = _keep(touched, n, cand, acc, suffix[i], theta, mark)
         final = cand
         while i < n_terms:
             t, w = terms[i], weights[i]
@@ -182,15 +193,7 @@ def _search_py(data, indices, indptr, terms, weights, ubs, k, acc, mark, touched
             i += 1
             if m > k:
                 theta = max(theta, _kth(acc, cand, m, k, top_s, top_d) - 1e-5 * (1.0 + best))
-                kept = 0
-                for c in range(m):
-                    d = cand[c]
-                    if acc[d] + suffix[i] >= theta:
-                        cand[kept] = d
-                        kept += 1
-                    else:
-                        mark[d] = 1
-                m = kept
+                m = _keep(cand, m, cand, acc, suffix[i], theta, mark)
     top_d[:] = -1
     for j in range(m):
         d = final[j]
@@ -207,7 +210,7 @@ _compile_lock = threading.Lock()
 
 def _get_kernel() -> Any:
     """Compile (or load from numba's on-disk cache) the search kernel, once per process."""
-    global _compiled, _insert, _kth
+    global _compiled, _insert, _kth, _keep
     with _compile_lock:
         if _compiled is None:
             from numba import njit
@@ -215,6 +218,7 @@ def _get_kernel() -> Any:
             jit = njit(nogil=True, cache=True)
             _insert = jit(_insert_py)
             _kth = jit(_kth_py)
+            _keep = jit(_keep_py)
             _compiled = jit(_search_py)
         return _compiled
 
