@@ -2,17 +2,18 @@
 
 ``Bookkeeping`` is every trainer's; the supervised trainers (SFT, DPO) also share ``optim``
 (:class:`OptimSection`), ``resources`` (:class:`DeviceSection`) and their loop's bookkeeping
-(:class:`LoopBookkeeping`); the ``model`` section is :mod:`trainers.common.model`'s.
+(:class:`LoopBookkeeping`) and the checks of their ``data`` sections' row settings
+(:func:`check_rows`); the ``model`` section is :mod:`trainers.common.model`'s.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from coa_envs.configkit import ConfigError, check_fields
 
-__all__ = ["Bookkeeping", "DeviceSection", "LoopBookkeeping", "OptimSection", "at_least"]
+__all__ = ["Bookkeeping", "DeviceSection", "LoopBookkeeping", "OptimSection", "at_least", "check_rows"]
 
 
 def at_least(section: object, prefix: str, minimum: float, names: tuple[str, ...]) -> None:
@@ -20,6 +21,25 @@ def at_least(section: object, prefix: str, minimum: float, names: tuple[str, ...
     for name in names:
         if getattr(section, name) < minimum:
             raise ConfigError(f"{prefix}{name}={getattr(section, name)} must be >= {minimum:g}")
+
+
+def check_rows(data: Any, sides: int, why: str) -> None:
+    """Check a supervised ``data`` section's ``max_seq_len``, ``pack_len``, ``eval_path`` and
+    ``eval_fraction``: a packed row holds ``sides`` whole sequences (SFT one sample, DPO both
+    sides of a pair; ``why`` says so in the error), an unset ``pack_len`` becomes exactly that,
+    and eval data is held out one way at most."""
+    if data.max_seq_len < 2:
+        raise ConfigError("data.max_seq_len must be at least 2")
+    needed = sides * data.max_seq_len
+    if data.pack_len is None:
+        data.pack_len = needed
+    if data.pack_len < needed:
+        times = f"{sides} * " if sides > 1 else ""
+        raise ConfigError(f"data.pack_len ({data.pack_len}) must be >= {times}data.max_seq_len ({needed}){why}")
+    if not 0.0 <= data.eval_fraction < 1.0:
+        raise ConfigError("data.eval_fraction must be in [0, 1)")
+    if data.eval_path and data.eval_fraction:
+        raise ConfigError("set data.eval_path or data.eval_fraction, not both")
 
 
 @dataclass

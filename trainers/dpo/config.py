@@ -20,7 +20,7 @@ from typing import Any, Literal
 from coa_envs.configkit import ConfigError, check_fields
 from coa_envs.configkit import load_config as _load
 from trainers.common.model import PackedModelSection, moved_model_keys
-from trainers.common.sections import DeviceSection, LoopBookkeeping, OptimSection
+from trainers.common.sections import DeviceSection, LoopBookkeeping, OptimSection, check_rows
 
 __all__ = ["ConfigError", "DPOBookkeeping", "DPOConfig", "DPOData", "DPOLoss", "load_config"]
 
@@ -50,17 +50,7 @@ class DPOData:
         if not self.train_path:
             raise ConfigError("data.train_path is required: a pairs.jsonl from "
                               "`coa pairs RUN_DIR --out pairs.jsonl`")
-        if self.max_seq_len < 2:
-            raise ConfigError("data.max_seq_len must be at least 2")
-        if self.pack_len is None:
-            self.pack_len = 2 * self.max_seq_len
-        if self.pack_len < 2 * self.max_seq_len:
-            raise ConfigError(f"data.pack_len ({self.pack_len}) must be >= 2 * data.max_seq_len "
-                              f"({2 * self.max_seq_len}): a row holds both sides of a pair")
-        if not 0.0 <= self.eval_fraction < 1.0:
-            raise ConfigError("data.eval_fraction must be in [0, 1)")
-        if self.eval_path and self.eval_fraction:
-            raise ConfigError("set data.eval_path or data.eval_fraction, not both")
+        check_rows(self, 2, ": a row holds both sides of a pair")
 
 
 @dataclass

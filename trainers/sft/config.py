@@ -20,7 +20,7 @@ from coa_envs.configkit import ConfigError, check_fields
 from coa_envs.configkit import load_config as _load
 from trainers.common.mixture import MixtureEntry, check_env_ids, mixture_entries
 from trainers.common.model import PackedModelSection, moved_model_keys
-from trainers.common.sections import DeviceSection, LoopBookkeeping, OptimSection
+from trainers.common.sections import DeviceSection, LoopBookkeeping, OptimSection, check_rows
 
 __all__ = ["ConfigError", "SFTBookkeeping", "SFTConfig", "SFTData", "SFTMixtureEntry", "SFTModel",
            "SFTOptim", "SFTResources", "load_config"]
@@ -85,17 +85,7 @@ class SFTData:
         elif not self.train_path:
             raise ConfigError("data.train_path is required (a trajectory JSONL or SFT JSON file)"
                               ", or data.envs for a mixture of envs")
-        if self.max_seq_len < 2:
-            raise ConfigError("data.max_seq_len must be at least 2")
-        if self.pack_len is None:
-            self.pack_len = self.max_seq_len
-        if self.pack_len < self.max_seq_len:
-            raise ConfigError(f"data.pack_len ({self.pack_len}) must be >= data.max_seq_len "
-                              f"({self.max_seq_len}) or every long sample would be unpackable")
-        if not 0.0 <= self.eval_fraction < 1.0:
-            raise ConfigError("data.eval_fraction must be in [0, 1)")
-        if self.eval_path and self.eval_fraction:
-            raise ConfigError("set data.eval_path or data.eval_fraction, not both")
+        check_rows(self, 1, " or every long sample would be unpackable")
 
     def _check_mixture(self) -> None:
         self.envs = mixture_entries(self.envs, "data.envs", SFTMixtureEntry)  # type: ignore[assignment]
