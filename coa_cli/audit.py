@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from coa_cli.options import ENV_OPTION, key_values
+from coa_cli.options import DATA, ENV_OPTION, key_values
 
 __all__ = ["audit_reward_command"]
 
@@ -41,7 +41,7 @@ def audit_reward_command(
     n: int = typer.Option(5, help="Tasks to play each policy on (the first N of the split)."),
     policy: list[str] = typer.Option(None, "--policy", "-p", help="Only these policies (repeatable)."),
     split: str = typer.Option("test", help="test | train | all: which tasks (see `coa list`)."),
-    data: str | None = typer.Option(None, help="Task file/dir (sets data_path)."),
+    data: str | None = DATA,
     env_option: list[str] = ENV_OPTION,
     out: Path | None = typer.Option(None, "--json", help="Also write the report as JSON here."),
     fail_above: float = typer.Option(0.0, help="Exit 1 when a degenerate policy's correctness score exceeds this."),

@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 
 import typer
 
-__all__ = ["API_KEY", "API_MODE", "BASE_URL", "DEVICE", "DTYPE", "ENGINE", "ENV_OPTION", "FLAGS",
-           "MAX_NEW_TOKENS", "MODEL", "PROGRESS", "SERVER_EXTENSIONS", "TOKENIZER", "TOP_P",
-           "env_options", "flag_errors", "key_values", "progress_wanted"]
+__all__ = ["API_KEY", "API_MODE", "BASE_URL", "CONCURRENCY", "DATA", "DEVICE", "DTYPE", "ENGINE", "ENV_OPTION",
+           "EPISODE_TIMEOUT", "FLAGS", "MAX_NEW_TOKENS", "MAX_TOOL_CALLS", "MAX_TURNS", "MODEL", "PROGRESS", "SEED",
+           "SERVER_EXTENSIONS", "TOKENIZER", "TOP_P", "env_options", "flag_errors", "key_values", "progress_wanted"]
 
 ENV_OPTION = typer.Option(
     None, "--env-option", "-e", help="gym.make option KEY=VALUE (dotted keys reach into mappings, "
@@ -49,6 +49,14 @@ TOP_P = typer.Option(1.0, help="Nucleus sampling.")
 MAX_NEW_TOKENS = typer.Option(512, help="Token budget of one model turn.")
 PROGRESS = typer.Option(None, "--progress/--no-progress",
                         help="Show a progress bar (default: only in a terminal, not when piped or logged).")
+
+# The task and episode options of the commands that play tasks.
+DATA = typer.Option(None, help="Task file/dir (sets data_path).")
+MAX_TURNS = typer.Option(None, help="Override the env's turn limit.")
+SEED = typer.Option(0, help="Base seed (episode seeds derive from it).")
+CONCURRENCY = typer.Option(4, help="Episodes in flight.")
+MAX_TOOL_CALLS = typer.Option(50, help="End an episode after this many tool calls.")
+EPISODE_TIMEOUT = typer.Option(600.0, help="Seconds per episode before error:timeout.")
 
 #: The flag of each argument a :class:`~agents.evaluation.RunSetupError` names.
 FLAGS = {"agent": "--agent", "model": "--model", "selector": "--selector", "judge": "--judge-url/--judge-model",

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import typer
 
+from coa_cli.options import DEVICE
+
 __all__ = ["serve_command"]
 
 
@@ -22,7 +24,7 @@ def serve_command(
     served_model_name: list[str] = typer.Option(
         [], help="Name in /v1/models (repeat for aliases requests may use; the first is reported). "
                  "Default: MODEL's last path part, and MODEL as given. Other names get a 404."),
-    device: str = typer.Option("cpu", help="hf engine: cpu | cuda | cuda:N"),
+    device: str = DEVICE,
     dtype: str = typer.Option("float32", help="hf/vllm: float32 | bfloat16 | float16 | auto"),
     max_batch_size: int = typer.Option(32, help="Rows per forward pass (hf)."),
     tiny: Path | None = typer.Option(None, help="Write the tiny test model to this dir and "

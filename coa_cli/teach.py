@@ -20,7 +20,7 @@ from typing import Any
 
 import typer
 
-from coa_cli.options import PROGRESS, progress_wanted
+from coa_cli.options import DATA, MAX_TURNS, PROGRESS, SEED, progress_wanted
 
 __all__ = ["teach_command"]
 
@@ -73,14 +73,14 @@ def teach_command(
     concurrency: int = typer.Option(2, help="Episodes in flight (each a whole team)."),
     base_url: str | None = typer.Option(None, help="Override the system's default endpoint URL."),
     model: str | None = typer.Option(None, help="Override the system's default endpoint model."),
-    data: str | None = typer.Option(None, help="Task file/dir (sets data_path)."),
+    data: str | None = DATA,
     split: str = typer.Option("train", help="train (SFT data comes from training tasks) | test | all: which side "
                                             "of the env's train/test partition to play (see `coa list`)."),
-    max_turns: int | None = typer.Option(None, help="Override the env's turn limit."),
+    max_turns: int | None = MAX_TURNS,
     env_kwargs: str | None = typer.Option(None, help="JSON object of further gym.make options (recorded "
                                                       "for replay), e.g. '{\"task_options\": {\"port\": 8765}}'."),
     episode_timeout: float = typer.Option(1800.0, help="Seconds per episode before error:timeout."),
-    seed: int = typer.Option(0, help="Base seed (episode seeds derive from it)."),
+    seed: int = SEED,
     resume: bool = typer.Option(False, help="Keep finished episodes in OUT and run the rest."),
     progress: bool | None = PROGRESS,
 ) -> None:
