@@ -16,12 +16,12 @@ import json
 import os
 import shutil
 
-from sandbox._jail import compile_seccomp, landlock_layer
+from sandbox._jail import compile_seccomp
 from sandbox._lockdown import SCRATCH, SHM_DIR
-from sandbox._root import Grants, RootPolicy, root_policy
-from sandbox._uids import UidPool
+from sandbox._root import RootPolicy
 from sandbox.backends.base import BackendUnavailable
-from sandbox.backends.subprocess_backend import HARNESS, JAIL_HARNESS_DIR, LOCKDOWN, SubprocessBackend
+from sandbox.backends.jailed import JailedBackend
+from sandbox.backends.subprocess_backend import HARNESS, JAIL_HARNESS_DIR, LOCKDOWN
 from sandbox.types import Limits
 
 __all__ = ["BwrapBackend", "bwrap_root_args", "dev_links"]
@@ -66,11 +66,10 @@ def bwrap_root_args(policy: RootPolicy) -> list[str]:
     return args
 
 
-class BwrapBackend(SubprocessBackend):
+class BwrapBackend(JailedBackend):
     """``bwrap ... python -I harness.py`` per run (see the module docstring)."""
 
     name = "bwrap"
-    cpu_accounted = False
 
     def __init__(
         self,
@@ -87,14 +86,7 @@ class BwrapBackend(SubprocessBackend):
             raise BackendUnavailable("bubblewrap is not installed (apt-get install bubblewrap)")
         self._seccomp: dict[bool, int] = {}
         super().__init__(python, quiet=True, accounting=accounting)
-        self.as_root = os.geteuid() == 0
-        self._uid_pool = UidPool(eager=True) if self.as_root else None
-        self.grants = Grants(tuple(read_only_paths), tuple(writable_paths))
-        try:
-            self.root = root_policy(self.python, self.grants)
-        except OSError as exc:
-            self.close()
-            raise BackendUnavailable(str(exc)) from exc
+        self._build_root(read_only_paths, writable_paths)
         self._root_args = {False: bwrap_root_args(self.root), True: bwrap_root_args(self.root.with_network_files())}
         # One sealed in-memory BPF program per network setting, handed to every run's harness.
         for network in (False, True):
@@ -103,25 +95,12 @@ class BwrapBackend(SubprocessBackend):
                 fd = os.memfd_create(f"coa-seccomp-{int(network)}")
                 os.write(fd, compiled.program)
                 self._seccomp[network] = fd
-        self.isolation = (
+        self.isolation = self._layers(
             "user/pid/net/ipc/uts namespaces" if not self.as_root else "pid/net/ipc/uts namespaces",
-            f"allowlist root ({len(self.root.read_only)} read-only paths, {len(self.root.writable)} writable grants)",
-            "minimal /dev",
-            "private /tmp and workdir per run (byte and inode quotas)",
             "seccomp filter" if self._seccomp else "no seccomp",
-            landlock_layer(),
             "unprivileged uid" if self.as_root else "no capabilities",
-            "rlimits",
-            self._accounting_layer(),
-            "wall-clock kill",
         )
-        probe = self.run("print('ok')", limits=Limits(wall_s=30, cpu_s=10))
-        if probe.stdout != "ok\n":
-            self.close()
-            raise BackendUnavailable(f"bwrap cannot start a jail here: {probe.stderr.strip()[-300:]}")
-
-    def _host_workdir(self) -> contextlib.AbstractContextManager[str | None]:
-        return contextlib.nullcontext(None)
+        self._probe()
 
     def _argv(self, config: dict, limits: Limits, uid: int | None = None) -> list[str]:
         uid = uid if uid is not None else os.getuid()

@@ -14,7 +14,6 @@ switches to a rotating unprivileged uid without a user namespace (so ``RLIMIT_NP
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import logging
@@ -29,15 +28,14 @@ from sandbox._jail import (
     _REFUSED_SYSCALLS,
     _UNCONNECTED_SOCKET_TYPES,
     MAP_HUGETLB,
-    landlock_layer,
 )
 from sandbox._limits import clean_environment
 from sandbox._lockdown import SCRATCH, scratch_options
-from sandbox._root import Grants, RootPolicy, root_policy
-from sandbox._uids import UidPool
+from sandbox._root import RootPolicy
 from sandbox.backends.base import BackendUnavailable
 from sandbox.backends.bwrap import dev_links
-from sandbox.backends.subprocess_backend import HARNESS, JAIL_HARNESS_DIR, LOCKDOWN, SubprocessBackend
+from sandbox.backends.jailed import JailedBackend
+from sandbox.backends.subprocess_backend import HARNESS, JAIL_HARNESS_DIR, LOCKDOWN
 from sandbox.types import NSJAIL_SEED_PRESET, ExecResult, Limits
 
 __all__ = ["NsjailBackend", "find_nsjail", "kafel_policy", "nsjail_argv"]
@@ -144,11 +142,10 @@ def find_nsjail() -> str | None:
     return shutil.which("nsjail")
 
 
-class NsjailBackend(SubprocessBackend):
+class NsjailBackend(JailedBackend):
     """One ``nsjail --mode o`` per run. With no limits given, the seed's preset applies."""
 
     name = "nsjail"
-    cpu_accounted = False
 
     def __init__(
         self,
@@ -167,40 +164,20 @@ class NsjailBackend(SubprocessBackend):
             )
         self.nsjail = found
         super().__init__(python, quiet=True, accounting=accounting)
-        self.as_root = os.geteuid() == 0
-        self._uid_pool = UidPool(eager=True) if self.as_root else None
-        if not self.as_root and self.python.startswith("/root/"):
+        if os.geteuid() != 0 and self.python.startswith("/root/"):
             self.python = "/usr/bin/python3"  # a user namespace cannot see through /root (mode 0700)
             _log.warning("nsjail backend: using /usr/bin/python3 (the interpreter under /root is unreadable)")
-        self.grants = Grants(tuple(read_only_paths), tuple(writable_paths))
-        try:
-            self.root = root_policy(self.python, self.grants)
-        except OSError as exc:
-            self.close()
-            raise BackendUnavailable(str(exc)) from exc
-        self.isolation = (
+        self._build_root(read_only_paths, writable_paths)
+        self.isolation = self._layers(
             "nsjail pid/net/mount/ipc/uts namespaces",
-            f"allowlist root ({len(self.root.read_only)} read-only paths, {len(self.root.writable)} writable grants)",
-            "minimal /dev",
-            "private /tmp and workdir per run (byte and inode quotas)",
             "kafel seccomp policy",
-            landlock_layer(),
             "unprivileged uid" if self.as_root else "user namespace",
-            "rlimits",
-            self._accounting_layer(),
-            "wall-clock kill",
         )
-        probe = self.run("print('ok')", limits=Limits(wall_s=30, cpu_s=10))
-        if probe.stdout != "ok\n":
-            self.close()
-            raise BackendUnavailable(f"nsjail cannot start a jail here: {probe.stderr.strip()[-300:]}")
+        self._probe()
 
     def run(self, code: str, *, stdin: str | None = None, limits: Limits | None = None) -> ExecResult:
         """Like every backend, but with no limits given the seed's preset applies."""
         return super().run(code, stdin=stdin, limits=limits or NSJAIL_SEED_PRESET)
-
-    def _host_workdir(self) -> contextlib.AbstractContextManager[str | None]:
-        return contextlib.nullcontext(None)
 
     def _argv(self, config: dict, limits: Limits, uid: int | None = None) -> list[str]:
         uid = uid if uid is not None else 65534  # as root: one per concurrent run (see uids())

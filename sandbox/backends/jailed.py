@@ -1,0 +1,70 @@
+"""What the two per-run jail wrappers (bubblewrap, nsjail) share around their command lines.
+
+Both start one jail per run from a fresh interpreter, so the set-up is the same: as root each
+run switches to its own leased uid (``RLIMIT_NPROC`` and uid-keyed access stay per run), the
+jail's root is the allowlist root built from the interpreter and the grants, the run works in
+the jail's quota'd ``/tmp`` (no host work directory), and a trivial run must succeed before the
+backend is handed out (a host that cannot make the namespaces fails here, not in a user's run).
+Only the wrapper's command line and its own layers differ.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from sandbox._jail import landlock_layer
+from sandbox._root import Grants, root_policy
+from sandbox._uids import UidPool
+from sandbox.backends.base import BackendUnavailable
+from sandbox.backends.subprocess_backend import SubprocessBackend
+from sandbox.types import Limits
+
+__all__ = ["JailedBackend"]
+
+Paths = tuple[str, ...] | list[str]
+
+
+class JailedBackend(SubprocessBackend):
+    """A :class:`SubprocessBackend` whose every run is wrapped in a jail of its own."""
+
+    #: Their rusage does not include the jailed run (the wrapper's child is in another pid space).
+    cpu_accounted = False
+
+    def _build_root(self, read_only_paths: Paths, writable_paths: Paths) -> None:
+        """Lease the run uids (as root) and build the allowlist root; unavailable when the root
+        cannot be built (an interpreter or a grant that is not there)."""
+        self.as_root = os.geteuid() == 0
+        self._uid_pool = UidPool(eager=True) if self.as_root else None
+        self.grants = Grants(tuple(read_only_paths), tuple(writable_paths))
+        try:
+            self.root = root_policy(self.python, self.grants)
+        except OSError as exc:
+            self.close()
+            raise BackendUnavailable(str(exc)) from exc
+
+    def _layers(self, namespaces: str, syscall_filter: str, identity: str) -> tuple[str, ...]:
+        """The ``isolation`` list: the wrapper's namespaces, syscall filter and identity between
+        the layers every jailed run has."""
+        return (
+            namespaces,
+            f"allowlist root ({len(self.root.read_only)} read-only paths, {len(self.root.writable)} writable grants)",
+            "minimal /dev",
+            "private /tmp and workdir per run (byte and inode quotas)",
+            syscall_filter,
+            landlock_layer(),
+            identity,
+            "rlimits",
+            self._accounting_layer(),
+            "wall-clock kill",
+        )
+
+    def _probe(self) -> None:
+        """One trivial run; unavailable (and closed) when the host cannot start the jail."""
+        probe = self.run("print('ok')", limits=Limits(wall_s=30, cpu_s=10))
+        if probe.stdout != "ok\n":
+            self.close()
+            raise BackendUnavailable(f"{self.name} cannot start a jail here: {probe.stderr.strip()[-300:]}")
+
+    def _host_workdir(self) -> contextlib.AbstractContextManager[str | None]:
+        return contextlib.nullcontext(None)  # the run works in the jail's own /tmp
