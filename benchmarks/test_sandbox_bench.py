@@ -51,6 +51,8 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
 
 
 def _record(benchmark, name: str) -> None:
+    if benchmark.stats is None:  # --benchmark-disable: each body ran once as a test, nothing was timed
+        return
     stats = _percentiles(list(benchmark.stats.stats.data))
     RESULTS[name] = stats
     benchmark.extra_info.update({k: round(v, 3) for k, v in stats.items()})
