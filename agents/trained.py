@@ -41,8 +41,14 @@ class TrainedModel:
     """Where the adapter lives; empty: ``agents/trained/<name>`` in this package."""
 
 
-TRAINED: dict[str, TrainedModel] = {}
-"""Shipped trained agents by name (filled in when a recipe run's adapter is committed)."""
+TRAINED: dict[str, TrainedModel] = {
+    "smollm2-135m-coa": TrainedModel(
+        "smollm2-135m-coa",
+        "SmolLM2-135M-Instruct after the CPU recipe (examples/recipe_smollm2_cpu.yaml: scripted CoA teacher, "
+        "LoRA SFT, LoRA DAPO on a pass-rate pool) on multi-hop SynthHop and MiniWebLarge; rank-8 LoRA",
+        "smollm2-135m"),
+}
+"""Shipped trained agents by name (``coa recipe ship`` copies a finished run's adapter in)."""
 
 
 def adapter_dir(name: str) -> Path:
