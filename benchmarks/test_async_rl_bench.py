@@ -26,7 +26,8 @@ Run (takes the bench lock, prints the load before and after)::
 
 ``COA_BENCH_STEPS`` (6), ``COA_BENCH_REPEATS`` (2), ``COA_BENCH_NEW_TOKENS`` (48),
 ``COA_BENCH_TURNS`` (3), ``COA_BENCH_HELDOUT_SAMPLES`` (4) and ``COA_BENCH_WARM_STEPS`` (24)
-shrink the run for a busy machine (the figures then say which were used).
+shrink the run for a busy machine (the figures then say which were used); ``COA_BENCH_ARMS``
+(``sync,k1,k2``) drops arms.
 
 Reported, not asserted (2 shared cores make absolute times noisy); the target is async
 episodes/s >= 1.3x synchronous at equal held-out reward.
@@ -64,6 +65,7 @@ HELDOUT_SAMPLES = int(os.environ.get("COA_BENCH_HELDOUT_SAMPLES", "4"))
 NEW_TOKENS = int(os.environ.get("COA_BENCH_NEW_TOKENS", "48"))
 TURNS = int(os.environ.get("COA_BENCH_TURNS", "3"))
 WARM_STEPS = int(os.environ.get("COA_BENCH_WARM_STEPS", "24"))
+ARMS = os.environ.get("COA_BENCH_ARMS", "sync,k1,k2").split(",")  # sync is the baseline: always keep it
 ENV_KWARGS = {"task_options": {"difficulty": "easy", "num_tasks": NUM_TASKS},
               "tools": {"wiki_search": {"backend": "bm25", "top_k": 1}},
               "reward": {"name": "em_f1", "metric": "f1"}}
@@ -167,7 +169,7 @@ def _spread(values: list[float]) -> str:
 
 def test_async_vs_sync_throughput_at_equal_heldout_reward(tmp_path, warm_model, slow_tools):
     print(f"\n[async-bench] load before: {os.getloadavg()}")
-    arms = {"sync": 0, "k1": 1, "k2": 2}
+    arms = {name: staleness for name, staleness in {"sync": 0, "k1": 1, "k2": 2}.items() if name in ARMS}
     results: dict[str, list[dict[str, float]]] = {name: [] for name in arms}
     for repeat in range(REPEATS):
         for name, staleness in arms.items():  # interleaved: drift in the machine's load hits all
