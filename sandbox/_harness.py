@@ -142,7 +142,8 @@ def _report_refusal() -> None:
 
 
 def _mark_process_limit(function):  # type: ignore[no-untyped-def]
-    """Wrap a process-creating call so hitting the process limit counts as a denial."""
+    """Wrap a process- or thread-creating call so hitting the process limit counts as a denial,
+    reported the moment it happens."""
 
     def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
         try:
@@ -151,19 +152,8 @@ def _mark_process_limit(function):  # type: ignore[no-untyped-def]
             exc._sandbox_process_limit = True  # type: ignore[attr-defined]
             _report_refusal()
             raise
-
-    wrapper.__wrapped__ = function  # type: ignore[attr-defined]
-    return wrapper
-
-
-def _mark_thread_limit(function):  # type: ignore[no-untyped-def]
-    """Wrap a thread-starting call: a thread refused for the process limit is reported."""
-
-    def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
-        try:
-            return function(*args, **kwargs)
-        except RuntimeError as exc:
-            if "can't start new thread" in str(exc):
+        except RuntimeError as exc:  # "can't start new thread": the same limit, for a thread
+            if _is_process_limit(exc):
                 _report_refusal()
             raise
 
@@ -181,7 +171,7 @@ def install_process_limit_markers() -> None:
 
     for name in ("start_new_thread", "start_joinable_thread"):
         if hasattr(_thread, name) and not hasattr(getattr(_thread, name), "__wrapped__"):
-            setattr(_thread, name, _mark_thread_limit(getattr(_thread, name)))
+            setattr(_thread, name, _mark_process_limit(getattr(_thread, name)))
     threading = sys.modules.get("threading")  # imported already: it holds its own reference
     for name in ("_start_new_thread", "_start_joinable_thread"):
         if threading is not None and hasattr(threading, name) and not hasattr(getattr(threading, name), "__wrapped__"):
