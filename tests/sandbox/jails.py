@@ -17,6 +17,9 @@ from sandbox.backends import BackendUnavailable, get_backend
 CHECKOUT = Path(__file__).resolve().parents[2]
 #: Every backend that jails runs; the attack suites run on each one present.
 JAILS = ("pool", "bwrap", "nsjail", "docker")
+#: The limits of one attack run in the least-privilege suites (the wrappers start an
+#: interpreter per run, so the wall limit leaves room for that).
+QUICK = Limits(cpu_s=3, wall_s=8)
 
 _jails: dict[str, object] = {}
 

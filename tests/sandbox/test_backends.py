@@ -1,6 +1,6 @@
 """The other backends behind the same API: bubblewrap, nsjail (seed preset), Docker.
 
-The attacks every jailing backend must hold are in ``test_least_privilege.py``; here: how each
+The attacks every jailing backend must hold are in ``test_least_privilege_*.py``; here: how each
 one is driven (command lines, limits, presets) and that it runs ordinary code.
 """
 

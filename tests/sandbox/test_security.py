@@ -5,7 +5,7 @@ checkout, host /tmp, deletion), another run's workdir, fork bomb, memory bomb, C
 endless sleep, a gigabyte of output, signalling and ptracing the worker, host environment
 secrets, /proc/1/root, and a background process outliving its run. The classes that every
 jailing backend must hold (files outside the grants, host IPC, quotas, daemons) are in
-``test_least_privilege.py``. The last test checks that the pool still answers correctly after
+``test_least_privilege_*.py``. The last test checks that the pool still answers correctly after
 all of them.
 """
 
@@ -228,7 +228,7 @@ def test_escape_through_proc_1_root_is_refused(pool, write_refused):
     assert ".bashrc" not in listing.stdout  # only what the allowlist root holds
 
 
-def test_background_process_does_not_outlive_the_run(pool, leftovers):  # see test_least_privilege too
+def test_background_process_does_not_outlive_the_run(pool, leftovers):  # see test_least_privilege_limits too
     code = (
         "import os, time\n"
         "if os.fork() == 0:\n"
