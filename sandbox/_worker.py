@@ -28,6 +28,7 @@ import importlib
 import json
 import os
 import select
+import shutil
 import signal
 import tempfile
 import time
@@ -83,8 +84,7 @@ class Worker:
         self.shared_uid = os.geteuid() != 0
         if self.jail:
             policy = RootPolicy(**{k: _tuples(v) for k, v in config["policy"].items()})
-            self.carry = policy.below_scratch()
-            self.writable = policy.writable
+            self.carry, self.writable, self.hidden = policy.below_scratch(), policy.writable, policy.hidden
             # Compiled before the root is swapped: libseccomp is found through ldconfig.
             self.seccomp = _jail.compile_seccomp(allow_network=False) if config.get("seccomp") else None
             self.isolation = _jail.isolate_worker(policy)
@@ -97,9 +97,8 @@ class Worker:
             self.isolation.append(_jail.landlock_layer())
             self.isolation += [f"uid {self.uid}" if self.uid else "no capabilities", "no_new_privs"]
         else:
-            self.carry, self.writable = (), ()
+            self.carry, self.writable, self.hidden = (), (), ()
             self.isolation = ["no isolation (rlimits and wall-clock kill only)"]
-        self.hidden = tuple(config["policy"].get("hidden", ())) if self.jail else ()
         for name in config.get("preload", []):
             try:
                 importlib.import_module(name)
@@ -108,10 +107,7 @@ class Worker:
         install_process_limit_markers()  # once here rather than in every child
         install_standard_streams()
         self.isolation += ["rlimits", "wall-clock kill", "runs forked from a zygote that never sees run data"]
-        if self.home is not None:
-            self.isolation.append(cgroup_layer(self.home.version))
-        else:
-            self.isolation.append(PROCESS_MODE_NOTE)
+        self.isolation.append(cgroup_layer(self.home.version) if self.home is not None else PROCESS_MODE_NOTE)
         self.prepared: Prepared | None = None
         self.current: Prepared | None = None  # the live session child, between cells
         self.exiting: Prepared | None = None  # answered for, not yet reaped
@@ -188,7 +184,9 @@ class Worker:
             child.cgroup = None
 
     def take_prepared(self, private_request: bool = False) -> Prepared:
-        for attempt in range(2):
+        """A child ready for a request: the prepared one (or, for a handed-back request, a new
+        one with a private request pipe); a child that fails to get ready is replaced once."""
+        for _attempt in range(2):
             if private_request:
                 prepared = self.prepare(private_request=True)
             else:
@@ -204,9 +202,7 @@ class Worker:
             else:
                 detail = "child did not become ready"
             self.discard(prepared)
-            if attempt:
-                raise RuntimeError(f"cannot prepare a jailed child: {detail}")
-        raise AssertionError("unreachable")
+        raise RuntimeError(f"cannot prepare a jailed child: {detail}")
 
     def discard(self, prepared: Prepared) -> tuple[int, float]:
         """Kill a child (and its namespace), wait for it: (wait status, CPU seconds)."""
@@ -397,6 +393,4 @@ def main() -> None:
         # Unjailed runs worked below this host directory; the handle removes it too, but not if
         # its process is gone first (a spare worker still starting when its caller exits).
         if config.get("scratch_root"):
-            import shutil
-
             shutil.rmtree(config["scratch_root"], ignore_errors=True)
