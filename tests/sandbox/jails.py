@@ -52,6 +52,18 @@ def still_correct(backend) -> None:
     assert (after.status, after.stdout) == (Status.OK, "42\n"), after
 
 
+def forging(record: str, then: str, fds: int = 64) -> str:
+    """Attack code that packs ``record`` (a ``struct.pack`` expression for one of the sandbox's
+    own records: end of run, end of cell), writes it to every descriptor from 3 below ``fds``
+    the run may hold (one of them is the channel the sandbox reads such records from), then
+    runs ``then``."""
+    return ("import os, struct, subprocess, time\n"
+            f"record = {record}\n"
+            f"for fd in range(3, {fds}):\n"
+            "    try:\n        os.write(fd, record)\n    except OSError:\n        pass\n"
+            f"{then}")
+
+
 def run_uids(backend) -> set[int]:
     """The uids a backend's runs execute as (as root: per pool slot, or a rotating range)."""
     if hasattr(backend, "uids"):

@@ -8,6 +8,7 @@ import time
 from sandbox import Limits, Status
 from sandbox._collect import collect, split_end_record
 from sandbox._harness import END_RECORD, STATUS_DENIED, STATUS_END
+from tests.sandbox.jails import forging
 
 
 def _pipes(count: int) -> list[tuple[int, int]]:
@@ -62,18 +63,9 @@ def test_exit_codes_and_errors_come_through_the_end_record(pool):
     assert busy.status is Status.OK and busy.cpu_s > 0.05  # CPU time is the run's own, from the record
 
 
-FORGE = """
-import os, struct, subprocess
-record = struct.pack("=cid", b"D", 0, 0.0)
-for fd in range(3, 64):
-    try:
-        os.write(fd, record)
-    except OSError:
-        pass
-subprocess.Popen(["sleep", "60"])  # something that would outlive the run if it could
-while True:
-    pass
-"""
+FORGE = forging('struct.pack("=cid", b"D", 0, 0.0)',
+                # then something that would outlive the run if it could
+                'subprocess.Popen(["sleep", "60"])\nwhile True:\n    pass\n')
 
 
 def test_a_forged_end_record_ends_only_the_forger(fresh_pool, leftovers_of):

@@ -18,6 +18,7 @@ import time
 import pytest
 
 from sandbox import Limits, Status
+from tests.sandbox.jails import forging
 
 _NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
 
@@ -105,25 +106,13 @@ def test_many_short_runs_after_pid_churn_keep_their_own_exit_codes(fresh_pool):
         assert killed.status is Status.TIMEOUT, killed
 
 
-FORGE = """
-import os, struct, time
-record = struct.pack("=cid", b"D", RC, CPU)
-for fd in range(3, 64):
-    try:
-        os.write(fd, record)
-    except OSError:
-        pass
-time.sleep(1)
-"""
-
-
 @pytest.mark.parametrize(
     ("rc", "cpu"),
     [(0, float("nan")), (0, -1e300), (0, 1e300), (0, float("inf")), (2**31 - 1, 0.0), (-5, 0.0)],
     ids=["nan", "negative", "huge", "inf", "huge-rc", "negative-rc"],
 )
 def test_forged_end_record_figures_are_checked(pool, rc, cpu):
-    code = FORGE.replace("RC", str(rc)).replace("CPU", f"float({str(cpu)!r})")
+    code = forging(f'struct.pack("=cid", b"D", {rc}, float({str(cpu)!r}))', "time.sleep(1)\n")
     result = pool.run(code, limits=Limits(cpu_s=5, wall_s=10))
     assert math.isfinite(result.cpu_s) and 0 <= result.cpu_s <= 5.5, result
     assert math.isfinite(result.wall_s) and 0 <= result.wall_s <= 20, result

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from sandbox import Limits, Session, Status
-from tests.sandbox.jails import SPINNERS_REPORTING, cpu_the_spinners_had
+from tests.sandbox.jails import SPINNERS_REPORTING, cpu_the_spinners_had, forging
 
 
 def _status_field(pid: int, name: str) -> int:
@@ -159,18 +159,9 @@ def test_a_session_in_another_process_gets_a_uid_of_its_own(pool):
         assert theirs != mine._worker.config["uid"] and theirs not in pool.uids(), theirs
 
 
-FORGE_CELL_RECORD = r"""
-import os, struct, time
-forged = struct.pack("=c16sid", b"C", os.urandom(16), 0, 0.0)
-for fd in range(3, 16):
-    try:
-        os.write(fd, forged)
-    except OSError:
-        pass
-time.sleep(0.3)
-print("late output of the forging cell", flush=True)
-raise SystemExit(3)
-"""
+FORGE_CELL_RECORD = forging('struct.pack("=c16sid", b"C", os.urandom(16), 0, 0.0)',
+                            'time.sleep(0.3)\nprint("late output of the forging cell", flush=True)\n'
+                            "raise SystemExit(3)\n", fds=16)
 
 
 def test_a_forged_cell_record_neither_ends_the_cell_nor_leaks_into_the_next(pool):
