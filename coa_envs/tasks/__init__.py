@@ -32,6 +32,7 @@ __all__ = [
     "require",
     "resolve_path",
     "select_tasks",
+    "shipped_or_given",
     "task_option_schema",
 ]
 
@@ -68,6 +69,20 @@ def resolve_path(path: str | Path | None) -> Path | None:
     if data_dir and (Path(data_dir) / text).exists():
         return Path(data_dir) / text
     return candidate
+
+
+def shipped_or_given(path: str | None, dataset: str, shipped: Mapping[str, str], family: str,
+                     how_to_get: str) -> Path:
+    """The file a loader reads: ``path`` (see :func:`resolve_path`), or with none the file
+    shipped for ``dataset``, one of ``shipped``'s names. A file that is not there is a
+    :class:`DataNotFoundError` that says ``how_to_get`` one."""
+    if path is None and dataset not in shipped:
+        raise ValueError(f"unknown {family} dataset {dataset!r}; allowed: {sorted(shipped)}")
+    resolved = resolve_path(path if path is not None else shipped[dataset])
+    assert resolved is not None
+    if not resolved.exists():
+        raise DataNotFoundError(f"{family} task file not found: {resolved} ({how_to_get})")
+    return resolved
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:

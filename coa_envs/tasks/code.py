@@ -34,7 +34,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from coa_envs.tasks import DataNotFoundError, TaskDataError, iter_jsonl, require, resolve_path
+from coa_envs.tasks import TaskDataError, iter_jsonl, require, resolve_path, shipped_or_given
 from coa_envs.tasks.code_asserts import AssertRewriteError, rewrite_asserts
 from coa_envs.tasks.hygiene import refuse_trivial_tests
 from coa_envs.tasks.split import TEST_SET_NOTE, benchmark_split
@@ -79,13 +79,9 @@ def load_tasks(
     if subset not in ("all", "shipped"):
         raise ValueError(f"code: subset={subset!r} is not valid; allowed: all, shipped")
     shipped = path is None
-    resolved = resolve_path(path or DATASETS[dataset])
-    assert resolved is not None
-    if not resolved.exists():
-        raise DataNotFoundError(
-            f"code task file not found: {resolved}. Pass data_path= a verl parquet or an official "
-            "LiveCodeBench jsonl (huggingface.co/datasets/livecodebench/code_generation_lite)."
-        )
+    resolved = shipped_or_given(path or None, dataset, DATASETS, "code",
+                                "pass data_path= a verl parquet or an official LiveCodeBench jsonl: "
+                                "huggingface.co/datasets/livecodebench/code_generation_lite")
     tasks = [t for file in _files(resolved) for t in _load_file(file, format, dataset)]
     tasks = refuse_trivial_tests(tasks, f"code {dataset} ({resolved})")
     if subset == "shipped" and not shipped:

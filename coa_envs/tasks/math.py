@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from coa_envs.tasks import DataNotFoundError, TaskDataError, iter_jsonl, require, resolve_path
+from coa_envs.tasks import TaskDataError, iter_jsonl, require, shipped_or_given
 from coa_envs.tasks.hygiene import bare, refuse_empty_golds
 from coa_envs.tasks.split import TEST_SET_NOTE, benchmark_split
 from coa_envs.types import Task
@@ -45,15 +45,8 @@ def load_tasks(
     (``split="train"`` is refused); ``pool=True`` marks a ``path`` as a training pool that
     ``split`` partitions 80/20 (:mod:`coa_envs.tasks.split`)."""
     shipped = path is None
-    if path is None:
-        if dataset not in DATASETS:
-            raise ValueError(f"unknown math dataset {dataset!r}; allowed: {sorted(DATASETS)}")
-        path = DATASETS[dataset]
-    resolved = resolve_path(path)
-    assert resolved is not None
-    if not resolved.exists():
-        raise DataNotFoundError(f"math task file not found: {resolved} (data_path / --data: a JSONL of "
-                                "{\"question\", \"answer\"} rows or a verl parquet)")
+    resolved = shipped_or_given(path, dataset, DATASETS, "math", "data_path / --data: a JSONL of "
+                                "{\"question\", \"answer\"} rows or a verl parquet")
     if format == "auto":
         format = "parquet" if resolved.suffix == ".parquet" else "jsonl"
     if format == "parquet":
