@@ -54,10 +54,10 @@ def _module(torch_nn: Any) -> Any:
             self.temperature = temperature
 
         def forward(self, input_ids: Any, attention_mask: Any, with_entropy: bool,
-                    entropy_grad: bool) -> Any:
+                    entropy_grad: bool, needed: Any = None) -> Any:
             out = forward_tokens(self.policy, input_ids, attention_mask, self.value_head,
                                  with_entropy=with_entropy, entropy_grad=entropy_grad,
-                                 temperature=self.temperature)
+                                 temperature=self.temperature, needed=needed)
             return out.logprobs, out.entropy, out.values
 
     return _PolicyCritic
@@ -254,10 +254,10 @@ class Learner:
         temperature = self.config.rollout.temperature
         if self.reference is not None:
             return forward_tokens(self.reference, micro.input_ids, micro.attention_mask,
-                                  temperature=temperature).logprobs
+                                  temperature=temperature, needed=micro.mask).logprobs
         with self.policy.disable_adapter():
             return forward_tokens(self.policy, micro.input_ids, micro.attention_mask,
-                                  temperature=temperature).logprobs
+                                  temperature=temperature, needed=micro.mask).logprobs
 
     # -- step 2: the clipped update ----------------------------------------------------
     def update(self, batch: RLBatch) -> dict[str, float]:
@@ -279,6 +279,8 @@ class Learner:
             # Every rank draws the same order (same generator state) and takes its shard.
             order = torch.randperm(batch.size, generator=self.generator)
             for rows in torch.tensor_split(order, parts):
+                # a group's episodes side by side: their micro-batches share the prompt's pass
+                rows = rows[torch.argsort(batch.group_ids[rows], stable=True)]
                 whole = batch.select(rows)
                 total_tokens = float(whole.mask.sum().clamp(min=1))
                 # Rank r takes rows r, r + world, ...: shards differ by at most one episode.
@@ -338,10 +340,10 @@ class Learner:
         want_entropy_grad = cfg.entropy_coef > 0
         with self._autocast():
             logprobs, entropy, values = self.train_module(
-                micro.input_ids, micro.attention_mask, True, want_entropy_grad)
+                micro.input_ids, micro.attention_mask, True, want_entropy_grad, micro.mask)
             if self.train_critic is not None and self.config.uses_critic:
                 _, _, values = self.train_critic(micro.input_ids, micro.attention_mask, False,
-                                                 False)
+                                                 False, micro.mask)
         # token-mean divides by the whole minibatch's tokens; seq-mean modes weigh a
         # micro-batch by its share of the minibatch's episodes.
         norm = total_tokens if cfg.loss_agg == "token-mean" else None

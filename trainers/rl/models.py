@@ -72,6 +72,7 @@ def forward_tokens(
     with_logits: bool = True,
     entropy_grad: bool = False,
     temperature: float = 1.0,
+    needed: torch.Tensor | None = None,
 ) -> ModelOutputs:
     """One forward: logprobs of the given next tokens, optional entropy and values.
 
@@ -81,6 +82,10 @@ def forward_tokens(
     would silently drop it. A value head reads the hidden states the LM head reads (caught
     by a forward hook on the output embeddings), so the critic costs no second pass.
     Logprobs use ``logsumexp`` instead of a full ``log_softmax`` copy of the logits.
+
+    ``needed`` ([B, L-1], the loss mask) says which positions' outputs the caller reads: a
+    prompt that every row shares and none of them needs runs once for the batch
+    (:mod:`trainers.rl.shared_prefix`) and its positions come back as zeros.
     """
     import torch
 
@@ -98,7 +103,7 @@ def forward_tokens(
         hook = model.get_output_embeddings().register_forward_hook(
             lambda _module, args, _out: captured.append(args[0]))
     try:
-        logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+        start, logits = _logits(model, input_ids, attention_mask, needed)
     finally:
         if hook is not None:
             hook.remove()
@@ -108,14 +113,40 @@ def forward_tokens(
     logits = logits[:, :-1].float()
     if temperature != 1.0:
         logits = logits / temperature
-    targets = input_ids[:, 1:]
+    targets = input_ids[:, start + 1:]
     picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     logprobs = picked - torch.logsumexp(logits, dim=-1)
     entropy = None
     if with_entropy:
         # Entropy is a metric unless it is in the loss; detaching saves a [B, L, V] graph.
         entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
-    return ModelOutputs(logprobs=logprobs, entropy=entropy, values=values)
+    return ModelOutputs(logprobs=_from(start, logprobs), entropy=_from(start, entropy),
+                        values=_from(start, values))
+
+
+def _logits(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+            needed: torch.Tensor | None) -> tuple[int, torch.Tensor]:
+    """``(start, logits)``: the model's logits from input position ``start`` on; past 0
+    only when a shared prompt prefix ran once for the batch."""
+    from trainers.rl.shared_prefix import MIN_SHARED_PREFIX, prefix_cache, shared_prefix_length
+
+    start = 0 if needed is None else shared_prefix_length(input_ids, attention_mask, needed)
+    shared = prefix_cache(model, input_ids, attention_mask, start) \
+        if start >= MIN_SHARED_PREFIX else None
+    if shared is None:
+        return 0, model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    name, cache = shared
+    return start, model(input_ids=input_ids[:, start:], attention_mask=attention_mask,
+                        use_cache=True, **{name: cache}).logits
+
+
+def _from(start: int, per_token: torch.Tensor | None) -> torch.Tensor | None:
+    """Outputs of positions ``start`` on, placed back at full length (zeros before)."""
+    if per_token is None or start == 0:
+        return per_token
+    import torch
+
+    return torch.nn.functional.pad(per_token, (start, 0))
 
 
 def _values(value_head: Any, hidden: torch.Tensor) -> torch.Tensor | None:

@@ -49,13 +49,15 @@ def _recompute(learner: Learner, batch: RLBatch) -> dict[str, Any]:
             micro = micro.to(learner.device)
             cols = micro.mask.shape[1]
             t0 = time.perf_counter()
-            lp, ent, val = learner.module(micro.input_ids, micro.attention_mask, True, False)
+            lp, ent, val = learner.module(micro.input_ids, micro.attention_mask, True, False,
+                                          micro.mask)
             t1 = time.perf_counter()
             t_policy += t1 - t0
             learner_lp[rows, :cols] = lp.float().cpu()
             entropy[rows, :cols] = ent.float().cpu()
             if learner.critic is not None:
-                _, _, val = learner.critic(micro.input_ids, micro.attention_mask, False, False)
+                _, _, val = learner.critic(micro.input_ids, micro.attention_mask, False, False,
+                                           micro.mask)
             if values is not None:
                 values[rows, :cols] = val.float().cpu()
             if ref_lp is not None:

@@ -24,12 +24,14 @@ def random_batch(vocab: int, episodes: int, *, seed: int = 0, group: int = 4, tu
                  generated_len: int | Callable[[int, int], int] = 4,
                  observation_len: int = 4,
                  reward: Callable[[int], float] = lambda i: float(i % 2),
-                 logprob: float | None = None, env_id: str = "t") -> Any:
+                 logprob: float | None = None, env_id: str = "t",
+                 group_prompt: bool = False) -> Any:
     """A collated :class:`~trainers.rl.batch.RLBatch` of ``episodes`` random episodes.
 
     ``prompt_len(i)``, ``generated_len(i, turn)`` and ``reward(i)`` give episode ``i``'s
     shape and reward (an int is a fixed length); log-probs are uniform in (-3, 0] unless
-    ``logprob`` sets them all.
+    ``logprob`` sets them all. ``group_prompt``: a group's episodes share their first
+    episode's prompt, as the episodes of one task do.
     """
     import torch
 
@@ -43,8 +45,10 @@ def random_batch(vocab: int, episodes: int, *, seed: int = 0, group: int = 4, tu
 
     trajectories = []
     for i in range(episodes):
-        t = Trajectory(env_id=env_id, task_id=str(i), reward=reward(i),
-                       prompt_ids=tokens(_length(prompt_len, i)))
+        shared = group_prompt and i % group
+        prompt = list(trajectories[i - i % group].prompt_ids) if shared else \
+            tokens(_length(prompt_len, i))
+        t = Trajectory(env_id=env_id, task_id=str(i), reward=reward(i), prompt_ids=prompt)
         for turn in range(turns):
             ids = tokens(_length(generated_len, i, turn))
             logprobs = [logprob] * len(ids) if logprob is not None else \
