@@ -47,7 +47,7 @@ def _config(out: Path, **overrides) -> RLConfig:
     base = {
         "algorithm": {"name": "dapo", "total_steps": STEPS, "prompts_per_step": 8,
                       "group_size": 8, "minibatch_size": 32, "lr": 3e-4},
-        "model": {"path": "tiny", "config_overrides": {"hidden_size": 128, "layers": 2}},
+        "model": {"path": "tiny", "tiny": {"hidden_size": 128, "layers": 2}},
         "env": {"id": "coa/SynthHop-v0", "kwargs": ENV_KWARGS, "max_turns": 3},
         "rollout": {"max_new_tokens": 32, "max_response_tokens": 160, "episodes_in_flight": 32},
         "resources": {"use_ray": False, "torch_threads": 1, "micro_batch_size": 8},
