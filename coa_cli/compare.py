@@ -13,7 +13,10 @@ each solved. ``ENV_ID`` with ``-e`` options instead of ``--recipe`` compares on 
 from __future__ import annotations
 
 import json
+import os
 import re
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -71,10 +74,11 @@ def compare_command(
     device: str = DEVICE,
     dtype: str = DTYPE,
     out: Path = typer.Option(Path("runs/compare"), help="Output directory (a coa eval run per env and model)."),
+    jobs: int = typer.Option(0, help="Models played at once, each in a process of its own (0: one per model, "
+                                     "at most one per CPU; 1: one after another in this process)."),
 ) -> None:
     """Play every --model on the same held-out tasks and print their scores side by side."""
     from agents.report import load_run
-    from coa_cli.eval import eval_command
     from coa_cli.run_output import metric_table
 
     if len(model) < 2:
@@ -86,20 +90,24 @@ def compare_command(
     if len(set(labels)) != len(labels):
         raise typer.BadParameter(f"two models share an output name: {labels}", param_hint="--model")
     summary: dict[str, Any] = {"seed": seed, "temperature": temperature, "n": n, "sets": {}}
+    jobs = min(len(model), _cpus()) if jobs <= 0 else min(jobs, len(model))
     for spec in sets:
-        runs = []
+        plays = []
         for name, label in zip(model, labels, strict=True):
             directory = out / spec["name"] / label
             typer.echo(f"[compare] {spec['env_id']}: {name} on {n} held-out tasks -> {directory}")
-            eval_command(env_id=spec["env_id"], agent="llm", model=name, engine="hf", base_url=None, api_key=None,
-                         api_mode="completions", server_extensions=True, tokenizer=None, device=device, dtype=dtype,
-                         temperature=temperature, top_p=1.0, max_new_tokens=spec["max_new_tokens"],
-                         system_prompt=None, n=n, samples=1, concurrency=concurrency, out=directory, resume=False,
-                         data=None, env_url=None, split="test", env_option=spec["options"],
-                         max_turns=spec["max_turns"], protocol=None, max_tool_calls=50, episode_timeout=600.0,
-                         selector="majority", judge_url=None, judge_model=None, seed=seed, plots=False,
-                         progress=False, table=False)
-            run = load_run(directory)
+            plays.append(dict(
+                env_id=spec["env_id"], agent="llm", model=name, engine="hf", base_url=None, api_key=None,
+                api_mode="completions", server_extensions=True, tokenizer=None, device=device, dtype=dtype,
+                temperature=temperature, top_p=1.0, max_new_tokens=spec["max_new_tokens"], system_prompt=None, n=n,
+                samples=1, concurrency=concurrency, out=directory, resume=False, data=None, env_url=None,
+                split="test", env_option=spec["options"], max_turns=spec["max_turns"], protocol=None,
+                max_tool_calls=50, episode_timeout=600.0, selector="majority", judge_url=None, judge_model=None,
+                seed=seed, plots=False, progress=False, table=False))
+        _play_all(plays, jobs)
+        runs = []
+        for play, label in zip(plays, labels, strict=True):
+            run = load_run(play["out"])
             run.label = label
             runs.append(run)
         rows = _solved_rows(runs)
@@ -111,6 +119,38 @@ def compare_command(
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     typer.echo(f"[compare] see the episodes (spans, tool calls): coa view {out / sets[0]['name'] / labels[-1]}")
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _play(arguments: dict[str, Any]) -> None:
+    from coa_cli.eval import eval_command
+
+    eval_command(**arguments)
+
+
+def _threads_per_process(processes: int) -> None:
+    """Each model's process takes its share of the CPUs unless the user fixed the threads."""
+    if "OMP_NUM_THREADS" not in os.environ:
+        import torch
+
+        torch.set_num_threads(max(1, _cpus() // processes))
+
+
+def _play_all(plays: list[dict[str, Any]], jobs: int) -> None:
+    """Every model's eval run, ``jobs`` at a time. The models share nothing, so a process each
+    (spawned: no forked torch state) plays them side by side; with one job they play in turn
+    here. Each run keeps its own seed, so the result does not depend on ``jobs``."""
+    if jobs <= 1:
+        for arguments in plays:
+            _play(arguments)
+        return
+    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_threads_per_process,
+                             initargs=(jobs,)) as pool:
+        for done in [pool.submit(_play, arguments) for arguments in plays]:
+            done.result()  # a model that failed fails the comparison, with its own error
 
 
 def _solved_rows(runs: list[Any]) -> list[tuple[str, list[str]]]:

@@ -49,3 +49,33 @@ def test_a_recipe_gives_the_env_prompt_and_budgets(tmp_path, tiny_dir, tiny_toke
     assert bad.exit_code != 0 and "not eval sets" in bad.output
     one = runner.invoke(app, ["compare", "coa/SynthHop-v0", "-m", "a"])
     assert one.exit_code != 0 and "two or more" in one.output
+
+
+def _episodes(run: Path) -> list[tuple]:
+    rows = map(json.loads, (run / "trajectories.jsonl").open())
+    return [(row["task_id"], [segment["text"] for segment in row["segments"]], row["reward"]) for row in rows]
+
+
+def test_models_played_side_by_side_give_what_they_give_in_turn(tmp_path, tiny_dir, tiny_tokenizer,
+                                                                 monkeypatch):
+    """``--jobs 2`` plays each model in a process of its own; every run keeps its seed, so the
+    episodes are those of ``--jobs 1`` (threads fixed at 1 on both sides: same float sums)."""
+    import torch
+
+    other = _second_model(tmp_path, tiny_tokenizer)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        episodes = {}
+        for jobs in ("1", "2"):
+            out = tmp_path / f"jobs{jobs}"
+            result = runner.invoke(app, ["compare", "coa/SynthHop-v0", "-m", str(tiny_dir), "-m", str(other),
+                                         "--n", "3", "--max-turns", "2", "--max-new-tokens", "8",
+                                         "-e", "task_options.difficulty=easy", "--jobs", jobs, "--out", str(out)])
+            assert result.exit_code == 0, result.output
+            episodes[jobs] = {name: _episodes(out / "SynthHop-v0" / name) for name in (Path(tiny_dir).name, "other")}
+    finally:
+        torch.set_num_threads(threads)
+    assert episodes["1"] == episodes["2"]
+    assert all(len(rows) == 3 for rows in episodes["2"].values())
