@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -74,8 +75,9 @@ def compare_command(
     device: str = DEVICE,
     dtype: str = DTYPE,
     out: Path = typer.Option(Path("runs/compare"), help="Output directory (a coa eval run per env and model)."),
-    jobs: int = typer.Option(0, help="Models played at once, each in a process of its own (0: one per model, "
-                                     "at most one per CPU; 1: one after another in this process)."),
+    jobs: int = typer.Option(0, help="Models played at once, each in a process of its own (0: on the CPU one "
+                                     "per model, at most one per CPU, on a GPU 1; 1: one after another in this "
+                                     "process). Every model is loaded at once: mind the memory."),
 ) -> None:
     """Play every --model on the same held-out tasks and print their scores side by side."""
     from agents.report import load_run
@@ -90,7 +92,9 @@ def compare_command(
     if len(set(labels)) != len(labels):
         raise typer.BadParameter(f"two models share an output name: {labels}", param_hint="--model")
     summary: dict[str, Any] = {"seed": seed, "temperature": temperature, "n": n, "sets": {}}
-    jobs = min(len(model), _cpus()) if jobs <= 0 else min(jobs, len(model))
+    if jobs <= 0:  # models sharing one GPU would hold its memory all at once
+        jobs = min(len(model), _cpus()) if device == "cpu" else 1
+    jobs = min(jobs, len(model))
     for spec in sets:
         plays = []
         for name, label in zip(model, labels, strict=True):
@@ -142,15 +146,29 @@ def _threads_per_process(processes: int) -> None:
 def _play_all(plays: list[dict[str, Any]], jobs: int) -> None:
     """Every model's eval run, ``jobs`` at a time. The models share nothing, so a process each
     (spawned: no forked torch state) plays them side by side; with one job they play in turn
-    here. Each run keeps its own seed, so the result does not depend on ``jobs``."""
+    here. Each run keeps its own seed; with the torch threads fixed (``OMP_NUM_THREADS``) the
+    episodes do not depend on ``jobs``. The first model that fails stops the others and fails
+    the comparison with its own error; a process that died outright is named."""
     if jobs <= 1:
         for arguments in plays:
             _play(arguments)
         return
-    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_threads_per_process,
-                             initargs=(jobs,)) as pool:
-        for done in [pool.submit(_play, arguments) for arguments in plays]:
-            done.result()  # a model that failed fails the comparison, with its own error
+    pool = ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_threads_per_process,
+                               initargs=(jobs,))
+    futures = {pool.submit(_play, arguments): arguments["model"] for arguments in plays}
+    try:
+        for done in as_completed(futures):
+            try:
+                done.result()
+            except BrokenProcessPool as exc:
+                raise RuntimeError(f"the process playing {futures[done]} died (out of memory?); "
+                                   "--jobs 1 plays the models one after another") from exc
+    except BaseException:
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
 
 
 def _solved_rows(runs: list[Any]) -> list[tuple[str, list[str]]]:

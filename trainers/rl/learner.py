@@ -249,15 +249,21 @@ class Learner:
 
         return prepare_batch(self, batch)
 
+    def needed(self, micro: RLBatch) -> Any:
+        """Which outputs the loss reads (``forward_tokens``' ``needed``: a shared prompt then
+        runs once). None under FSDP: a rank that takes the shortcut runs other all-gathers
+        than one that does not, and the collectives would no longer pair up."""
+        return None if self.sharded else micro.mask
+
     def _reference_logprobs(self, micro: RLBatch) -> Any:
         """The KL reference's logprobs: a frozen copy, or with LoRA the base (adapter off)."""
         temperature = self.config.rollout.temperature
         if self.reference is not None:
             return forward_tokens(self.reference, micro.input_ids, micro.attention_mask,
-                                  temperature=temperature, needed=micro.mask).logprobs
+                                  temperature=temperature, needed=self.needed(micro)).logprobs
         with self.policy.disable_adapter():
             return forward_tokens(self.policy, micro.input_ids, micro.attention_mask,
-                                  temperature=temperature, needed=micro.mask).logprobs
+                                  temperature=temperature, needed=self.needed(micro)).logprobs
 
     # -- step 2: the clipped update ----------------------------------------------------
     def update(self, batch: RLBatch) -> dict[str, float]:
@@ -340,10 +346,10 @@ class Learner:
         want_entropy_grad = cfg.entropy_coef > 0
         with self._autocast():
             logprobs, entropy, values = self.train_module(
-                micro.input_ids, micro.attention_mask, True, want_entropy_grad, micro.mask)
+                micro.input_ids, micro.attention_mask, True, want_entropy_grad, self.needed(micro))
             if self.train_critic is not None and self.config.uses_critic:
                 _, _, values = self.train_critic(micro.input_ids, micro.attention_mask, False,
-                                                 False, micro.mask)
+                                                 False, self.needed(micro))
         # token-mean divides by the whole minibatch's tokens; seq-mean modes weigh a
         # micro-batch by its share of the minibatch's episodes.
         norm = total_tokens if cfg.loss_agg == "token-mean" else None

@@ -49,15 +49,16 @@ def _recompute(learner: Learner, batch: RLBatch) -> dict[str, Any]:
             micro = micro.to(learner.device)
             cols = micro.mask.shape[1]
             t0 = time.perf_counter()
+            needed = learner.needed(micro)
             lp, ent, val = learner.module(micro.input_ids, micro.attention_mask, True, False,
-                                          micro.mask)
+                                          needed)
             t1 = time.perf_counter()
             t_policy += t1 - t0
             learner_lp[rows, :cols] = lp.float().cpu()
             entropy[rows, :cols] = ent.float().cpu()
             if learner.critic is not None:
                 _, _, val = learner.critic(micro.input_ids, micro.attention_mask, False, False,
-                                           micro.mask)
+                                           needed)
             if values is not None:
                 values[rows, :cols] = val.float().cpu()
             if ref_lp is not None:

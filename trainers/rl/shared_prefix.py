@@ -15,8 +15,12 @@ SmolLM2 (352-token prompt, ~130 generated and tool tokens per episode) it halves
 the learner's forward and backward passes see.
 
 Anything that would make the shortcut unsafe falls back to the plain forward: a prefix too
-short to pay, padding inside it, or a model that did not fill the cache (gradient
-checkpointing turns ``use_cache`` off while training).
+short to pay, padding inside it, a model with activation checkpointing (it turns ``use_cache``
+off while training; the no-gradient recompute falls back too, so that it scores the tokens the
+way the update will), a model whose cache holds more than attention keys and values
+(recurrent and state-space layers), and a sharded (FSDP) learner, whose ranks must run the
+same collectives. With dropout on while training, the rows of a micro-batch share one dropout
+draw over their prompt; RL keeps dropout at 0.
 """
 
 from __future__ import annotations
@@ -61,6 +65,17 @@ def _checkpointing(model: Any) -> bool:
     return bool(getattr(model, name, False))
 
 
+def _plain_attention(cache: Any) -> bool:
+    """Every layer holds attention keys and values, which repeat per row. Recurrent, convolution
+    and state-space layers (Mamba, LFM2, Jamba, Qwen3-Next, Falcon-H1) keep states that do
+    not, and a model that ignored the cache left it empty."""
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    layers = getattr(cache, "layers", None)
+    return bool(layers) and all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer)
+                                for layer in layers)
+
+
 @lru_cache(maxsize=32)
 def _cache_argument(model_type: type) -> str:
     """transformers 5 renamed the forward's ``past_key_values`` to ``cache``."""
@@ -76,13 +91,13 @@ def prefix_cache(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tens
     from transformers import DynamicCache
 
     hf_model = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if hf_model.training and _checkpointing(hf_model):
+    if _checkpointing(hf_model):  # also in eval: the recompute must score as the update does
         return None
     name = _cache_argument(type(hf_model))
     cache = DynamicCache(config=hf_model.config)
     model(input_ids=input_ids[:1, :length], attention_mask=attention_mask[:1, :length],
           use_cache=True, logits_to_keep=1, **{name: cache})
-    if cache.get_seq_length() != length:
+    if not _plain_attention(cache) or cache.get_seq_length() != length:
         return None
     cache.batch_repeat_interleave(input_ids.shape[0])
     return name, cache

@@ -110,6 +110,36 @@ def test_fsdp_ranks_hold_shards_and_update_like_one_process(tmp_path, algorithm)
         ranks.close()
 
 
+def test_fsdp_groups_sharing_a_prompt_update_like_one_process(tmp_path):
+    """Groups of 3 whose episodes share a 24-token prompt: one process runs each prompt once
+    (``trainers/rl/shared_prefix.py``); FSDP ranks must not, or a rank whose micro-batch
+    shares a prompt runs other all-gathers than one whose does not (gloo aborted the update)."""
+    from trainers.rl.actors import RayLearner
+    from trainers.rl.learner import Learner
+    from trainers.rl.synthetic import random_batch
+
+    settings = _settings("dapo", {"algorithm": {"group_size": 3, "minibatch_size": 6,
+                                                "ppo_epochs": 1}})
+    single = Learner(_config(tmp_path, **settings))
+    _set_eps(single, EPS)
+    batch = random_batch(single.policy.config.vocab_size, 6, seed=3, group=3, prompt_len=24,
+                         generated_len=lambda i, turn: 4 + (i + turn) % 5, observation_len=5,
+                         env_id="ddp", group_prompt=True)
+    stats = single.update(single.prepare(batch)[0])
+    ranks = RayLearner(_config(tmp_path, **_settings("dapo", FSDP, {
+        "algorithm": {"group_size": 3, "minibatch_size": 6, "ppo_epochs": 1}})))
+    try:
+        ray.get([actor.__ray_call__.remote(lambda rank, eps=EPS: [
+            group.__setitem__("eps", eps) for group in rank.learner.optim.optimizer.param_groups])
+            for actor in ranks.actors])
+        stats_fsdp = ranks.update(ranks.prepare(batch)[0])
+        assert stats_fsdp["policy/grad_norm"] == pytest.approx(stats["policy/grad_norm"],
+                                                               rel=1e-4)
+        _assert_close(single.policy_state(), ranks.policy_state())
+    finally:
+        ranks.close()
+
+
 def test_fsdp_checkpoint_resumes_on_another_strategy_and_rank_count(tmp_path):
     """1 process -> 2 FSDP ranks -> 1 process, one update on each, equals 3 updates in one
     process: weights, AdamW moments, LR schedule and the shuffling generator all carried."""

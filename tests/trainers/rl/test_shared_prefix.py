@@ -101,13 +101,15 @@ def test_different_prompts_take_the_plain_forward():
     torch.testing.assert_close(out.logprobs, _outputs(model, batch, None).logprobs)
 
 
-def test_activation_checkpointing_while_training_falls_back():
-    """It turns the cache off in training mode: the rows would run without their prompt."""
+def test_activation_checkpointing_falls_back_in_training_and_in_eval():
+    """It turns the cache off in training mode (the rows would run without their prompt); the
+    eval-mode recompute falls back too, so it scores tokens as the update will."""
     model = _tiny_llama()
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.train()
     batch = _group_batch()
-    assert shared_prefix.prefix_cache(model, batch.input_ids, batch.attention_mask, 10) is None
+    for mode in (model.eval, model.train):
+        mode()
+        assert shared_prefix.prefix_cache(model, batch.input_ids, batch.attention_mask, 10) is None
     mask = batch.mask
     torch.testing.assert_close(_outputs(model, batch, mask).logprobs * mask,
                                _outputs(model, batch, None).logprobs * mask, atol=2e-5, rtol=1e-4)
@@ -147,3 +149,28 @@ def test_an_update_with_shared_prompts_equals_the_plain_one(lora, monkeypatch):
         torch.testing.assert_close(shared_params[name], value, atol=1e-5, rtol=1e-4)
     for key in ("policy/entropy", "kl/ref", "loss/policy", "policy/ratio_mean"):
         assert shared_stats[key] == pytest.approx(plain_stats[key], abs=1e-5, rel=1e-4), key
+
+
+@pytest.mark.parametrize("family", ["lfm2", "mamba"])
+def test_a_cache_of_recurrent_or_convolution_states_falls_back(family):
+    """Those states are not per-token keys and values: repeating them per row was a crash."""
+    import transformers
+
+    torch.manual_seed(0)
+    if family == "lfm2":
+        config = transformers.Lfm2Config(vocab_size=97, hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2,
+                                         layer_types=["conv", "full_attention"])
+        model = transformers.Lfm2ForCausalLM(config).eval()
+    else:
+        config = transformers.MambaConfig(vocab_size=97, hidden_size=32, num_hidden_layers=2,
+                                          state_size=4)
+        model = transformers.MambaForCausalLM(config).eval()
+    batch = _group_batch()
+    assert shared_prefix.prefix_cache(model, batch.input_ids, batch.attention_mask,
+                                      PROMPT - 1) is None
+    mask = batch.mask
+    shared = forward_tokens(model, batch.input_ids, batch.attention_mask, needed=mask)
+    plain = forward_tokens(model, batch.input_ids, batch.attention_mask)
+    torch.testing.assert_close(shared.logprobs, plain.logprobs)
