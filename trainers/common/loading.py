@@ -21,8 +21,16 @@ from typing import Any
 
 from trainers.common.model import ModelSection, PackedModelSection
 
-__all__ = ["build_model", "compile_layers", "load_model", "load_packed_model", "load_tokenizer", "load_weights",
-           "save_for_inference", "unwrap"]
+__all__ = ["build_model", "checkpointing_enabled", "compile_layers", "load_model", "load_packed_model",
+           "load_tokenizer", "load_weights", "save_for_inference", "unwrap"]
+
+
+def checkpointing_enabled(model: Any) -> bool:
+    """Whether ``model`` recomputes activations in backward (transformers 5 renamed the flag
+    ``is_gradient_checkpointing`` to ``is_activation_checkpointing``)."""
+    name = "is_activation_checkpointing" if hasattr(type(model), "is_activation_checkpointing") \
+        else "is_gradient_checkpointing"
+    return bool(getattr(model, name, False))
 
 
 def load_tokenizer(spec: ModelSection, texts: Iterable[str] = (), source: str | Path | None = None) -> Any:

@@ -81,13 +81,15 @@ def apply_lora(model: Any, section: LoraSection, seed: int) -> Any:
     import torch
     from peft import get_peft_model
 
+    from trainers.common.loading import checkpointing_enabled  # loading -> model -> this module
+
     state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
         wrapped = get_peft_model(model, lora_config(section))
     finally:
         torch.random.set_rng_state(state)
-    if getattr(model, "is_gradient_checkpointing", False):
+    if checkpointing_enabled(model):
         # checkpointed blocks need an input that requires grad when the embeddings are frozen
         wrapped.enable_input_require_grads()
     return wrapped

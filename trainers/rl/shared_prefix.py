@@ -58,17 +58,11 @@ def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor,
     return min(first_needed, common, length - 1)
 
 
-def _checkpointing(model: Any) -> bool:
-    """Whether activation checkpointing is on (transformers 5 renamed the flag)."""
-    name = "is_activation_checkpointing" if hasattr(type(model), "is_activation_checkpointing") \
-        else "is_gradient_checkpointing"
-    return bool(getattr(model, name, False))
-
-
 def _plain_attention(cache: Any) -> bool:
-    """Every layer holds attention keys and values, which repeat per row. Recurrent, convolution
-    and state-space layers (Mamba, LFM2, Jamba, Qwen3-Next, Falcon-H1) keep states that do
-    not, and a model that ignored the cache left it empty."""
+    """Every layer (built from the model's config) holds attention keys and values, which
+    repeat per row. Recurrent, convolution and state-space layers (Mamba, LFM2, Jamba,
+    Qwen3-Next, Falcon-H1) keep states that do not; a cache whose layers the config does not
+    name is not trusted either."""
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
     layers = getattr(cache, "layers", None)
@@ -90,14 +84,18 @@ def prefix_cache(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tens
     ``None`` when the model did not fill it (the caller then runs the plain forward)."""
     from transformers import DynamicCache
 
+    from trainers.common.loading import checkpointing_enabled
+
     hf_model = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if _checkpointing(hf_model):  # also in eval: the recompute must score as the update does
+    if checkpointing_enabled(hf_model):  # also in eval: the recompute must score as the update does
+        return None
+    cache = DynamicCache(config=hf_model.config)
+    if not _plain_attention(cache):  # known before any forward: no prefix pass is wasted
         return None
     name = _cache_argument(type(hf_model))
-    cache = DynamicCache(config=hf_model.config)
     model(input_ids=input_ids[:1, :length], attention_mask=attention_mask[:1, :length],
           use_cache=True, logits_to_keep=1, **{name: cache})
-    if not _plain_attention(cache) or cache.get_seq_length() != length:
+    if cache.get_seq_length() != length:  # the model ignored the cache it was given
         return None
     cache.batch_repeat_interleave(input_ids.shape[0])
     return name, cache
