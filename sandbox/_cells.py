@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox._cgroup import RunUsage
 from sandbox._child import CELL_DONE
-from sandbox._collect import CpuWatch, hard_output_cap, timed_outcome
+from sandbox._collect import CpuWatch, RunEnd, hard_output_cap, timed_outcome
 from sandbox._wire import FrameError, read_exact, read_frame, write_frame
 from sandbox.types import Limits
 
@@ -130,7 +130,7 @@ def run_cell(worker: Worker, request: dict[str, Any]) -> dict[str, Any]:
             cgroup.freeze()  # what the cell left running waits for the next cell
             child.counted = cgroup.usage()
             child.cpu_mark = child.counted.cpu_s
-    response = timed_outcome(collected, returncode, cpu_s, limits, started, usage)
+    response = timed_outcome(RunEnd(collected, returncode, cpu_s, usage), limits, started)
     response["session_restarted"] = restarted
     response["session_alive"] = worker.current is not None
     return response

@@ -7,6 +7,7 @@ stopped as soon as it passes the hard cap instead of filling memory or a pipe.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import select
@@ -34,6 +35,7 @@ __all__ = [
     "TRUNCATION_MARKER",
     "Collected",
     "CpuWatch",
+    "RunEnd",
     "collect",
     "hard_output_cap",
     "judge",
@@ -225,21 +227,31 @@ def quota_note(tags: bytes, limits: Limits, returncode: int = 0) -> bytes:
     return f"\nsandbox: {text}\n".encode()
 
 
-def judge(
-    returncode: int,
-    collected: Collected,
-    limits: Limits,
-    cpu_s: float,
-    usage: RunUsage | None = None,
-    cpu_known: bool = True,
-) -> tuple[Status, str | None]:
-    """How a finished run ended, and which limit (if any) ended or shaped it.
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """How a finished run ended, as its backend measured it: what its status, limit and notes
+    are judged from. One record, because the four call sites passed these positionally in
+    three different orders.
 
     ``returncode`` < 0 means killed by that signal. ``usage``: what the run's cgroup counted
-    (None in the per-process mode, where the figures are the process's own and an unexplained
-    SIGKILL after half the CPU budget is taken to be RLIMIT_CPU's; ``cpu_known`` is false when a
-    wrapper hides even that). A denial or a memory tag only makes the run's own result look worse.
+    (None in the per-process mode, where ``cpu_s`` is the process's own). ``cpu_known`` is false
+    when a wrapper hides even that (a jail's child is outside the backend's rusage).
     """
+
+    collected: Collected
+    returncode: int
+    cpu_s: float
+    usage: RunUsage | None = None
+    cpu_known: bool = True
+
+
+def judge(end: RunEnd, limits: Limits) -> tuple[Status, str | None]:
+    """How a finished run ended, and which limit (if any) ended or shaped it.
+
+    Without ``end.usage`` an unexplained SIGKILL after half the CPU budget is taken to be
+    RLIMIT_CPU's. A denial or a memory tag only makes the run's own result look worse.
+    """
+    collected, usage, cpu_s, returncode = end.collected, end.usage, end.cpu_s, end.returncode
     tag = collected.tags[:1]
     if collected.output_killed:
         return Status.OUTPUT_LIMIT, "output_limit"
@@ -253,7 +265,7 @@ def judge(
         sig = -returncode
         # rusage under-counts against the kernel's RLIMIT_CPU clock on busy VMs (seen: 0.87 s
         # reported for a 1 s limit), so a SIGKILL after half the budget counts as the limit.
-        cpu_exhausted = cpu_s >= 0.5 * limits.cpu_s or not cpu_known
+        cpu_exhausted = cpu_s >= 0.5 * limits.cpu_s or not end.cpu_known
         if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu_exhausted):
             return Status.TIMEOUT, "timeout"
         if sig == signal.SIGSYS:
@@ -270,12 +282,12 @@ def judge(
     return (Status.OK if returncode == 0 else Status.ERROR), None
 
 
-def limit_note(limit_hit: str | None, collected: Collected, limits: Limits, usage: RunUsage | None) -> str:
+def limit_note(limit_hit: str | None, end: RunEnd, limits: Limits) -> str:
     """The line appended to stderr saying which per-run limit stopped the run ('' for none)."""
     if limit_hit == "timeout":
-        text = (f"wall-clock limit reached: {limits.wall_s:g} s (Limits.wall_s)" if collected.wall_killed else
+        text = (f"wall-clock limit reached: {limits.wall_s:g} s (Limits.wall_s)" if end.collected.wall_killed else
                 f"CPU time limit reached: {limits.cpu_s:g} s for all of the run's processes together (Limits.cpu_s)")
-    elif limit_hit == "memory_limit" and usage is not None and usage.oom_kills:
+    elif limit_hit == "memory_limit" and end.usage is not None and end.usage.oom_kills:
         text = (f"memory limit reached: {limits.memory_mb} MB for all of the run's processes together, kernel "
                 "memory and /tmp files included (Limits.memory_mb); the kernel killed a process of the run")
     elif limit_hit == "process_limit":
@@ -285,22 +297,16 @@ def limit_note(limit_hit: str | None, collected: Collected, limits: Limits, usag
     return f"\nsandbox: {text}\n"
 
 
-def outcome(
-    collected: Collected,
-    returncode: int,
-    limits: Limits,
-    cpu_s: float,
-    usage: RunUsage | None = None,
-    cpu_known: bool = True,
-) -> dict[str, Any]:
+def outcome(end: RunEnd, limits: Limits) -> dict[str, Any]:
     """Every field of a result but ``wall_s``: output cut to size with the notes appended, the
-    status and the limit hit. ``cpu_s`` is the cgroup's when ``usage`` is given."""
-    if usage is not None:
-        cpu_s = usage.cpu_s
-    status, limit_hit = judge(returncode, collected, limits, cpu_s, usage, cpu_known)
+    status and the limit hit. The CPU time is the cgroup's when ``end.usage`` is given."""
+    if end.usage is not None:
+        end = dataclasses.replace(end, cpu_s=end.usage.cpu_s)
+    collected, returncode, cpu_s = end.collected, end.returncode, end.cpu_s
+    status, limit_hit = judge(end, limits)
     stdout, cut_out = to_text(collected.stdout, limits.max_output_chars)
     stderr, cut_err = to_text(collected.stderr, limits.max_output_chars)
-    notes = quota_note(collected.tags, limits, returncode).decode() + limit_note(limit_hit, collected, limits, usage)
+    notes = quota_note(collected.tags, limits, returncode).decode() + limit_note(limit_hit, end, limits)
     return {
         "stdout": stdout,
         "stderr": stderr + notes,
@@ -312,11 +318,9 @@ def outcome(
     }
 
 
-def timed_outcome(
-    collected: Collected, returncode: int, cpu_s: float, limits: Limits, started: float, usage: RunUsage | None
-) -> dict[str, Any]:
+def timed_outcome(end: RunEnd, limits: Limits, started: float) -> dict[str, Any]:
     """:func:`outcome` plus ``wall_s`` since ``started`` (a worker's answer for a run or cell)."""
     wall_s = time.monotonic() - started
-    if usage is None:  # the per-process mode's CPU time is self-reported: bound it by what it could be
-        cpu_s = min(cpu_s, (wall_s + 1.0) * (os.cpu_count() or 1))
-    return {**outcome(collected, returncode, limits, cpu_s, usage), "wall_s": wall_s}
+    if end.usage is None:  # the per-process mode's CPU time is self-reported: bound it by what it could be
+        end = dataclasses.replace(end, cpu_s=min(end.cpu_s, (wall_s + 1.0) * (os.cpu_count() or 1)))
+    return {**outcome(end, limits), "wall_s": wall_s}

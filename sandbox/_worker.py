@@ -39,7 +39,7 @@ from sandbox._accounting import PROCESS_MODE_NOTE, cgroup_layer
 from sandbox._cells import serve_session
 from sandbox._cgroup import Cgroup
 from sandbox._child import install_standard_streams
-from sandbox._collect import Collected, CpuWatch, collect, hard_output_cap, timed_outcome
+from sandbox._collect import Collected, CpuWatch, RunEnd, collect, hard_output_cap, timed_outcome
 from sandbox._harness import install_process_limit_markers
 from sandbox._limits import count_processes_of, scratch_profile, shares_process_budget_in_user_namespace
 from sandbox._root import RootPolicy
@@ -280,7 +280,7 @@ class Worker:
                 self.exiting = child
                 usage = child.cgroup.usage() if child.cgroup is not None else None
                 returncode, cpu_s = collected.end
-                return timed_outcome(collected, returncode, cpu_s, limits, started, usage)
+                return timed_outcome(RunEnd(collected, returncode, cpu_s, usage), limits, started)
             select.select([child.pidfd], [], [])  # exited (collect waited for it or killed it)
             wait_status, cpu_s = self.zygote.reap(child.token)
             usage = child.cgroup.usage() if child.cgroup is not None else None
@@ -289,7 +289,7 @@ class Worker:
             self.discard(child)
             raise
         self.release(child)
-        return timed_outcome(collected, os.waitstatus_to_exitcode(wait_status), cpu_s, limits, started, usage)
+        return timed_outcome(RunEnd(collected, os.waitstatus_to_exitcode(wait_status), cpu_s, usage), limits, started)
 
     def finish_exiting(self) -> None:
         """Reap the child answered for by its end record; kill it if it lingers (its namespace

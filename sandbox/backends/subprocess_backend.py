@@ -31,7 +31,7 @@ from pathlib import Path
 
 from sandbox._accounting import PROCESS_MODE_NOTE, cgroup_layer, new_home, resolve_accounting
 from sandbox._cgroup import Cgroup
-from sandbox._collect import Collected, CpuWatch, collect, hard_output_cap, outcome
+from sandbox._collect import Collected, CpuWatch, RunEnd, collect, hard_output_cap, outcome
 from sandbox._limits import clean_environment, count_processes_of
 from sandbox._uids import UidPool
 from sandbox.backends.base import BackendUnavailable, refuse_unsupported
@@ -111,7 +111,7 @@ class SubprocessBackend:
             if uid is not None:
                 self._give_back_uid(uid)
         returncode = self._returncode(returncode)
-        fields = outcome(collected, returncode, limits, rusage_cpu_s, usage, cpu_known=self.cpu_accounted)
+        fields = outcome(RunEnd(collected, returncode, rusage_cpu_s, usage, cpu_known=self.cpu_accounted), limits)
         return ExecResult(
             stdout=fields["stdout"],
             stderr=fields["stderr"],
