@@ -24,7 +24,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["EpisodeStatus", "Segment", "Trajectory", "read_trajectories", "write_trajectory"]
+__all__ = ["EpisodeStatus", "Segment", "Trajectory", "read_trajectories", "run_trajectory_file",
+           "write_trajectory"]
 
 SegmentKind = Literal["generated", "observation"]
 
@@ -249,6 +250,26 @@ def write_trajectory(handle: Any, trajectory: Trajectory) -> None:
     """Append one trajectory as a JSONL line and flush, so a crash loses nothing written."""
     handle.write(trajectory.to_json() + "\n")
     handle.flush()
+
+
+def run_trajectory_file(run: str | Path, writes_one: str) -> Path:
+    """The trajectory JSONL of a run: ``run`` itself when it is a file, else the
+    ``trajectories.jsonl`` that ``coa eval`` / ``coa teach`` write in their ``--out`` directory.
+
+    Raises FileNotFoundError naming what was given and, from ``writes_one`` (e.g. "`coa eval
+    ENV -k K --out DIR` writes one"), how to make what is missing; the callers that read runs
+    (distillation, preference pairs) share this so that they accept the same paths.
+    """
+    run = Path(run)
+    if not run.exists():
+        raise FileNotFoundError(f"run not found: {run} does not exist; give a run directory or its "
+                                f"trajectories.jsonl ({writes_one})")
+    if run.is_file():
+        return run
+    path = run / "trajectories.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run} is not a run directory: it has no trajectories.jsonl ({writes_one})")
+    return path
 
 
 def read_trajectories(path: str | Path) -> Iterator[Trajectory]:

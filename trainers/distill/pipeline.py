@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,19 +112,6 @@ class DistillReport:
         return {**asdict(self), "acceptance_rate": round(self.acceptance_rate, 4)}
 
 
-def _trajectory_files(run: Path) -> Iterator[Path]:
-    if run.is_dir():
-        found = run / "trajectories.jsonl"
-        if not found.exists():
-            raise FileNotFoundError(f"{run} holds no trajectories.jsonl (write one with `coa teach ... --out {run}` "
-                                    f"or `coa eval ... --out {run}`)")
-        yield found
-    elif run.exists():
-        yield run
-    else:
-        raise FileNotFoundError(f"teacher run not found: {run}")
-
-
 def _drop_token_ids(trajectory: Any) -> None:
     trajectory.prompt_ids = []
     for segment in trajectory.segments:
@@ -180,7 +167,7 @@ def distill(
     files and the report are written under temporary names and renamed, so an interrupted run
     leaves nothing that looks complete.
     """
-    from agents.trajectory import read_trajectories
+    from agents.trajectory import read_trajectories, run_trajectory_file
 
     if config is not None and options:
         raise ValueError("give either a DistillConfig or its fields as keywords, not both")
@@ -189,10 +176,10 @@ def distill(
     stages = _Stages(report)
     records: list[tuple[int, Any]] = []
     for run in runs:
-        for path in _trajectory_files(Path(run)):
-            for trajectory in read_trajectories(path):
-                report.sources[str(path)] = report.sources.get(str(path), 0) + 1
-                records.append((len(records), trajectory))
+        path = run_trajectory_file(run, f"`coa teach ... --out {run}` or `coa eval ... --out {run}` writes one")
+        for trajectory in read_trajectories(path):
+            report.sources[str(path)] = report.sources.get(str(path), 0) + 1
+            records.append((len(records), trajectory))
     report.read = len(records)
     report.tasks_seen = len({(t.env_id, t.task_id) for _, t in records})
 

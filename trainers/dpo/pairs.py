@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.trajectory import Trajectory, read_trajectories
+from agents.trajectory import Trajectory, read_trajectories, run_trajectory_file
 
 __all__ = ["PairOptions", "PairReport", "PairsError", "PreferencePair", "build_pairs",
            "read_pairs", "read_run", "write_pairs"]
@@ -169,17 +169,10 @@ def build_pairs(trajectories: Iterable[Trajectory], options: PairOptions | None 
 
 
 def _trajectory_file(run: Path) -> Path:
-    if not run.exists():
-        raise PairsError(f"{run} does not exist: give a `coa eval -k K --out DIR` directory "
-                         "(or its trajectories.jsonl)")
-    if run.is_file():
-        return run
-    path = run / "trajectories.jsonl"
-    if not path.is_file():
-        raise PairsError(f"{run} is not a run directory: it has no trajectories.jsonl "
-                         "(`coa eval ENV -k K --out DIR` writes one; K >= 2 samples per task "
-                         "make pairs)")
-    return path
+    try:
+        return run_trajectory_file(run, "`coa eval ENV -k K --out DIR` writes one; K >= 2 samples per task make pairs")
+    except FileNotFoundError as error:
+        raise PairsError(str(error)) from None
 
 
 def _lines(path: Path) -> int:
