@@ -28,7 +28,11 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--preset", default="qwen0.5b")
     args = parser.parse_args()
+    import torch
     from torch.profiler import ProfilerActivity, profile
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: run on the GPU machine or pass --device cpu --preset tiny")
 
     work = Path(tempfile.mkdtemp(prefix="coa_sft_profile_"))
     data_path, tokenizer, _ = make_data(work, args.samples, 512)
