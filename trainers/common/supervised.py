@@ -1,7 +1,7 @@
 """The run around a supervised trainer's loop (SFT, DPO): resume, optimiser, logs, checkpoints.
 
-Both trainers read a config with ``model`` (:class:`~trainers.common.model.PackedModelSection`),
-``optim`` and ``bookkeeping`` (:mod:`trainers.common.sections`) and do the same around their
+Both trainers read a :class:`~trainers.common.supervised_config.SupervisedConfig` (``model``,
+``optim``, ``resources``, ``bookkeeping``) and do the same around their
 own step: find the checkpoint to resume (``bookkeeping.resume``), rebuild the optimiser and
 its schedule with their saved state and the loop's :class:`TrainerPosition`, restore every RNG
 stream last, log each step to ``metrics.jsonl`` and the progress bar, write a checkpoint
@@ -23,6 +23,7 @@ from trainers.common.loading import save_for_inference
 from trainers.common.metrics import MetricsLogger
 from trainers.common.optim import load_optimizer_state, make_optimizer, make_schedule, save_optimizer_state
 from trainers.common.progress import ProgressBar
+from trainers.common.supervised_config import SupervisedConfig
 
 __all__ = ["SupervisedResult", "SupervisedRun", "run_supervised"]
 
@@ -39,7 +40,7 @@ class SupervisedResult:
     """The loss of every step."""
 
 
-def run_supervised(config: Any, run: Callable[[Any], Any]) -> Any:
+def run_supervised(config: SupervisedConfig, run: Callable[[Any], Any]) -> Any:
     """``run(config).train()`` with the torch threads ``resources.torch_threads`` asks for."""
     from trainers.common.threads import torch_threads
 
@@ -51,7 +52,7 @@ class SupervisedRun:
     """One run's bookkeeping. ``label`` names its logs (``sft``, ``dpo``); ``main`` is false on
     every rank but the first of a multi-process run (they write nothing but their own shards)."""
 
-    def __init__(self, config: Any, *, label: str, main: bool = True) -> None:
+    def __init__(self, config: SupervisedConfig, *, label: str, main: bool = True) -> None:
         book = config.bookkeeping
         self.config, self.label, self.main = config, label, main
         self.output_dir = Path(book.output_dir)

@@ -12,15 +12,15 @@ one ``ConfigError`` naming the key. Stdlib + PyYAML only.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from coa_envs.configkit import ConfigError, check_fields
 from coa_envs.configkit import load_config as _load
-from trainers.common.model import PackedModelSection, moved_model_keys
-from trainers.common.sections import DeviceSection, LoopBookkeeping, OptimSection, check_rows
+from trainers.common.model import moved_model_keys
+from trainers.common.sections import LoopBookkeeping, check_rows
+from trainers.common.supervised_config import SupervisedConfig
 
 __all__ = ["ConfigError", "DPOBookkeeping", "DPOConfig", "DPOData", "DPOLoss", "load_config"]
 
@@ -94,34 +94,28 @@ class DPOBookkeeping(LoopBookkeeping):
 
 
 @dataclass
-class DPOConfig:
-    """Masked DPO on CoA preference pairs (log-probs over model-generated tokens only)."""
+class DPOConfig(SupervisedConfig):
+    """Masked DPO on CoA preference pairs (log-probs over model-generated tokens only).
 
-    data: DPOData = field(default_factory=DPOData)
-    """The pairs; ``data.train_path`` is required."""
-    model: PackedModelSection = field(default_factory=PackedModelSection)
-    """The policy: a model directory / HF id (usually the SFT model that sampled the pairs),
-    or ``tiny`` (a fresh tiny model whose tokenizer is trained on the pairs' text)."""
-    dpo: DPOLoss = field(default_factory=DPOLoss)
-    """beta, loss variant, reference model."""
-    optim: OptimSection = field(default_factory=OptimSection)
-    """Optimiser, schedule, precision, run length (grad_accum = packed rows per step)."""
-    resources: DeviceSection = field(default_factory=DeviceSection)
-    """Device and threads (DPO runs in one process)."""
+    ``model`` is the policy: usually the SFT model that sampled the pairs, or ``tiny`` (a fresh
+    tiny model whose tokenizer is trained on the pairs' text). DPO runs in one process (one GPU
+    or the CPU), so ``resources.deepspeed`` stays unset."""
+
     bookkeeping: DPOBookkeeping = field(default_factory=DPOBookkeeping)
     """Run directory, checkpoints, resume, logging."""
+    data: DPOData = field(default_factory=DPOData)
+    """The pairs; ``data.train_path`` is required."""
+    dpo: DPOLoss = field(default_factory=DPOLoss)
+    """beta, loss variant, reference model."""
 
     def __post_init__(self) -> None:
-        check_fields(self)
+        super().__post_init__()
         if self.resources.deepspeed:
             raise ConfigError("resources.deepspeed: the DPO trainer runs in one process "
                               "(one GPU or the CPU); leave resources.deepspeed unset")
         if self.model.path == "tiny" and self.dpo.reference_path:
             raise ConfigError("model.path=tiny builds a fresh model whose tokenizer is trained "
                               "on the pairs; a separate dpo.reference_path cannot share it")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None,

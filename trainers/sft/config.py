@@ -11,7 +11,6 @@ combination fails before any model is loaded. Stdlib + PyYAML only.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +20,7 @@ from coa_envs.configkit import load_config as _load
 from trainers.common.mixture import MixtureEntry, check_env_ids, mixture_entries
 from trainers.common.model import PackedModelSection, moved_model_keys
 from trainers.common.sections import DeviceSection, LoopBookkeeping, OptimSection, check_rows
+from trainers.common.supervised_config import SupervisedConfig
 
 __all__ = ["ConfigError", "SFTBookkeeping", "SFTConfig", "SFTData", "SFTMixtureEntry", "SFTModel",
            "SFTOptim", "SFTResources", "load_config"]
@@ -110,22 +110,16 @@ class SFTBookkeeping(LoopBookkeeping):
 
 
 @dataclass
-class SFTConfig:
+class SFTConfig(SupervisedConfig):
     """Masked SFT on CoA trajectories (loss only on model-generated tokens)."""
 
-    data: SFTData = field(default_factory=SFTData)
-    """Training (and eval) data; ``data.train_path`` is required."""
-    model: PackedModelSection = field(default_factory=PackedModelSection)
-    """The model, attention and LoRA."""
-    optim: OptimSection = field(default_factory=OptimSection)
-    """Optimiser, schedule, precision, run length."""
-    resources: DeviceSection = field(default_factory=DeviceSection)
-    """Device, threads, DeepSpeed."""
     bookkeeping: SFTBookkeeping = field(default_factory=SFTBookkeeping)
     """Run directory, checkpoints, resume, logging."""
+    data: SFTData = field(default_factory=SFTData)
+    """Training (and eval) data; ``data.train_path`` is required."""
 
     def __post_init__(self) -> None:
-        check_fields(self)
+        super().__post_init__()
         if self.resources.deepspeed and self.optim.precision == "bf16_pure":
             raise ConfigError("with resources.deepspeed set precision in the DeepSpeed JSON; "
                               "use optim.precision bf16 or fp32")
@@ -134,11 +128,6 @@ class SFTConfig:
     def effective_pack_len(self) -> int | None:
         """Tokens per packed row, or None when packing is off (one sample per row)."""
         return self.data.pack_len if self.data.packing else None
-
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["optim"]["adam_betas"] = list(self.optim.adam_betas)
-        return data
 
 
 _MOVED_TO = {
