@@ -34,6 +34,7 @@ from trainers.rl import sharding
 from trainers.rl.batch import RLBatch
 from trainers.rl.models import ValueHead, forward_tokens, load_tokenizer_and_policy
 from trainers.rl.optim import LearnerOptimizer
+from trainers.rl.shared_prefix import rank_rows
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -289,10 +290,9 @@ class Learner:
                 rows = rows[torch.argsort(batch.group_ids[rows], stable=True)]
                 whole = batch.select(rows)
                 total_tokens = float(whole.mask.sum().clamp(min=1))
-                # Rank r takes rows r, r + world, ...: shards differ by at most one episode.
                 # Each rank still runs its own backward passes and one synchronised one; a
                 # rank left without rows runs a zero-weighted one so DDP's reduce lines up.
-                shard = torch.arange(self.rank, len(rows), self.world_size)
+                shard = rank_rows(len(rows), self.rank, self.world_size)
                 mine = whole if self.world_size == 1 else \
                     whole.select(shard if len(shard) else torch.arange(1))
                 stats = self._minibatch_step(mine, total_tokens, len(rows),

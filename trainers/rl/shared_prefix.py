@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["MIN_SHARED_PREFIX", "prefix_cache", "shared_prefix_length"]
+__all__ = ["MIN_SHARED_PREFIX", "prefix_cache", "rank_rows", "shared_prefix_length"]
 
 MIN_SHARED_PREFIX = 16
 """Shorter common prefixes are not worth a second forward call."""
@@ -99,3 +99,17 @@ def prefix_cache(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tens
         return None
     cache.batch_repeat_interleave(input_ids.shape[0])
     return name, cache
+
+
+def rank_rows(rows: int, rank: int, world: int) -> Any:
+    """The positions of a minibatch's ``rows`` that learner ``rank`` of ``world`` trains on: one
+    contiguous run each, sizes differing by at most one.
+
+    The minibatch is sorted by group, so a contiguous run keeps a group's episodes on one rank,
+    where their micro-batch shares the prompt's pass; striding (rows r, r + world, ...) spread
+    every group over all ranks and left each rank little to share. Gradients are summed over
+    ranks, so which rank takes which row does not change the update.
+    """
+    import torch
+
+    return torch.tensor_split(torch.arange(rows), world)[rank]

@@ -153,18 +153,22 @@ def test_killed_rollout_worker_is_restarted_and_its_episodes_retried_or_counted(
     rollouts.close()
 
 
-def _random_batch(vocab: int, episodes: int = 8):
+def _random_batch(vocab: int, episodes: int = 8, group_prompt: bool = False):
     from trainers.rl.synthetic import random_batch
 
+    # a shared prompt must be long enough for the learner to run it once (MIN_SHARED_PREFIX)
     return random_batch(vocab, episodes, seed=3, env_id="ddp", reward=lambda i: float(i % 3 == 0),
-                        prompt_len=lambda i: 6 + i, generated_len=lambda i, turn: 4 + (i + turn) % 5,
-                        observation_len=5)
+                        prompt_len=lambda i: (20 if group_prompt else 6) + i,
+                        generated_len=lambda i, turn: 4 + (i + turn) % 5, observation_len=5,
+                        group_prompt=group_prompt)
 
 
-@pytest.mark.parametrize("algorithm", ["dapo", pytest.param("grpo", marks=pytest.mark.slow)])
-def test_two_ddp_learner_ranks_update_like_one_process(local_ray, tmp_path, algorithm):
+@pytest.mark.parametrize(("algorithm", "group_prompt"), [
+    ("dapo", False), ("dapo", True), pytest.param("grpo", False, marks=pytest.mark.slow)])
+def test_two_ddp_learner_ranks_update_like_one_process(local_ray, tmp_path, algorithm, group_prompt):
     """Two gloo DDP ranks, each on half of every minibatch, end with the weights one
-    process gets from the whole minibatch (token-mean and seq-mean aggregation)."""
+    process gets from the whole minibatch (token-mean and seq-mean aggregation); with a
+    group's episodes sharing their prompt, each rank runs its groups' prompts once."""
     from trainers.rl.actors import RayLearner
     from trainers.rl.learner import Learner
 
@@ -174,7 +178,7 @@ def test_two_ddp_learner_ranks_update_like_one_process(local_ray, tmp_path, algo
                 "resources.micro_batch_size": 2}
     cfg = _config(tmp_path, **settings)
     single = Learner(cfg)
-    batch = _random_batch(single.policy.config.vocab_size)
+    batch = _random_batch(single.policy.config.vocab_size, group_prompt=group_prompt)
     initial = {k: v.clone() for k, v in single.policy_state().items()}
     prepared, _ = single.prepare(batch)
     single.update(prepared)

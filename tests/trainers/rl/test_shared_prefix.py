@@ -174,3 +174,16 @@ def test_a_cache_of_recurrent_or_convolution_states_falls_back(family):
     shared = forward_tokens(model, batch.input_ids, batch.attention_mask, needed=mask)
     plain = forward_tokens(model, batch.input_ids, batch.attention_mask)
     torch.testing.assert_close(shared.logprobs, plain.logprobs)
+
+
+@pytest.mark.parametrize(("rows", "world"), [(8, 2), (9, 2), (12, 3), (5, 4), (1, 2)])
+def test_learner_ranks_take_whole_groups_of_a_sorted_minibatch(rows, world):
+    """Contiguous shards: every row trained once, sizes within one, and a group whose episodes
+    fit one shard stays on one rank (where they share its prompt's pass)."""
+    shards = [shared_prefix.rank_rows(rows, rank, world).tolist() for rank in range(world)]
+    assert sorted(row for shard in shards for row in shard) == list(range(rows))
+    assert max(map(len, shards)) - min(map(len, shards)) <= 1
+    group_size = rows // world
+    if group_size and rows % world == 0:  # groups of group_size, sorted: each rank holds one whole
+        group_ids = [row // group_size for row in range(rows)]
+        assert all(len({group_ids[row] for row in shard}) == 1 for shard in shards)
