@@ -30,12 +30,17 @@ METADATA_ADDRESSES = frozenset(
         ipaddress.ip_address("fd00:ec2::254"),  # AWS IMDS over IPv6
     }
 )
-# Ranges `is_global` does not already exclude but that must never be reached.
+# Ranges `is_global` does not already exclude (in every Python 3.11 patch release) but that
+# must never be reached: IANA special-purpose blocks and deprecated local scopes.
 _EXTRA_BLOCKED = (
-    ipaddress.ip_network("100.64.0.0/10"),  # CGNAT (also not global, listed for clarity)
+    ipaddress.ip_network("192.0.0.0/24"),  # IETF protocol assignments (DS-Lite, NAT64 discovery, ...)
+    ipaddress.ip_network("192.88.99.0/24"),  # 6to4 relay anycast (deprecated by RFC 7526)
     ipaddress.ip_network("224.0.0.0/4"),  # IPv4 multicast (some blocks count as global)
+    ipaddress.ip_network("3fff::/20"),  # IPv6 documentation (RFC 9637)
+    ipaddress.ip_network("fec0::/10"),  # IPv6 site-local (deprecated, still routed inside some networks)
     ipaddress.ip_network("ff00::/8"),  # IPv6 multicast
 )
+_CGNAT = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT: the provider's internal network
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -82,12 +87,16 @@ def literal_only_resolver(host: str, port: int) -> list[str]:
 
 
 def _embedded_ipv4(ip: IPAddress) -> IPAddress:
-    """IPv4 hidden in an IPv6 address (mapped ``::ffff:a.b.c.d`` or NAT64) is judged as IPv4."""
+    """IPv4 hidden in an IPv6 address is judged as that IPv4: mapped ``::ffff:a.b.c.d``,
+    NAT64 ``64:ff9b::a.b.c.d`` and 6to4 ``2002:AABB:CCDD::`` (a 6to4 gateway delivers the
+    packet to the embedded IPv4, so ``2002:7f00:1::`` is loopback, not a public address)."""
     if isinstance(ip, ipaddress.IPv6Address):
         if ip.ipv4_mapped is not None:
             return ip.ipv4_mapped
         if ip in _NAT64:
             return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        if ip.sixtofour is not None:
+            return ip.sixtofour
     return ip
 
 
@@ -99,11 +108,14 @@ def _blocked_reason(ip: IPAddress) -> str:
         return "loopback address"
     if ip.is_link_local:
         return "link-local address"
-    if ip.is_multicast or any(ip in net for net in _EXTRA_BLOCKED if net.version == ip.version):
-        return "multicast/CGNAT address"
+    if ip.is_multicast:
+        return "multicast address"
+    if ip in _CGNAT:
+        return "CGNAT address"
     if ip.is_private:
         return "private address"
-    if ip.is_unspecified or ip.is_reserved or not ip.is_global:
+    special = any(ip in net for net in _EXTRA_BLOCKED if net.version == ip.version)
+    if special or ip.is_unspecified or ip.is_reserved or not ip.is_global:
         return "non-public address"
     return ""
 

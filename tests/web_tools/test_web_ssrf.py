@@ -33,6 +33,15 @@ CTX = ToolContext()
         ("http://169.254.10.10/", "link-local"),
         ("http://224.0.0.1/", "multicast"),
         ("http://0.0.0.0/", "address"),
+        # 6to4 delivers to the embedded IPv4: judged as that address, like mapped and NAT64 forms.
+        ("http://[2002:7f00:1::]/", "loopback"),
+        ("http://[2002:a9fe:a9fe::1]/", "metadata"),
+        ("http://[2002:a00:1::1]/", "private"),
+        ("http://[2002:c0a8:101::]/", "private"),
+        ("http://[fec0::1]/", "non-public"),  # deprecated IPv6 site-local
+        ("http://[3fff::1]/", "non-public"),  # IPv6 documentation block
+        ("http://192.0.0.8/", "non-public"),  # IETF protocol assignments
+        ("http://192.88.99.1/", "non-public"),  # 6to4 relay anycast
         ("file:///etc/passwd", "scheme"),
         ("ftp://8.8.8.8/x", "scheme"),
         ("gopher://8.8.8.8/", "scheme"),
@@ -46,6 +55,8 @@ def test_guard_refuses_private_and_odd_destinations(url: str, reason_part: str) 
 
 def test_guard_allows_public_addresses_and_allow_listed_hosts() -> None:
     assert UrlGuard().check("https://8.8.8.8/search?q=x").allowed
+    assert UrlGuard().check("http://[2002:808:808::1]/").allowed  # 6to4 of a public IPv4
+    assert UrlGuard(["127.0.0.1"]).check("http://[2002:7f00:1::]/").allowed  # allow-list sees the IPv4 too
     assert UrlGuard(["127.0.0.1"]).check("http://127.0.0.1:9/").allowed
     assert UrlGuard(["10.0.0.0/8"]).check("http://10.20.30.40/").allowed
     assert not UrlGuard(["10.0.0.0/8"]).check("http://192.168.1.1/").allowed
