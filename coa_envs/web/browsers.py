@@ -4,8 +4,8 @@ Both drive the Debian ``chromium`` package (browsers cannot be downloaded here, 
 ``playwright install`` is never needed). All browser traffic goes through a
 :class:`~coa_envs.web.proxy.GuardedProxy`, which applies the SSRF guard to every request,
 redirect and sub-resource; ``--proxy-bypass-list=<-loopback>`` stops Chromium from
-sending loopback requests around the proxy. Service workers are blocked (they could
-fetch outside the page's request stream).
+sending loopback requests around the proxy, and WebRTC may not use UDP (which no HTTP proxy
+carries). Service workers are blocked (they could fetch outside the page's request stream).
 
 Browser APIs are not thread-safe (Playwright's sync API is bound to the thread that
 started it), so each renderer owns ``workers`` threads, each with its own browser, and
@@ -50,6 +50,9 @@ _CHROMIUM_FLAGS = (
     "--disable-features=Translate,OptimizationHints,MediaRouter,DialMediaRouteProvider,"
     "AutofillServerCommunication,CertificateTransparencyComponentUpdater,InterestFeedContentSuggestions",
     "--proxy-bypass-list=<-loopback>",
+    # WebRTC (STUN/TURN, peer connections) would otherwise send UDP straight from the browser,
+    # around the proxy, to any address a page names; only proxied transports remain.
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
 )
 
 _NAVIGATION_STATUS_JS = (

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
 import pytest
 
 from coa_envs.tools.crawl_page import build
@@ -97,3 +103,44 @@ def test_concurrent_callers_share_a_pool_of_browsers(engine, site, require_brows
     assert all(f"magic number of this page is {n * 7}." in r.text for n, r in enumerate(results))
     after_close = tool.run(site.url("/page/1"), CTX)
     assert after_close.error_kind == ErrorKind.TOOL_ERROR and "closed" in after_close.text
+
+
+@pytest.fixture
+def udp_listener() -> Iterator[tuple[int, list[bytes]]]:
+    """A UDP socket on 127.0.0.2 (not on the allow-list) that records every datagram it gets."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.2", 0))
+    sock.settimeout(0.1)
+    received: list[bytes] = []
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                received.append(sock.recvfrom(4096)[0])
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    yield sock.getsockname()[1], received
+    stop.set()
+    thread.join(timeout=2)
+    sock.close()
+
+
+def test_webrtc_cannot_send_udp_around_the_proxy(browser_crawl, udp_listener) -> None:
+    """WebRTC's ICE sends STUN over UDP straight from the browser, not through the guarded proxy:
+    a page naming a private STUN server made Chromium send it packets (and read its answer back as a
+    candidate). Only proxied transports are allowed, so nothing reaches the unlisted address."""
+    port, received = udp_listener
+    page = (f'<html><head><title>RTC</title></head><body><article><h1>Peer page</h1><p>This page opens a '
+            f'peer connection whose ICE servers point at a private address, and says so at length.</p>'
+            f'<script>const pc = new RTCPeerConnection({{iceServers: [{{urls: "stun:127.0.0.2:{port}"}}]}});'
+            f'pc.createDataChannel("x"); pc.createOffer().then(offer => pc.setLocalDescription(offer));'
+            f'</script></article></body></html>')
+    with serve_test_site(extra_pages={"/rtc.html": ("text/html", page.encode())}) as host:
+        result = browser_crawl.run(host.url("/rtc.html"), CTX)
+        assert result.ok and "Peer page" in result.text
+        deadline = time.monotonic() + 2.0  # ICE starts at setLocalDescription; give it time to send
+        while not received and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert received == []
