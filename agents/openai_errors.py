@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["HARMLESS_FIELDS", "NEUTRAL_FIELDS", "APIError", "check_streaming", "error_body",
-           "install_error_handlers", "refuse_unsupported"]
+__all__ = ["HARMLESS_FIELDS", "MESSAGE_ROLES", "NEUTRAL_FIELDS", "APIError", "check_messages", "check_streaming",
+           "error_body", "install_error_handlers", "refuse_unsupported"]
 
 # Request fields that never change an answer: accepted and not acted on.
 HARMLESS_FIELDS: tuple[str, ...] = ("user", "metadata", "store", "service_tier", "safety_identifier",
@@ -128,3 +128,23 @@ def check_streaming(stream: bool | None, n: int | None, stream_options: Mapping[
                        param="stream_options")
     if stream and n != 1:
         raise APIError(400, "stream supports n=1 only; send n=1 or stream=false", code="unsupported_value", param="n")
+
+
+MESSAGE_ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def check_messages(messages: list[dict[str, Any]]) -> None:
+    """OpenAI's rules a chat template relies on: a known role on every message, and content on
+    every message but an assistant's (which may carry only tool calls)."""
+    for number, message in enumerate(messages):
+        role = message.get("role")
+        if role not in MESSAGE_ROLES:
+            raise APIError(400, f"messages[{number}].role is {role!r}; expected one of {', '.join(MESSAGE_ROLES)}",
+                           code="invalid_value", param=f"messages[{number}].role")
+        content = message.get("content")
+        if content is None and role != "assistant":
+            raise APIError(400, f"messages[{number}] ({role}) has no content", code="invalid_value",
+                           param=f"messages[{number}].content")
+        if not isinstance(content, str | list | None):
+            raise APIError(400, f"messages[{number}].content must be a string or a list of content parts",
+                           code="invalid_value", param=f"messages[{number}].content")

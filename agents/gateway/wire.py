@@ -18,7 +18,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.openai_errors import HARMLESS_FIELDS, NEUTRAL_FIELDS, APIError, check_streaming, refuse_unsupported
+from agents.openai_errors import (
+    HARMLESS_FIELDS,
+    NEUTRAL_FIELDS,
+    APIError,
+    check_messages,
+    check_streaming,
+    refuse_unsupported,
+)
 from agents.openai_wire import stop_list
 
 __all__ = ["ChatRequest", "Chunker", "check_request"]
@@ -64,29 +71,9 @@ class ChatRequest(BaseModel):
         return bool((self.stream_options or {}).get("include_usage"))
 
 
-ROLES = ("system", "developer", "user", "assistant", "tool")
-
-
-def _check_messages(messages: list[dict[str, Any]]) -> None:
-    """OpenAI's rules a chat template relies on: a known role on every message, and content on
-    every message but an assistant's (which may carry only tool calls)."""
-    for number, message in enumerate(messages):
-        role = message.get("role")
-        if role not in ROLES:
-            raise APIError(400, f"messages[{number}].role is {role!r}; expected one of {', '.join(ROLES)}",
-                           code="invalid_value", param=f"messages[{number}].role")
-        content = message.get("content")
-        if content is None and role != "assistant":
-            raise APIError(400, f"messages[{number}] ({role}) has no content", code="invalid_value",
-                           param=f"messages[{number}].content")
-        if not isinstance(content, str | list | None):
-            raise APIError(400, f"messages[{number}].content must be a string or a list of content parts",
-                           code="invalid_value", param=f"messages[{number}].content")
-
-
 def check_request(request: ChatRequest) -> None:
     """Refuse what the gateway does not implement (each with the field it concerns)."""
-    _check_messages(request.messages)
+    check_messages(request.messages)
     supported = set(ChatRequest.model_fields) | set(HARMLESS_FIELDS)
     refuse_unsupported(request.model_extra or {}, harmless=HARMLESS_FIELDS, neutral=NEUTRAL_FIELDS,
                        supported=supported)

@@ -17,8 +17,8 @@ class CommonBody(BaseModel):
 
     model_config = ConfigDict(extra="allow")  # undeclared fields are checked by refuse_unsupported
     model: str | None = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
+    max_tokens: int | None = Field(None, ge=1)  # 0 would otherwise fall back to the default limit
+    max_completion_tokens: int | None = Field(None, ge=1)
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0

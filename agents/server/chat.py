@@ -7,7 +7,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from agents.openai_errors import APIError
+from agents.openai_errors import APIError, check_messages
 from agents.openai_wire import chat_logprobs, finish_reason, visible_text
 from agents.server.bodies import ChatBody
 from agents.server.stream import streamed
@@ -25,6 +25,7 @@ async def chat(served: ServedModel, body: ChatBody) -> Any:
     from fastapi.responses import JSONResponse
 
     served.checked(body, ChatBody)
+    check_messages(body.messages)
     if body.top_logprobs:
         raise APIError(400, f"top_logprobs={body.top_logprobs} asks for the most likely alternatives per "
                             "token, which this server does not compute; logprobs=true with top_logprobs=0 "
