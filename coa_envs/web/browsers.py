@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from coa_envs.types import ErrorKind
 from coa_envs.web.fetch import DEFAULT_USER_AGENT
-from coa_envs.web.proxy import BLOCKED_MARKER, GuardedProxy
+from coa_envs.web.proxy import BLOCKED_HEADER, BLOCKED_MARKER, UNREACHABLE_HEADER, UNREACHABLE_MARKER, GuardedProxy
 from coa_envs.web.ssrf import UrlGuard
 
 __all__ = [
@@ -116,6 +116,7 @@ class _PlaywrightSession:
                 user_agent=DEFAULT_USER_AGENT, service_workers="block", accept_downloads=False
             )
             self._page: Any = None
+            self._last_navigation: Any = None
         except Exception:
             self._pw.stop()
             raise
@@ -127,20 +128,34 @@ class _PlaywrightSession:
         # One tab per session, reused: opening and closing a tab costs more than a local page load.
         if self._page is None or self._page.is_closed():
             self._page = self._context.new_page()
+            self._page.on("response", self._note_navigation)
         page = self._page
+        self._last_navigation = None
         try:
             response = page.goto(url, wait_until="load", timeout=self._timeout_ms)
             if self._settle_ms > 0:  # let late XHR-driven rendering finish, but never wait long
                 with contextlib.suppress(PlaywrightTimeout):
                     page.wait_for_load_state("networkidle", timeout=self._settle_ms)
-            if response is not None and response.headers.get("x-coa-blocked"):
-                raise BrowserError(f"refused to fetch {page.url or url}: {BLOCKED_MARKER}", ErrorKind.BLOCKED_URL)
-            return RenderedPage(url, page.url, page.content(), response.status if response else None,
-                                str(page.evaluate("document.contentType") or "text/html"))
+            html = page.content()
+            content_type = str(page.evaluate("document.contentType") or "text/html")
+            # A meta refresh or script may have navigated on: judge the document now shown.
+            final = self._last_navigation or response
+            if final is not None:
+                _raise_if_proxy_answered(page.url or url, final.headers.get(BLOCKED_HEADER.lower()),
+                                         final.headers.get(UNREACHABLE_HEADER.lower()))
+            return RenderedPage(url, page.url, html, final.status if final else None, content_type)
         except PlaywrightTimeout as exc:
             raise BrowserError(f"page load timed out: {url}", ErrorKind.TOOL_TIMEOUT) from exc
         except PlaywrightError as exc:
             raise BrowserError(f"browser could not load {url}: {exc.message.splitlines()[0]}") from exc
+
+    def _note_navigation(self, response: Any) -> None:
+        """Remember the main frame's latest document response (redirects by script included)."""
+        from playwright.sync_api import Error as PlaywrightError
+
+        with contextlib.suppress(PlaywrightError):  # a response without a frame is no document of ours
+            if response.request.is_navigation_request() and response.frame == self._page.main_frame:
+                self._last_navigation = response
 
     def healthy(self) -> bool:
         return self._browser.is_connected()
@@ -190,8 +205,8 @@ class _SeleniumSession:
         except WebDriverException as exc:
             first = (exc.msg or str(exc)).splitlines()[0]
             raise BrowserError(f"browser could not load {url}: {first}") from exc
-        if BLOCKED_MARKER in html:
-            raise BrowserError(f"refused to fetch {final_url}: {BLOCKED_MARKER}", ErrorKind.BLOCKED_URL)
+        # WebDriver shows no headers: the proxy's answer pages carry their marker in the body.
+        _raise_if_proxy_answered(final_url, BLOCKED_MARKER in html, UNREACHABLE_MARKER in html)
         status = int(status) if isinstance(status, int | float) and status > 0 else None
         return RenderedPage(url, final_url, html, status, content_type)
 
@@ -320,6 +335,15 @@ class BrowserRenderer:
             thread.join(timeout=30)
         if self._proxy is not None:
             self._proxy.stop()
+
+
+def _raise_if_proxy_answered(url: str, blocked: object, unreachable: object) -> None:
+    """The guarded proxy answered instead of the site: a policy refusal, or a site it could not
+    reach (transient, like httpx's connection errors)."""
+    if blocked:
+        raise BrowserError(f"refused to fetch {url}: {BLOCKED_MARKER}", ErrorKind.BLOCKED_URL)
+    if unreachable:
+        raise BrowserError(f"could not fetch {url}: {UNREACHABLE_MARKER}", ErrorKind.TOOL_ERROR)
 
 
 def _close_quietly(session: Any) -> None:

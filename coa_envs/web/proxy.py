@@ -10,12 +10,16 @@ so Chromium's own DNS is never used for the web (no rebinding window).
 Plain-HTTP requests are handled one per client connection (``Connection: close`` both
 ways) so a reused keep-alive connection can never carry a request to a different host.
 HTTPS goes through ``CONNECT`` and is tunnelled unmodified after the host is checked.
-A refused request gets ``403`` with a recognisable body (:data:`BLOCKED_MARKER`).
+A refused request gets ``403`` with a recognisable body (:data:`BLOCKED_MARKER`) and an
+``X-Coa-Blocked`` header; a permitted host that cannot be reached (no DNS answer, connection
+refused) gets ``502`` with :data:`UNREACHABLE_MARKER` and ``X-Coa-Unreachable`` instead, so a
+site that is down is reported as a transient failure, not as a policy refusal.
 """
 
 from __future__ import annotations
 
 import contextlib
+import html
 import select
 import socket
 import socketserver
@@ -25,9 +29,12 @@ from urllib.parse import urlsplit
 
 from coa_envs.web.ssrf import UrlGuard
 
-__all__ = ["BLOCKED_MARKER", "GuardedProxy"]
+__all__ = ["BLOCKED_HEADER", "BLOCKED_MARKER", "UNREACHABLE_HEADER", "UNREACHABLE_MARKER", "GuardedProxy"]
 
 BLOCKED_MARKER = "coa-envs SSRF guard refused this request"
+BLOCKED_HEADER = "X-Coa-Blocked"
+UNREACHABLE_MARKER = "coa-envs proxy could not reach this site"
+UNREACHABLE_HEADER = "X-Coa-Unreachable"
 _MAX_HEADER_BYTES = 64 * 1024
 _IDLE_TIMEOUT_S = 30.0
 
@@ -66,18 +73,25 @@ def _pipe(a: socket.socket, b: socket.socket) -> None:
 class _Handler(socketserver.BaseRequestHandler):
     server: _ProxyServer
 
-    def _refuse(self, status: str, reason: str) -> None:
-        body = f"<html><body><h1>{status}</h1><p>{BLOCKED_MARKER}: {reason}</p></body></html>".encode()
+    def _refuse(self, reason: str, *, blocked: bool = True) -> None:
+        """Answer instead of the upstream: 403 for a policy refusal, 502 for an unreachable host."""
+        status, marker, header = (("403 Forbidden", BLOCKED_MARKER, BLOCKED_HEADER) if blocked
+                                  else ("502 Bad Gateway", UNREACHABLE_MARKER, UNREACHABLE_HEADER))
+        text = html.escape(f"{marker}: {reason}")
+        body = f"<html><body><h1>{status}</h1><p>{text}</p></body></html>".encode()
         head = (f"HTTP/1.1 {status}\r\nContent-Type: text/html\r\nContent-Length: {len(body)}\r\n"
-                f"X-Coa-Blocked: 1\r\nConnection: close\r\n\r\n").encode()
+                f"{header}: 1\r\nConnection: close\r\n\r\n").encode()
         with contextlib.suppress(OSError):
             self.request.sendall(head + body)
 
     def _connect(self, host: str, port: int, what: str) -> socket.socket | None:
         verdict = self.server.guard.resolve(host, port)
-        if not verdict.allowed:
+        if verdict.status == "blocked":
             self.server.record_refusal(what, verdict.reason)
-            self._refuse("403 Forbidden" if verdict.status == "blocked" else "502 Bad Gateway", verdict.reason)
+            self._refuse(verdict.reason)
+            return None
+        if not verdict.allowed:  # no DNS answer: the site may be back later
+            self._refuse(verdict.reason, blocked=False)
             return None
         for address in verdict.addresses:
             try:
@@ -86,7 +100,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 continue
             upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             return upstream
-        self._refuse("502 Bad Gateway", f"cannot connect to {host}:{port}")
+        self._refuse(f"cannot connect to {host}:{port}", blocked=False)
         return None
 
     def handle(self) -> None:
@@ -118,7 +132,7 @@ class _Handler(socketserver.BaseRequestHandler):
         parts = urlsplit(target)
         if parts.scheme != "http" or not parts.hostname:
             self.server.record_refusal(target, "only absolute http:// URLs are proxied")
-            self._refuse("403 Forbidden", f"unsupported proxy target {target!r}")
+            self._refuse(f"unsupported proxy target {target!r}")
             return
         upstream = self._connect(parts.hostname, parts.port or 80, target)
         if upstream is None:

@@ -144,3 +144,29 @@ def test_webrtc_cannot_send_udp_around_the_proxy(browser_crawl, udp_listener) ->
         while not received and time.monotonic() < deadline:
             time.sleep(0.05)
     assert received == []
+
+
+@pytest.mark.parametrize("how", ["meta-refresh", "script"])
+def test_a_page_that_navigates_on_to_a_private_host_is_refused(browser_crawl, other_site, how) -> None:
+    """A meta refresh or ``location = ...`` after the first page loaded is refused like a 30x hop:
+    Playwright judged only the first response and showed the proxy's refusal page as page text."""
+    beacon = other_site.url("/beacon")
+    onward = (f'<meta http-equiv="refresh" content="0;url={beacon}">' if how == "meta-refresh"
+              else f'<script>location.href = "{beacon}";</script>')
+    page = (f'<html><head><title>Onward</title>{onward}</head><body><article><h1>Moving on</h1><p>This page '
+            f'sends the browser to another address as soon as it has loaded, which is refused.</p>'
+            f'</article></body></html>')
+    before = other_site.hits["/beacon"]
+    with serve_test_site(extra_pages={"/onward.html": ("text/html", page.encode())}) as host:
+        result = browser_crawl.run(host.url("/onward.html"), CTX)
+    assert result.error_kind == ErrorKind.BLOCKED_URL and "127.0.0.2" in result.text
+    assert other_site.hits["/beacon"] == before
+
+
+def test_an_allowed_site_that_is_down_is_a_transient_error_not_a_refusal(browser_crawl) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    result = browser_crawl.run(f"http://127.0.0.1:{closed_port}/", CTX)
+    assert result.error_kind == ErrorKind.TOOL_ERROR and result.details["transient"] is True
+    assert "refused to fetch" not in result.text

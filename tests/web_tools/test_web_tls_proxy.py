@@ -12,7 +12,7 @@ import pytest
 from coa_envs.loopback import QuietHandler, Serving, loopback_server
 from coa_envs.types import ErrorKind
 from coa_envs.web.fetch import FetchedPage, FetchFailure, HttpFetcher
-from coa_envs.web.proxy import BLOCKED_MARKER, GuardedProxy
+from coa_envs.web.proxy import BLOCKED_MARKER, UNREACHABLE_MARKER, GuardedProxy
 from coa_envs.web.ssrf import UrlGuard
 
 
@@ -100,5 +100,23 @@ def test_proxy_connect_tunnels_are_checked_too(site, other_site) -> None:
         assert refused.startswith(b"HTTP/1.1 403")
         metadata = _raw(proxy, b"CONNECT 169.254.169.254:443 HTTP/1.1\r\nHost: x\r\n\r\n")
         assert metadata.startswith(b"HTTP/1.1 403")
+    finally:
+        proxy.stop()
+
+
+def test_an_allowed_host_that_is_down_is_unreachable_not_refused() -> None:
+    """A permitted site that refuses connections is a transient 502, not the guard's 403: the
+    browser backends report it like httpx does, and a replay cache does not freeze it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    proxy = GuardedProxy(UrlGuard(["127.0.0.1"])).start()
+    try:
+        for request, then in ((f"GET http://127.0.0.1:{closed_port}/ HTTP/1.1\r\nHost: x\r\n\r\n", b""),
+                              (f"CONNECT 127.0.0.1:{closed_port} HTTP/1.1\r\nHost: x\r\n\r\n", b"")):
+            answer = _raw(proxy, request.encode(), then)
+            assert answer.startswith(b"HTTP/1.1 502") and UNREACHABLE_MARKER.encode() in answer
+            assert BLOCKED_MARKER.encode() not in answer and b"X-Coa-Blocked" not in answer
+        assert not proxy.refusals
     finally:
         proxy.stop()
