@@ -18,8 +18,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["HERMES_RESPONSE_TEMPLATE", "ToolTemplateError", "observation_text", "parse_reply", "render_prompt",
-           "supports_tools", "wire_message"]
+__all__ = ["HERMES_RESPONSE_TEMPLATE", "ToolTemplateError", "calls_delta", "observation_text", "parse_reply",
+           "render_prompt", "supports_tools", "tool_call_opener", "wire_message"]
 
 HERMES_RESPONSE_TEMPLATE: dict[str, Any] = {
     "defaults": {"role": "assistant"},
@@ -111,6 +111,22 @@ def wire_message(message: Mapping[str, Any]) -> dict[str, Any]:
                               "function": {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}}
                              for c in message["tool_calls"]]
     return out
+
+
+def tool_call_opener(tokenizer: Any) -> str:
+    """The text that starts a tool call in this model's replies ('' when unknown). A stream
+    holds back everything from it on: that text becomes ``tool_calls``, not content."""
+    schema = getattr(tokenizer, "response_template", None) or HERMES_RESPONSE_TEMPLATE
+    field = (schema.get("fields") or {}).get("tool_calls") or {}
+    return str(field.get("open") or "")
+
+
+def calls_delta(calls: Sequence[Mapping[str, Any]], unsent_content: str) -> dict[str, Any]:
+    """The stream delta that carries a reply's tool calls (each whole, with its ``index``, as
+    OpenAI's clients accumulate them) and the content not yet sent before the first call."""
+    delta: dict[str, Any] = {"content": unsent_content} if unsent_content else {}
+    delta["tool_calls"] = [{"index": index, **call} for index, call in enumerate(calls)]
+    return delta
 
 
 def observation_text(tokenizer: Any, history: Sequence[Mapping[str, Any]], reply: Mapping[str, Any],

@@ -29,7 +29,7 @@ from agents.openai_wire import (
     usage,
     visible_text,
 )
-from agents.toolcalls import HERMES_RESPONSE_TEMPLATE, parse_reply, wire_message
+from agents.toolcalls import calls_delta, parse_reply, tool_call_opener, wire_message
 
 __all__ = ["LocalBackend", "call_seed"]
 
@@ -38,13 +38,6 @@ def call_seed(seed: int, call_index: int) -> int:
     """The seed of call ``call_index`` of a session seeded with ``seed`` (as the RL worker
     derives a turn's seed from an episode's)."""
     return (seed * 1_000_003 + call_index * 7919) % (2**62)
-
-
-def _tool_opener(tokenizer: Any) -> str:
-    """The text that starts a tool call in this model's replies ('' when unknown: hold all)."""
-    schema = getattr(tokenizer, "response_template", None) or HERMES_RESPONSE_TEMPLATE
-    field = (schema.get("fields") or {}).get("tool_calls") or {}
-    return str(field.get("open") or "")
 
 
 def _engine_error(completion: Completion) -> APIError:
@@ -73,7 +66,7 @@ class LocalBackend:
         self.default_max_tokens = default_max_tokens
         self.keep_sampled_replies = keep_sampled_replies
         self.eos_text = tokenizer.eos_token or ""
-        self.opener = _tool_opener(tokenizer)
+        self.opener = tool_call_opener(tokenizer)
 
     def close(self) -> None:
         if self._owns_batcher:
@@ -231,9 +224,7 @@ class LocalBackend:
             recorded = True
             if finish == "tool_calls":
                 before = completion.text.split(self.opener, 1)[0].rstrip() if self.opener else ""
-                rest = releaser.rest(before)
-                calls = [{"index": i, **call} for i, call in enumerate(reply["tool_calls"])]
-                yield sse(chunker.delta({**({"content": rest} if rest else {}), "tool_calls": calls},
+                yield sse(chunker.delta(calls_delta(reply["tool_calls"], releaser.rest(before)),
                                         logprobs=logprobs_of(pending)))
                 pending = []
             else:

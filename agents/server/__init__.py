@@ -24,8 +24,9 @@ it, never silently ignored (``top_logprobs`` > 0, ``response_format`` other than
 ``echo`` and ``n`` are implemented.
 
 Concurrent requests are merged into shared batches by :class:`BatchingEngine`. Streaming is
-real: tokens go out as the engine samples them (text deltas are held back while a stop
-string might still be forming, so a streamed stop string never leaks).
+real: tokens go out as the engine samples them, with their logprobs when asked (text deltas
+are held back while a stop string might still be forming, so a streamed stop string never
+leaks; with ``tools``, the text from the tool-call opener on becomes the ``tool_calls`` delta).
 
 Layout: :mod:`agents.server.app` assembles the app; :mod:`~agents.server.bodies` holds the
 request bodies, :mod:`~agents.server.model` what every route asks of the served model,

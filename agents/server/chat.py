@@ -36,7 +36,7 @@ async def chat(served: ServedModel, body: ChatBody) -> Any:
     prompt_text, ids = served.chat_prompt(body)
     use_tools = bool(body.tools) and body.tool_choice != "none"
     if body.stream:
-        return streamed(served, ids, body, "chat.completion.chunk")
+        return streamed(served, ids, body, "chat.completion.chunk", prompt_text=prompt_text)
     done = await asyncio.to_thread(served.run, [ids], body, 512)
     choices = []
     for index, completion in enumerate(done):
@@ -47,9 +47,8 @@ async def chat(served: ServedModel, body: ChatBody) -> Any:
         finish = finish_reason(completion)
         if use_tools:  # read the calls the model wrote in its template's format
             reply = wire_message(parse_reply(served.tokenizer, completion.text, prompt_text, body.tools))
-            message = reply
-            if reply.get("tool_calls"):
-                finish = "tool_calls"
+            if reply.get("tool_calls"):  # a reply without calls is its text, as when streamed
+                message, finish = reply, "tool_calls"
         choice: dict[str, Any] = {
             "index": index, "message": message,
             "finish_reason": finish, "stop_reason": completion.stop_string,

@@ -57,18 +57,8 @@ async def completions(served: ServedModel, body: CompletionBody) -> Any:
                                   "finish_reason": finish_reason(completion),
                                   "stop_reason": completion.stop_string, "logprobs": None}
         if body.logprobs is not None:
-            tokens = [served.token_str(t, body.return_tokens_as_token_ids)
-                      for t in completion.token_ids]
-            offsets, at = [], 0
-            for t in tokens:
-                offsets.append(at)
-                at += len(t)
-            # logprobs=0: the sampled token only, which vLLM also lists in top_logprobs
-            choice["logprobs"] = {"tokens": tokens,
-                                  "token_logprobs": list(completion.logprobs),
-                                  "top_logprobs": [{t: lp} for t, lp in zip(tokens, completion.logprobs,
-                                                                              strict=True)],
-                                  "text_offset": offsets}
+            choice["logprobs"] = served.completion_logprobs(list(completion.token_ids), list(completion.logprobs),
+                                                            body.return_tokens_as_token_ids)
         if body.return_token_ids:
             choice["token_ids"] = list(completion.token_ids)
             choice["prompt_token_ids"] = prompts[index // body.n]

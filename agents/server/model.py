@@ -41,6 +41,18 @@ class ServedModel:
     def token_str(self, token: int, as_ids: bool) -> str:
         return f"token_id:{token}" if as_ids else self.tokenizer.decode([token])
 
+    def completion_logprobs(self, token_ids: list[int], logprobs: list[float], as_ids: bool,
+                            offset: int = 0) -> dict[str, Any]:
+        """``/v1/completions`` logprobs of sampled tokens (``logprobs=0``: the sampled token only,
+        which vLLM also lists in ``top_logprobs``); text offsets start at ``offset``."""
+        tokens = [self.token_str(t, as_ids) for t in token_ids]
+        offsets = []
+        for token in tokens:
+            offsets.append(offset)
+            offset += len(token)
+        return {"tokens": tokens, "token_logprobs": list(logprobs),
+                "top_logprobs": [{t: lp} for t, lp in zip(tokens, logprobs, strict=True)], "text_offset": offsets}
+
     def params_for(self, body: CommonBody, index: int, default_max: int) -> SamplingParams:
         limit = body.max_completion_tokens or body.max_tokens or default_max
         seed = None if body.seed is None else body.seed + index
@@ -59,10 +71,9 @@ class ServedModel:
     def chat_prompt(self, body: ChatBody) -> tuple[str, list[int]]:
         tools = body.tools if body.tools and body.tool_choice != "none" else None
         if tools is not None:
-            if body.stream or body.continue_final_message:
-                raise APIError(400, "tools work with non-streamed replies that start a new message "
-                                    "(stream and continue_final_message are off)", code="unsupported_value",
-                               param="tools")
+            if body.continue_final_message:
+                raise APIError(400, "tools work with replies that start a new message (continue_final_message "
+                                    "is off)", code="unsupported_value", param="tools")
             if not supports_tools(self.tokenizer):
                 raise APIError(400, f"the chat template of {self.model_name} does not render tools, so this "
                                     "model cannot call functions; send the request without tools",

@@ -1,7 +1,10 @@
 """Streamed replies of ``coa serve``: server-sent events as the engine samples.
 
 Text deltas are held back while a stop string (or the eos text) might still be forming
-(:class:`agents.openai_wire.TextReleaser`), so a streamed stop string never leaks.
+(:class:`agents.openai_wire.TextReleaser`), so a streamed stop string never leaks. Each chunk
+carries the logprobs of the tokens it releases when they were asked for. With ``tools``, the
+text from the model's tool-call opener on is held back too and, read as calls when the reply
+ends, goes out as ``tool_calls`` (finish reason ``tool_calls``), as the JSON reply has them.
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from agents.engines import GenerationRequest, SamplingParams
-from agents.openai_errors import APIError, error_body
-from agents.openai_wire import SSE_DONE, TextReleaser, finish_reason, sse, visible_text
+from agents.engines import Completion, GenerationRequest, SamplingParams
+from agents.openai_errors import error_body
+from agents.openai_wire import SSE_DONE, TextReleaser, chat_logprobs, finish_reason, sse, visible_text
+from agents.toolcalls import calls_delta, parse_reply, tool_call_opener, wire_message
 
 if TYPE_CHECKING:
     from agents.server.model import ServedModel
@@ -22,68 +26,103 @@ if TYPE_CHECKING:
 __all__ = ["streamed"]
 
 
-def streamed(served: ServedModel, ids: list[int], body: Any, kind: str, echo: str = "") -> Any:
-    """The streamed answer; its parameters are checked first, while an error can still be a 400."""
+def streamed(served: ServedModel, ids: list[int], body: Any, kind: str, echo: str = "", prompt_text: str = "") -> Any:
+    """The streamed answer; its parameters are checked first, while an error can still be a 400.
+    ``prompt_text`` is the rendered chat prompt tool calls are read after."""
     from fastapi.responses import StreamingResponse
 
-    if body.logprobs:
-        raise APIError(400, "logprobs are not sent in streamed replies by this server; send stream=false "
-                            "to get them", code="unsupported_value", param="logprobs")
     params = served.params_for(body, 0, 16 if kind == "text_completion" else 512)
-    return StreamingResponse(_stream(served, ids, body, kind, params, echo), media_type="text/event-stream")
+    stream = _Stream(served, body, kind, prompt_text)
+    return StreamingResponse(stream.events(ids, params, echo), media_type="text/event-stream")
 
-async def _stream(served: ServedModel, ids: list[int], body: Any, kind: str, params: SamplingParams,
-                  echo: str) -> AsyncIterator[str]:
-    """Server-sent events: one chunk per released text delta (the echoed prompt first), the
-    last with the finish reason, a usage chunk if ``stream_options.include_usage``, ``[DONE]``."""
-    loop = asyncio.get_running_loop()
-    tokens: asyncio.Queue[tuple[int, float] | None] = asyncio.Queue()
-    with_usage = bool((body.stream_options or {}).get("include_usage"))
-    request = GenerationRequest(
-        token_ids=tuple(ids), params=params,
-        on_token=lambda t, lp: loop.call_soon_threadsafe(tokens.put_nowait, (t, lp)))
-    job = asyncio.ensure_future(asyncio.to_thread(served.batcher.generate, [request], params))
-    job.add_done_callback(lambda _: tokens.put_nowait(None))
-    created, ident = int(time.time()), f"cmpl-{uuid.uuid4().hex}"
-    releaser = TextReleaser(served.tokenizer, params.stop, served.eos_text)
 
-    first = True
+class _Stream:
+    """The chunks of one streamed completion (``kind``: ``text_completion`` or
+    ``chat.completion.chunk``)."""
 
-    def chunk(delta: str, finish: str | None, stop_reason: str | None = None) -> str:
-        nonlocal first
-        if kind == "text_completion":
-            choice = {"index": 0, "text": delta, "finish_reason": finish,
-                      "stop_reason": stop_reason, "logprobs": None}
+    def __init__(self, served: ServedModel, body: Any, kind: str, prompt_text: str) -> None:
+        self.served, self.body, self.kind, self.prompt_text = served, body, kind, prompt_text
+        self.chat = kind != "text_completion"
+        self.tools = body.tools if self.chat and body.tools and body.tool_choice != "none" else None
+        self.opener = tool_call_opener(served.tokenizer) if self.tools else ""
+        self.with_logprobs = bool(body.logprobs) if self.chat else body.logprobs is not None
+        self.with_usage = bool((body.stream_options or {}).get("include_usage"))
+        self.ident = f"{'chatcmpl' if self.chat else 'cmpl'}-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.first = True
+        self.offset = 0  # text_completion logprobs: where the next token starts
+
+    def _logprobs(self, items: list[tuple[int, float]]) -> dict[str, Any] | None:
+        if not self.with_logprobs:
+            return None
+        token_ids, logprobs = [t for t, _ in items], [lp for _, lp in items]
+        as_ids = self.body.return_tokens_as_token_ids
+        if self.chat:
+            return {"content": chat_logprobs(self.served.tokenizer, token_ids, logprobs, as_ids)}
+        entries = self.served.completion_logprobs(token_ids, logprobs, as_ids, self.offset)
+        self.offset += sum(len(t) for t in entries["tokens"])
+        return entries
+
+    def chunk(self, delta: dict[str, Any], finish: str | None = None, stop_reason: str | None = None,
+              items: list[tuple[int, float]] | None = None) -> str:
+        logprobs = self._logprobs(items) if items else None
+        if self.chat:
+            if self.first:
+                delta = {"role": "assistant", **delta}
+            choice = {"index": 0, "delta": delta, "finish_reason": finish, "stop_reason": stop_reason,
+                      "logprobs": logprobs}
         else:
-            content: dict[str, str] = {"role": "assistant"} if first else {}
-            if delta:
-                content["content"] = delta
-            choice = {"index": 0, "delta": content, "finish_reason": finish,
-                      "stop_reason": stop_reason, "logprobs": None}
-        first = False
-        payload: dict[str, Any] = {"id": ident, "object": kind, "created": created, "model": served.model_name,
-                                   "choices": [choice]}
-        if with_usage:  # OpenAI: null on every chunk but the final usage chunk
+            choice = {"index": 0, "text": delta.get("content", ""), "finish_reason": finish,
+                      "stop_reason": stop_reason, "logprobs": logprobs}
+        self.first = False
+        payload: dict[str, Any] = {"id": self.ident, "object": self.kind, "created": self.created,
+                                   "model": self.served.model_name, "choices": [choice]}
+        if self.with_usage:  # OpenAI: null on every chunk but the final usage chunk
             payload["usage"] = None
         return sse(payload)
 
-    if echo:
-        yield chunk(echo, None)
+    async def events(self, ids: list[int], params: SamplingParams, echo: str) -> AsyncIterator[str]:
+        """Server-sent events: one chunk per released text delta (the echoed prompt first), the
+        last with the finish reason, a usage chunk if ``stream_options.include_usage``, ``[DONE]``."""
+        served = self.served
+        loop = asyncio.get_running_loop()
+        tokens: asyncio.Queue[tuple[int, float] | None] = asyncio.Queue()
+        request = GenerationRequest(
+            token_ids=tuple(ids), params=params,
+            on_token=lambda t, lp: loop.call_soon_threadsafe(tokens.put_nowait, (t, lp)))
+        job = asyncio.ensure_future(asyncio.to_thread(served.batcher.generate, [request], params))
+        job.add_done_callback(lambda _: tokens.put_nowait(None))
+        releaser = TextReleaser(served.tokenizer, params.stop, served.eos_text, hold_from=self.opener or None)
+        if echo:
+            yield self.chunk({"content": echo})
+        pending: list[tuple[int, float]] = []
+        while (item := await tokens.get()) is not None:
+            pending.append(item)
+            delta = releaser.push(item[0])
+            if delta:
+                yield self.chunk({"content": delta}, items=pending)
+                pending = []
+        (completion,) = await job
+        if not completion.ok:
+            yield sse(error_body(500, f"{completion.error_kind}: {completion.error}", code=str(completion.error_kind)))
+            yield SSE_DONE
+            return
+        yield self._last_chunk(completion, releaser, pending)
+        if self.with_usage:
+            yield sse({"id": self.ident, "object": self.kind, "created": self.created, "model": served.model_name,
+                       "choices": [], "usage": served.counts([ids], [completion])})
+        yield SSE_DONE
 
-    while (item := await tokens.get()) is not None:
-        delta = releaser.push(item[0])
-        if delta:
-            yield chunk(delta, None)
-    (completion,) = await job
-    if not completion.ok:
-        error = error_body(500, f"{completion.error_kind}: {completion.error}", code=str(completion.error_kind))
-        yield sse(error)
-    else:
-        final = visible_text(completion.action_text, completion.stop_string,
-                         body.include_stop_str_in_output)
-        yield chunk(releaser.rest(final), finish_reason(completion), completion.stop_string)
-        if with_usage:
-            payload = {"id": ident, "object": kind, "created": created, "model": served.model_name,
-                       "choices": [], "usage": served.counts([ids], [completion])}
-            yield sse(payload)
-    yield SSE_DONE
+    def _last_chunk(self, completion: Completion, releaser: TextReleaser, pending: list[tuple[int, float]]) -> str:
+        """The rest of the reply with its finish reason: the tool calls the model wrote, or the
+        text still held back."""
+        if self.tools:
+            reply = wire_message(parse_reply(self.served.tokenizer, completion.text, self.prompt_text, self.tools))
+            if reply.get("tool_calls"):
+                before = completion.text.split(self.opener, 1)[0].rstrip() if self.opener else ""
+                return self.chunk(calls_delta(reply["tool_calls"], releaser.rest(before)), "tool_calls",
+                                  completion.stop_string, pending)
+        final = visible_text(completion.action_text, completion.stop_string, self.body.include_stop_str_in_output)
+        rest = releaser.rest(final)
+        return self.chunk({"content": rest} if rest else {}, finish_reason(completion), completion.stop_string,
+                          pending)

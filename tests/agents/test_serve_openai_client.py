@@ -42,3 +42,53 @@ def test_a_message_openai_refuses_is_a_400_naming_it(client, messages, param):
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(**{**CHAT, "messages": messages})
     assert caught.value.param == param
+
+
+def test_a_stream_carries_the_logprobs_the_json_reply_has(client):
+    whole = client.chat.completions.create(**CHAT, logprobs=True).choices[0]
+    chunks = list(client.chat.completions.create(**CHAT, logprobs=True, stream=True))
+    entries = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [(e.token, e.bytes) for e in entries] == [(e.token, e.bytes) for e in whole.logprobs.content]
+    assert [e.logprob for e in entries] == pytest.approx([e.logprob for e in whole.logprobs.content], abs=1e-4)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == whole.message.content
+
+    plain = client.completions.create(model="tiny", prompt="abc", max_tokens=6, seed=2, logprobs=0).choices[0]
+    streamed = list(client.completions.create(model="tiny", prompt="abc", max_tokens=6, seed=2, logprobs=0,
+                                              stream=True))
+    parts = [c.choices[0].logprobs for c in streamed if c.choices[0].logprobs]
+    assert [t for p in parts for t in p.tokens] == plain.logprobs.tokens
+    assert [lp for p in parts for lp in p.token_logprobs] == pytest.approx(plain.logprobs.token_logprobs, abs=1e-4)
+    assert [o for p in parts for o in p.text_offset] == plain.logprobs.text_offset
+
+
+def test_tool_calls_stream_as_the_openai_client_accumulates_them(tiny_tokenizer, scripted_lm):
+    call = '<tool_call>\n{"name": "code", "arguments": {"code": "print(6 * 7)"}}\n</tool_call><|im_end|>'
+    tools = [{"type": "function", "function": {"name": "code", "description": "run Python",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "code": {"type": "string"}}}}}]
+    engine = HFEngine(scripted_lm([call, "Checking. " + call, "It is 42.<|im_end|>"]), tiny_tokenizer)
+    with serve_in_thread(create_app(engine, tiny_tokenizer, "tiny")) as url:
+        client = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
+        messages = [{"role": "user", "content": "compute 6 * 7"}]
+        with client.chat.completions.stream(model="tiny", messages=messages, tools=tools, max_tokens=64) as events:
+            for _ in events:
+                pass
+            final = events.get_final_completion().choices[0]
+        assert final.finish_reason == "tool_calls"
+        (made,) = final.message.tool_calls
+        assert (made.function.name, made.function.arguments) == ("code", '{"code": "print(6 * 7)"}')
+        assert made.id.startswith("call_") and not final.message.content
+
+        chunks = list(client.chat.completions.create(model="tiny", messages=messages, tools=tools, max_tokens=64,
+                                                     stream=True))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks)
+        assert text.rstrip() == "Checking."  # the call's text is never content
+        assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+        history = [*messages, final.message.model_dump(exclude_none=True, include={"role", "content", "tool_calls"}),
+                   {"role": "tool", "tool_call_id": made.id, "content": "42"}]
+        answer = list(client.chat.completions.create(model="tiny", messages=history, tools=tools, max_tokens=64,
+                                                     stream=True))
+        assert "".join(c.choices[0].delta.content or "" for c in answer) == "It is 42."
+        assert answer[-1].choices[0].finish_reason == "stop"
+        assert not any(c.choices[0].delta.tool_calls for c in answer)
