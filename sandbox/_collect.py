@@ -235,7 +235,8 @@ class RunEnd:
 
     ``returncode`` < 0 means killed by that signal. ``usage``: what the run's cgroup counted
     (None in the per-process mode, where ``cpu_s`` is the process's own). ``cpu_known`` is false
-    when a wrapper hides even that (a jail's child is outside the backend's rusage).
+    when a wrapper hides even that (a jail's child is outside the backend's rusage); a cgroup's
+    figure is always known (:func:`outcome` sets it).
     """
 
     collected: Collected
@@ -300,8 +301,8 @@ def limit_note(limit_hit: str | None, end: RunEnd, limits: Limits) -> str:
 def outcome(end: RunEnd, limits: Limits) -> dict[str, Any]:
     """Every field of a result but ``wall_s``: output cut to size with the notes appended, the
     status and the limit hit. The CPU time is the cgroup's when ``end.usage`` is given."""
-    if end.usage is not None:
-        end = dataclasses.replace(end, cpu_s=end.usage.cpu_s)
+    if end.usage is not None:  # the cgroup counted every process of the run, a jail's included
+        end = dataclasses.replace(end, cpu_s=end.usage.cpu_s, cpu_known=True)
     collected, returncode, cpu_s = end.collected, end.returncode, end.cpu_s
     status, limit_hit = judge(end, limits)
     stdout, cut_out = to_text(collected.stdout, limits.max_output_chars)

@@ -111,6 +111,8 @@ class SubprocessBackend:
             if uid is not None:
                 self._give_back_uid(uid)
         returncode = self._returncode(returncode)
+        if returncode == -signal.SIGKILL and time.monotonic() - started >= limits.wall_s:
+            collected.wall_killed = True  # a wrapper's own wall limit (nsjail's) fired before ours
         fields = outcome(RunEnd(collected, returncode, rusage_cpu_s, usage, cpu_known=self.cpu_accounted), limits)
         return ExecResult(
             stdout=fields["stdout"],

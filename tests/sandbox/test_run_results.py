@@ -132,3 +132,16 @@ def test_end_record_struct_is_what_the_forgery_above_writes():
     from sandbox._harness import END_RECORD
 
     assert END_RECORD.format == struct.Struct("=cid").format
+
+
+@pytest.mark.parametrize(
+    "code", ["raise SystemExit(137)", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"], ids=["exit", "kill"]
+)
+def test_a_kill_is_no_cpu_timeout_when_the_cgroup_says_the_budget_was_not_spent(jail, code):
+    """bwrap and nsjail report a child killed by signal N as exit status 128 + N, and their own
+    rusage misses the jailed run; a SIGKILL was then taken to be the CPU limit's whatever the
+    run's cgroup had counted: a run that exited with 137 (or killed itself) after 0.01 s of a
+    10 s budget read ``timeout``, "CPU time limit reached" (pool: ``error``)."""
+    result = jail.run(code, limits=Limits(cpu_s=10, wall_s=30))
+    assert result.limit_hit is None and result.status in (Status.ERROR, Status.OK), result
+    assert "CPU time limit" not in result.stderr, result
