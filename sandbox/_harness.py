@@ -314,6 +314,13 @@ def _load_lockdown():  # type: ignore[no-untyped-def]
     return module
 
 
+def _read_seccomp(config: dict, lockdown):  # type: ignore[no-untyped-def]
+    """The compiled seccomp program handed over on ``config["seccomp_fd"]`` (closed here)."""
+    program = os.pread(config["seccomp_fd"], 1 << 20, 0)
+    os.close(config["seccomp_fd"])
+    return lockdown.CompiledFilter(program)
+
+
 def _main(argv: list[str]) -> None:
     """``_harness.py CONFIG_JSON``: set up, limit self, run the code, clean up.
 
@@ -322,8 +329,9 @@ def _main(argv: list[str]) -> None:
     ``cgroup_fds`` (the run's ``cgroup.procs`` files: joined first, then closed),
     ``scratch`` (mount the run's quota'd ``/tmp`` and drop to ``uid`` with the seccomp program
     read from ``seccomp_fd``: the bubblewrap path), ``scratch_dirs`` (only lay out a ``/tmp``
-    a wrapper mounted: nsjail), ``reap`` (become a subreaper and kill every descendant at the
-    end, daemons included: the unjailed subprocess path). The limits are applied here rather
+    a wrapper mounted, and load ``seccomp_fd``'s program on top of the wrapper's: nsjail),
+    ``reap`` (become a subreaper and kill every descendant at the end, daemons included: the
+    unjailed subprocess path). The limits are applied here rather
     than with ``preexec_fn``, which is unsafe when the parent has threads.
     """
     import json
@@ -350,17 +358,15 @@ def _main(argv: list[str]) -> None:
             carry = [(path, writable) for path, writable in scratch.get("carry", [])]
             hide = scratch.get("hide", [])
             lockdown.make_scratch(scratch["disk_mb"], scratch["max_files"], scratch["uid"], carry, hide)
-            seccomp = None
-            if config.get("seccomp_fd") is not None:
-                program = os.pread(config["seccomp_fd"], 1 << 20, 0)
-                os.close(config["seccomp_fd"])
-                seccomp = lockdown.CompiledFilter(program)
+            seccomp = _read_seccomp(config, lockdown) if config.get("seccomp_fd") is not None else None
             os.chdir(lockdown.WORKDIR)
             lockdown.drop_privileges(scratch["uid"], seccomp, lockdown.writable_in_jail(scratch.get("writable", [])))
         else:
             lockdown.make_scratch_dirs()
             if config.get("writable") is not None:  # nsjail dropped privileges (no_new_privs set)
                 lockdown.restrict_writes(lockdown.writable_in_jail(config["writable"]))
+            if config.get("seccomp_fd") is not None:  # on top of the wrapper's own policy
+                _read_seccomp(config, lockdown).load()
         os.chdir(lockdown.WORKDIR)
     elif config.get("reap"):
         lockdown.become_subreaper()

@@ -11,12 +11,10 @@ Install with ``apt-get install bubblewrap``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 
-from sandbox._jail import compile_seccomp
 from sandbox._lockdown import SCRATCH, SHM_DIR
 from sandbox._root import RootPolicy
 from sandbox.backends.base import BackendUnavailable
@@ -84,17 +82,11 @@ class BwrapBackend(JailedBackend):
         self.bwrap = bwrap or shutil.which("bwrap")
         if self.bwrap is None:
             raise BackendUnavailable("bubblewrap is not installed (apt-get install bubblewrap)")
-        self._seccomp: dict[bool, int] = {}
         super().__init__(python, quiet=True, accounting=accounting)
         self._build_root(read_only_paths, writable_paths)
         self._root_args = {False: bwrap_root_args(self.root), True: bwrap_root_args(self.root.with_network_files())}
-        # One sealed in-memory BPF program per network setting, handed to every run's harness.
-        for network in (False, True):
-            compiled = compile_seccomp(allow_network=network) if seccomp else None
-            if compiled is not None:
-                fd = os.memfd_create(f"coa-seccomp-{int(network)}")
-                os.write(fd, compiled.program)
-                self._seccomp[network] = fd
+        if seccomp:
+            self._seal_seccomp()
         self.isolation = self._layers(
             "user/pid/net/ipc/uts namespaces" if not self.as_root else "pid/net/ipc/uts namespaces",
             "seccomp filter" if self._seccomp else "no seccomp",
@@ -135,20 +127,9 @@ class BwrapBackend(JailedBackend):
 
         return clean_environment()
 
-    def _open_extra_fd(self, limits: Limits) -> int | None:
-        fd = self._seccomp.get(limits.network)
-        return os.dup(fd) if fd is not None else None
-
     def _returncode(self, returncode: int) -> int:
         # bwrap reports a child killed by signal N as exit status 128 + N.
         return -(returncode - 128) if 128 < returncode < 160 else returncode
 
     def _environment(self, workdir: str | None) -> dict[str, str]:
         return {"PATH": "/usr/bin:/bin"}  # bwrap clears and sets the run's environment itself
-
-    def close(self) -> None:
-        for fd in self._seccomp.values():
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self._seccomp = {}
-        super().close()

