@@ -74,11 +74,12 @@ class Collected:
 class CpuWatch:
     """The run's CPU time so far (``used``: seconds, every process of the run, from its cgroup)
     and its ``budget``. Checked when it could first have run out with every CPU busy, then again
-    as it nears the budget: a short run is never checked at all."""
+    as it nears the budget: a short run is never checked at all. Every CPU of the host counts,
+    not only those the watcher's own affinity allows: a run may widen its affinity to all."""
 
     used: Callable[[], float]
     budget: float
-    cpus: int = field(default_factory=lambda: len(os.sched_getaffinity(0)) or 1)
+    cpus: int = field(default_factory=lambda: os.cpu_count() or 1)
 
     def next_check(self, now: float, spent: float = 0.0) -> float:
         return now + max(0.005, (self.budget - spent) / self.cpus)

@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 
 from sandbox import Limits, Status
 from sandbox.backends import BackendUnavailable, get_backend
-from tests.sandbox.jails import SPINNERS_REPORTING, cpu_the_spinners_had, leftover_processes, still_correct
+from tests.sandbox.jails import (
+    SPINNERS_REPORTING,
+    cpu_the_spinners_had,
+    jail_backend,
+    leftover_processes,
+    still_correct,
+)
 
 MB = 2**20
 
@@ -88,6 +95,49 @@ def test_forked_children_share_one_cpu_budget(jail):
     assert (result.status, result.limit_hit) == (Status.TIMEOUT, "timeout"), result
     assert result.cpu_s <= 2.0, result  # the run's CPU time, all processes together (3 s before)
     still_correct(jail)
+
+
+WIDENED_CPU = r"""
+import os
+os.sched_setaffinity(0, range(os.cpu_count()))  # every CPU, whatever its caller was pinned to
+for _ in range(os.cpu_count() - 1):
+    if os.fork() == 0:
+        break
+while True:
+    pass
+"""
+
+
+@pytest.fixture()
+def pinned_to_one_cpu():
+    """This process (and what it starts) on one CPU, as under ``taskset`` or a pinned worker."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("needs two CPUs")
+    original = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(original)})
+    yield
+    os.sched_setaffinity(0, original)
+
+
+def test_the_cpu_watch_counts_every_cpu_a_run_could_take(pinned_to_one_cpu):
+    """The watch checked first when the budget could be spent on the CPUs its *caller* may use;
+    a run may widen its own affinity to every CPU, and spent cpu_count budgets by then."""
+    from sandbox._collect import CpuWatch
+
+    assert CpuWatch(lambda: 0.0, 1.0).cpus == os.cpu_count()
+
+
+def test_a_run_that_widens_its_affinity_stops_near_its_cpu_budget(pinned_to_one_cpu):
+    """A one-worker pool started by a caller pinned to one CPU; the run takes every CPU with a
+    spinner on each. (Before: the first check came after 1.5 s, by when it had used 1.5 s on
+    every CPU, 3 CPU-s on two idle ones.)"""
+    backend = jail_backend("pool", preload=())
+    try:
+        result = backend.run(WIDENED_CPU, limits=Limits(cpu_s=1.5, wall_s=60))
+    finally:
+        backend.close()
+    assert (result.status, result.limit_hit) == (Status.TIMEOUT, "timeout"), result
+    assert result.cpu_s <= 2.25, result
 
 
 def test_children_that_outlive_their_parents_work_share_its_cpu_budget(jail):
