@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = ["HARMLESS_FIELDS", "MESSAGE_ROLES", "NEUTRAL_FIELDS", "APIError", "check_messages", "check_streaming",
-           "error_body", "install_error_handlers", "refuse_unsupported"]
+           "check_tools", "error_body", "install_error_handlers", "refuse_unsupported"]
 
 # Request fields that never change an answer: accepted and not acted on.
 HARMLESS_FIELDS: tuple[str, ...] = ("user", "metadata", "store", "service_tier", "safety_identifier",
@@ -133,9 +133,10 @@ def check_streaming(stream: bool | None, n: int | None, stream_options: Mapping[
 MESSAGE_ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
-def check_messages(messages: list[dict[str, Any]]) -> None:
+def check_messages(messages: list[dict[str, Any]], *, text_only: bool = True) -> None:
     """OpenAI's rules a chat template relies on: a known role on every message, and content on
-    every message but an assistant's (which may carry only tool calls)."""
+    every message but an assistant's (which may carry only tool calls); with ``text_only`` (a
+    model served here, not a pass-through), only text content parts."""
     for number, message in enumerate(messages):
         role = message.get("role")
         if role not in MESSAGE_ROLES:
@@ -148,3 +149,48 @@ def check_messages(messages: list[dict[str, Any]]) -> None:
         if not isinstance(content, str | list | None):
             raise APIError(400, f"messages[{number}].content must be a string or a list of content parts",
                            code="invalid_value", param=f"messages[{number}].content")
+        for part_number, part in enumerate(content if isinstance(content, list) and text_only else ()):
+            _check_part(part, f"messages[{number}].content[{part_number}]")
+
+
+def _check_part(part: Any, where: str) -> None:
+    """A content part must be text: the models served read text only, and an image, audio or
+    file part dropped on the way to the chat template would get an answer that looks right."""
+    kind = part.get("type") if isinstance(part, Mapping) else None
+    if kind != "text":
+        raise APIError(400, f"{where} is a {kind or type(part).__name__!r} part; this server's models read text "
+                            "only (content parts of type 'text')", code="unsupported_value", param=where)
+    if not isinstance(part.get("text"), str):
+        raise APIError(400, f"{where} has no 'text' string", code="invalid_value", param=f"{where}.text")
+
+
+def check_tools(tools: list[dict[str, Any]] | None, tool_choice: str | dict[str, Any] | None) -> None:
+    """OpenAI's rules for ``tools`` and ``tool_choice``: function tools with a name, a choice of
+    ``none``/``auto``, or ``required`` or a function among the tools (which need tools).
+    Anything else would be dropped or rendered half, so the reply would not be what was asked."""
+    names = []
+    for number, tool in enumerate(tools or ()):
+        function = tool.get("function")
+        if tool.get("type") != "function" or not isinstance(function, Mapping):
+            raise APIError(400, f"tools[{number}] is of type {tool.get('type')!r}; this server serves function "
+                                "tools only ({'type': 'function', 'function': {...}})", code="unsupported_value",
+                           param=f"tools[{number}].type")
+        if not isinstance(function.get("name"), str) or not function["name"]:
+            raise APIError(400, f"tools[{number}].function has no name", code="invalid_value",
+                           param=f"tools[{number}].function.name")
+        names.append(function["name"])
+    if tool_choice in (None, "none", "auto"):
+        return
+    if tool_choice == "required":
+        if not tools:
+            raise APIError(400, "tool_choice='required' needs tools", code="invalid_value", param="tool_choice")
+        return
+    if not isinstance(tool_choice, Mapping):
+        raise APIError(400, f"tool_choice={tool_choice!r}: use 'auto', 'none', 'required' or "
+                            "{'type': 'function', 'function': {'name': ...}}", code="invalid_value",
+                       param="tool_choice")
+    chosen = tool_choice.get("function") if tool_choice.get("type") == "function" else None
+    name = chosen.get("name") if isinstance(chosen, Mapping) else None
+    if name not in names:
+        raise APIError(400, f"tool_choice names function {name!r}, which is not among the tools {names}",
+                       code="invalid_value", param="tool_choice")

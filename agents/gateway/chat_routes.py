@@ -27,10 +27,10 @@ def chat_routes(gateway: Gateway) -> Any:
     router = APIRouter()
 
     async def answer(session: GatewaySession, body: ChatRequest, one_call: bool) -> Any:
-        check_request(body)
+        backend = gateway.backend
+        check_request(body, local=getattr(backend, "source", None) == "engine")
         gateway.check_model(body.model)
         session.check_open()
-        backend = gateway.backend
         headers = {SESSION_HEADER: session.session_id}
         if not body.stream:
             try:

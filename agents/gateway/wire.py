@@ -24,6 +24,7 @@ from agents.openai_errors import (
     APIError,
     check_messages,
     check_streaming,
+    check_tools,
     refuse_unsupported,
 )
 from agents.openai_wire import stop_list
@@ -71,9 +72,11 @@ class ChatRequest(BaseModel):
         return bool((self.stream_options or {}).get("include_usage"))
 
 
-def check_request(request: ChatRequest) -> None:
-    """Refuse what the gateway does not implement (each with the field it concerns)."""
-    check_messages(request.messages)
+def check_request(request: ChatRequest, *, local: bool = True) -> None:
+    """Refuse what the gateway does not implement (each with the field it concerns). A request
+    passed through to an upstream (``local=False``) may carry the media parts and tools the
+    upstream takes; it judges them itself."""
+    check_messages(request.messages, text_only=local)
     supported = set(ChatRequest.model_fields) | set(HARMLESS_FIELDS)
     refuse_unsupported(request.model_extra or {}, harmless=HARMLESS_FIELDS, neutral=NEUTRAL_FIELDS,
                        supported=supported)
@@ -82,10 +85,8 @@ def check_request(request: ChatRequest) -> None:
                             "which the engines do not compute; logprobs=true with top_logprobs=0 returns each "
                             "sampled token's logprob", code="unsupported_value", param="top_logprobs")
     check_streaming(request.stream, request.n, request.stream_options)
-    if request.tool_choice not in (None, "auto", "none", "required") and not isinstance(request.tool_choice, dict):
-        raise APIError(400, f"tool_choice={request.tool_choice!r}: use 'auto', 'none', 'required' or "
-                            "{'type': 'function', 'function': {'name': ...}}", code="invalid_value",
-                       param="tool_choice")
+    if local:
+        check_tools(request.tools, request.tool_choice)
     for name in ("temperature", "top_p"):
         value = getattr(request, name)
         if value is not None and (value < 0 or (name == "top_p" and not 0 < value <= 1)):

@@ -7,7 +7,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from agents.openai_errors import APIError, check_messages
+from agents.openai_errors import APIError, check_messages, check_tools
 from agents.openai_wire import chat_logprobs, finish_reason, visible_text
 from agents.server.bodies import ChatBody
 from agents.server.stream import streamed
@@ -26,6 +26,7 @@ async def chat(served: ServedModel, body: ChatBody) -> Any:
 
     served.checked(body, ChatBody)
     check_messages(body.messages)
+    check_tools(body.tools, body.tool_choice)
     if body.top_logprobs:
         raise APIError(400, f"top_logprobs={body.top_logprobs} asks for the most likely alternatives per "
                             "token, which this server does not compute; logprobs=true with top_logprobs=0 "

@@ -92,3 +92,34 @@ def test_tool_calls_stream_as_the_openai_client_accumulates_them(tiny_tokenizer,
         assert "".join(c.choices[0].delta.content or "" for c in answer) == "It is 42."
         assert answer[-1].choices[0].finish_reason == "stop"
         assert not any(c.choices[0].delta.tool_calls for c in answer)
+
+
+ADD = {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}
+IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+AUDIO = {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}
+REFUSED_REQUESTS = [  # (what the request carries, the param the 400 names)
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": "what is it?"}, IMAGE]}]},
+     "messages[0].content[1]"),
+    ({"messages": [{"role": "user", "content": [AUDIO]}]}, "messages[0].content[0]"),
+    ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages[0].content[0].text"),
+    ({"messages": [{"role": "user", "content": ["bare string"]}]}, "messages[0].content[0]"),
+    ({"tools": [ADD], "tool_choice": {"type": "function", "function": {"name": "multiply"}}}, "tool_choice"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": [ADD], "tool_choice": "sometimes"}, "tool_choice"),
+    ({"tools": [{"type": "web_search_preview"}]}, "tools[0].type"),
+    ({"tools": [{"type": "function", "function": {"parameters": {}}}]}, "tools[0].function.name"),
+]
+
+
+def refused_param(client, request: dict) -> str | None:
+    """The ``param`` of the 400 the server answers ``request`` (merged into a small chat) with."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(**{**CHAT, **request})
+    return caught.value.param
+
+
+@pytest.mark.parametrize("request_fields, param", REFUSED_REQUESTS)
+def test_what_a_text_model_cannot_honour_is_refused_not_dropped(client, request_fields, param):
+    """An image dropped on the way to the template, or a named tool that is not there, would
+    get an answer that looks right and is not."""
+    assert refused_param(client, request_fields) == param

@@ -126,3 +126,15 @@ def test_sessions_by_header_and_one_call_sessions(gateway):
     assert plain.models.retrieve("tiny").id == "tiny"
     with pytest.raises(openai.NotFoundError):
         plain.models.retrieve("gpt-4o")
+
+
+def test_what_the_local_model_cannot_honour_is_refused_not_dropped(gateway):
+    from tests.agents.test_serve_openai_client import REFUSED_REQUESTS, refused_param
+
+    url, _, _ = gateway
+    client = _client(url, "refusals")
+    for request, param in REFUSED_REQUESTS:
+        assert refused_param(client, {**request, "model": "tiny"}) == param
+    # harmless choices without tools still work
+    reply = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=2, tool_choice="none")
+    assert reply.choices[0].finish_reason in ("stop", "length")
