@@ -37,6 +37,7 @@ __all__ = [
     "CpuWatch",
     "RunEnd",
     "collect",
+    "find_end_record",
     "hard_output_cap",
     "judge",
     "limit_note",
@@ -89,21 +90,46 @@ class CpuWatch:
 _MAX_RECORD_CPU_S = 1e6
 
 
+def _valid_end(tags: bytes | bytearray, at: int) -> tuple[int, float] | None:
+    _, rc, cpu_s = END_RECORD.unpack_from(tags, at)
+    if 0 <= rc <= 255 and math.isfinite(cpu_s) and 0.0 <= cpu_s <= _MAX_RECORD_CPU_S:
+        return rc, cpu_s
+    return None
+
+
+def find_end_record(tags: bytes | bytearray, start: int = 0) -> tuple[int, tuple[int, float] | None]:
+    """The first valid end record at or after ``start``: (its offset, (rc, cpu_s)); without one,
+    (where to look again once more bytes came: a record still incomplete, or the end), None.
+    Records with impossible figures are stepped over, so each byte is looked at once however
+    often the stream grows (a run that filled it with them made every later read rescan it all)."""
+    at = tags.find(STATUS_END, start)
+    while at >= 0 and len(tags) - at >= END_RECORD.size:
+        end = _valid_end(tags, at)
+        if end is not None:
+            return at, end
+        at = tags.find(STATUS_END, at + END_RECORD.size)
+    return (len(tags) if at < 0 else at), None
+
+
 def split_end_record(tags: bytes) -> tuple[bytes, tuple[int, float] | None]:
     """Take the first end record out of a status stream: (tags before it, (rc, cpu_s))).
 
     A record whose figures are impossible (an exit code outside 0-255, a CPU time that is not a
-    finite, non-negative number of plausible size) is no end record: the run is then watched
-    until it exits, like one that wrote none. (Only a forgery can hold such figures.)
+    finite, non-negative number of plausible size) is no end record: it is dropped from the tags,
+    and the run is watched until it exits, like one that wrote none. (Only a forgery can hold
+    such figures.) One pass over the stream.
     """
+    kept, start = [], 0
     at = tags.find(STATUS_END)
     while at >= 0 and len(tags) - at >= END_RECORD.size:
-        _, rc, cpu_s = END_RECORD.unpack_from(tags, at)
-        if 0 <= rc <= 255 and math.isfinite(cpu_s) and 0.0 <= cpu_s <= _MAX_RECORD_CPU_S:
-            return tags[:at], (rc, cpu_s)
-        tags = tags[:at] + tags[at + END_RECORD.size :]
-        at = tags.find(STATUS_END, at)
-    return tags, None
+        kept.append(tags[start:at])
+        end = _valid_end(tags, at)
+        if end is not None:
+            return b"".join(kept), end
+        start = at + END_RECORD.size
+        at = tags.find(STATUS_END, start)
+    kept.append(tags[start:])
+    return b"".join(kept), None
 
 
 def collect(
@@ -138,7 +164,12 @@ def collect(
     poller.register(done_fd, select.POLLIN)
     open_fds = set(keep)
     killed = False
-    done = stop_at_end_record and split_end_record(status_seen)[1] is not None
+    end_scan = 0  # where the status stream has not been searched for an end record yet
+    if stop_at_end_record:
+        end_scan, found = find_end_record(status_seen)
+        done = found is not None
+    else:
+        done = False
     check_cpu_at = cpu_watch.next_check(time.monotonic()) if cpu_watch else math.inf
 
     def read_ready(fd: int) -> None:
@@ -176,8 +207,9 @@ def collect(
                 done = True
             elif fd in open_fds:
                 read_ready(fd)
-                if stop_at_end_record and fd == status_fd and STATUS_END in keep[fd] and not killed:
-                    done = done or split_end_record(bytes(keep[fd]))[1] is not None
+                if stop_at_end_record and fd == status_fd and not killed:
+                    end_scan, found = find_end_record(keep[fd], end_scan)
+                    done = done or found is not None
         if result.output_bytes > byte_cap and not killed:
             result.output_killed = killed = True
             kill()
