@@ -148,6 +148,24 @@ class _PlaywrightSession:
             raise BrowserError(f"page load timed out: {url}", ErrorKind.TOOL_TIMEOUT) from exc
         except PlaywrightError as exc:
             raise BrowserError(f"browser could not load {url}: {exc.message.splitlines()[0]}") from exc
+        finally:
+            self._leave_page()
+
+    def _leave_page(self) -> None:
+        """Stop what the page started once it has been read: close the windows it opened and blank
+        the tab. Otherwise its scripts run on between renders, and a popup holding ``opener`` can
+        steer the shared tab while a later render (another episode's) is reading it."""
+        from playwright.sync_api import Error as PlaywrightError
+
+        page = self._page
+        try:
+            for other in self._context.pages:
+                if other is not page:
+                    other.close()
+            page.goto("about:blank", timeout=self._timeout_ms)
+        except PlaywrightError:  # a page that will not leave is closed; the next render opens a fresh tab
+            with contextlib.suppress(PlaywrightError):
+                page.close()
 
     def _note_navigation(self, response: Any) -> None:
         """Remember the main frame's latest document response (redirects by script included)."""
@@ -187,6 +205,9 @@ class _SeleniumSession:
 
         try:
             self._driver.get(url)
+            if self._driver.current_url == "about:blank":  # the tab left blank by the last render
+                # Nothing was committed: the response became a download (Playwright raises for it).
+                raise BrowserError(f"browser could not load {url}: the response started a download")
             if self._settle_s > 0:
                 self._driver.execute_async_script(
                     "const done = arguments[arguments.length - 1]; setTimeout(done, arguments[0]);",
@@ -205,10 +226,25 @@ class _SeleniumSession:
         except WebDriverException as exc:
             first = (exc.msg or str(exc)).splitlines()[0]
             raise BrowserError(f"browser could not load {url}: {first}") from exc
+        finally:
+            self._leave_page()
         # WebDriver shows no headers: the proxy's answer pages carry their marker in the body.
         _raise_if_proxy_answered(final_url, BLOCKED_MARKER in html, UNREACHABLE_MARKER in html)
         status = int(status) if isinstance(status, int | float) and status > 0 else None
         return RenderedPage(url, final_url, html, status, content_type)
+
+    def _leave_page(self) -> None:
+        """Close the windows the page opened and blank the tab (see the Playwright session)."""
+        from selenium.common.exceptions import WebDriverException
+
+        with contextlib.suppress(WebDriverException):  # a broken driver is caught by healthy()
+            main = self._driver.current_window_handle
+            for handle in self._driver.window_handles:
+                if handle != main:
+                    self._driver.switch_to.window(handle)
+                    self._driver.close()
+            self._driver.switch_to.window(main)
+            self._driver.get("about:blank")
 
     def healthy(self) -> bool:
         try:

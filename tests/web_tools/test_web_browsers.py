@@ -170,3 +170,32 @@ def test_an_allowed_site_that_is_down_is_a_transient_error_not_a_refusal(browser
     result = browser_crawl.run(f"http://127.0.0.1:{closed_port}/", CTX)
     assert result.error_kind == ErrorKind.TOOL_ERROR and result.details["transient"] is True
     assert "refused to fetch" not in result.text
+
+
+def test_nothing_a_page_started_runs_on_after_its_render(browser_crawl) -> None:
+    """The tab is shared by every render (every episode): a page's timers and the popups it opened
+    kept running after the tool returned, and a popup could steer the tab through ``opener`` while a
+    later render read it. After a render the page's windows are closed and the tab is blank."""
+    ticker = 'setInterval(() => fetch("/tick").catch(() => null), 100);'
+    pages = {
+        "/opener.html": (f'<html><head><title>Opener</title></head><body><article><h1>Opener</h1><p>This page '
+                         f'opens a window and keeps calling home from both, for as long as they live.</p>'
+                         f'</article><script>{ticker} window.open("/popup.html", "_blank");</script></body></html>'),
+        "/popup.html": f'<html><body>popup<script>{ticker}</script></body></html>',
+    }
+    with serve_test_site(extra_pages={k: ("text/html", v.encode()) for k, v in pages.items()}) as host:
+        browser_crawl.run(host.url("/opener.html"), CTX)
+        time.sleep(0.5)  # requests already on their way when the render returned may still land
+        settled = host.hits["/tick"]
+        time.sleep(1.5)
+        assert host.hits["/tick"] == settled
+        assert browser_crawl.run(host.url("/article.html"), CTX).ok  # the session still renders
+
+
+def test_a_download_never_shows_the_previous_page(browser_crawl, site) -> None:
+    """A response Chromium downloads leaves the tab where it was: Selenium returned the previous
+    render's page (another episode's, possibly) under the new URL."""
+    assert ARTICLE_FACT in browser_crawl.run(site.url("/article.html"), CTX).text
+    result = browser_crawl.run(site.url("/binary"), CTX)
+    assert result.error_kind == ErrorKind.TOOL_ERROR and "binary" in result.text
+    assert ARTICLE_FACT not in result.text and "Zephyr" not in result.text
