@@ -80,6 +80,8 @@ class CrawlConfig:
         unknown = set(config) - known
         if unknown:
             raise ValueError(f"unknown crawl_page option(s) {sorted(unknown)}; known: {sorted(known)}")
+        if isinstance(config.get("allow_hosts"), str | bytes):
+            raise ValueError(f"crawl_page allow_hosts must be a list, not one string: [{config['allow_hosts']!r}]")
         if "allow_hosts" in config:
             config["allow_hosts"] = tuple(config["allow_hosts"] or ())
         return cls(**config)

@@ -146,6 +146,10 @@ class UrlGuard:
         allow_private: bool = False,
         resolver: Resolver | None = None,
     ) -> None:
+        if isinstance(allow_hosts, str | bytes):
+            # Iterating one string gives its characters: "127.0.0.1:8000" would allow the hosts
+            # "0", "1", ... and http://0:any-port/ is 0.0.0.0, i.e. every local service.
+            raise TypeError(f"allow_hosts must be a list of entries, not one string: [{allow_hosts!r}]")
         self.allow_private = allow_private
         self._resolver = resolver or _system_resolver
         self._allowed_names: set[str] = set()

@@ -67,6 +67,15 @@ def test_guard_allows_public_addresses_and_allow_listed_hosts() -> None:
     assert guard.check("http://mixed.example/").status == "blocked"
 
 
+def test_an_allow_list_given_as_one_string_is_refused_not_split_into_characters() -> None:
+    # tuple("127.0.0.1:8000") allowed the host names "0", "1", "2", "7": http://0:PORT/ is 0.0.0.0.
+    with pytest.raises(TypeError, match="not one string"):
+        UrlGuard("127.0.0.1:8000")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not one string"):
+        build_crawl("httpx", allow_hosts="127.0.0.1:8000")
+    assert UrlGuard(["127.0.0.1:8000"]).check("http://0:8000/").status == "blocked"
+
+
 def test_guard_reports_unresolvable_hosts_and_malformed_urls() -> None:
     def no_dns(host: str, port: int) -> list[str]:
         raise socket.gaierror(-2, "Name or service not known")
