@@ -6,8 +6,8 @@ model renamed when the upstream calls it something else); the response comes bac
 upstream sent it. Recorded per call: the messages, the reply (content and tool calls) and,
 when the upstream returns them, the prompt and completion token ids and the logprobs. With
 ``token_ids=True`` (right for vLLM and ``coa serve``, wrong for api.openai.com, which refuses
-unknown fields) the gateway asks for them (``return_token_ids``, and ``logprobs`` unless
-streaming) and removes them again from what the client gets unless it asked itself. Sessions whose calls all carry
+unknown fields) the gateway asks for them (``return_token_ids`` and ``logprobs``, streamed
+or not) and removes them again from what the client gets unless it asked itself. Sessions whose calls all carry
 ids become token-exact trajectories; the others text trajectories
 (:mod:`agents.gateway.assembly`). The upstream's errors reach the client with their status.
 """
@@ -87,8 +87,7 @@ class UpstreamBackend:
             body["max_tokens"] = min(asked, forced.max_tokens)
         if self.token_ids:
             body["return_token_ids"] = True
-            if not request.stream:  # some servers (coa serve) refuse logprobs in streams
-                body["logprobs"] = True
+            body["logprobs"] = True
         return body
 
     def _strip(self, request: ChatRequest, payload: dict[str, Any], model: str) -> dict[str, Any]:

@@ -6,7 +6,8 @@ Endpoints: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/complet
 (both with ``stream``, ``logprobs``, ``stop``, ``seed``, ``n``). It also accepts the vLLM
 server's extensions, so clients written for vLLM work unchanged: ``top_k``,
 ``include_stop_str_in_output``, ``return_tokens_as_token_ids``, ``return_token_ids``
-(adds ``token_ids``/``prompt_token_ids`` to each choice), token-id prompts, and
+(adds ``token_ids``/``prompt_token_ids`` to each choice, and to a stream's chunks: each chunk's
+sampled ids, the prompt's in the first), token-id prompts, and
 ``add_generation_prompt``/``continue_final_message`` for chat. ``stop_reason`` names the
 stop string that ended a choice, as vLLM does. Chat requests may carry ``tools`` (``tool_choice: none``
 turns them off; ``required`` or a named function is best effort: the model is not

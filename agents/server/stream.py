@@ -51,6 +51,8 @@ class _Stream:
         self.created = int(time.time())
         self.first = True
         self.offset = 0  # text_completion logprobs: where the next token starts
+        self.sent_tokens = 0  # sampled tokens whose ids and logprobs went out
+        self.prompt_ids: list[int] = []
 
     def _logprobs(self, items: list[tuple[int, float]]) -> dict[str, Any] | None:
         if not self.with_logprobs:
@@ -65,6 +67,8 @@ class _Stream:
 
     def chunk(self, delta: dict[str, Any], finish: str | None = None, stop_reason: str | None = None,
               items: list[tuple[int, float]] | None = None) -> str:
+        items = items or []
+        self.sent_tokens += len(items)
         logprobs = self._logprobs(items) if items else None
         if self.chat:
             if self.first:
@@ -74,6 +78,10 @@ class _Stream:
         else:
             choice = {"index": 0, "text": delta.get("content", ""), "finish_reason": finish,
                       "stop_reason": stop_reason, "logprobs": logprobs}
+        if self.body.return_token_ids:  # vLLM's extension: each chunk's sampled ids, the prompt's first
+            choice["token_ids"] = [t for t, _ in items]
+            if self.first:
+                choice["prompt_token_ids"] = self.prompt_ids
         self.first = False
         payload: dict[str, Any] = {"id": self.ident, "object": self.kind, "created": self.created,
                                    "model": self.served.model_name, "choices": [choice]}
@@ -93,6 +101,7 @@ class _Stream:
         job = asyncio.ensure_future(asyncio.to_thread(served.batcher.generate, [request], params))
         job.add_done_callback(lambda _: tokens.put_nowait(None))
         releaser = TextReleaser(served.tokenizer, params.stop, served.eos_text, hold_from=self.opener or None)
+        self.prompt_ids = list(ids)
         if echo:
             yield self.chunk({"content": echo})
         pending: list[tuple[int, float]] = []
@@ -107,15 +116,17 @@ class _Stream:
             yield sse(error_body(500, f"{completion.error_kind}: {completion.error}", code=str(completion.error_kind)))
             yield SSE_DONE
             return
-        yield self._last_chunk(completion, releaser, pending)
+        yield self._last_chunk(completion, releaser)
         if self.with_usage:
             yield sse({"id": self.ident, "object": self.kind, "created": self.created, "model": served.model_name,
                        "choices": [], "usage": served.counts([ids], [completion])})
         yield SSE_DONE
 
-    def _last_chunk(self, completion: Completion, releaser: TextReleaser, pending: list[tuple[int, float]]) -> str:
+    def _last_chunk(self, completion: Completion, releaser: TextReleaser) -> str:
         """The rest of the reply with its finish reason: the tool calls the model wrote, or the
-        text still held back."""
+        text still held back, with the ids and logprobs of every sampled token not sent yet."""
+        pending = list(zip(completion.token_ids[self.sent_tokens:], completion.logprobs[self.sent_tokens:],
+                           strict=True))
         if self.tools:
             reply = wire_message(parse_reply(self.served.tokenizer, completion.text, self.prompt_text, self.tools))
             if reply.get("tool_calls"):

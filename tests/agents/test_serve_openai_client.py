@@ -61,6 +61,20 @@ def test_a_stream_carries_the_logprobs_the_json_reply_has(client):
     assert [o for p in parts for o in p.text_offset] == plain.logprobs.text_offset
 
 
+def test_a_stream_carries_the_token_ids_it_was_asked_for(client):
+    """vLLM's ``return_token_ids``: every sampled id in the chunks, the prompt's in the first
+    (the gateway in front of ``coa serve`` records a streamed call token-exact from them)."""
+    ids = {"return_token_ids": True}
+    whole = client.chat.completions.create(**CHAT, extra_body=ids).choices[0].model_extra
+    chunks = [c.choices[0].model_extra for c in client.chat.completions.create(**CHAT, stream=True, extra_body=ids)]
+    assert [t for c in chunks for t in c["token_ids"]] == whole["token_ids"]
+    assert chunks[0]["prompt_token_ids"] == whole["prompt_token_ids"]
+    plain = client.completions.create(model="tiny", prompt="abc", max_tokens=5, seed=2, extra_body=ids).choices[0]
+    parts = [c.choices[0].model_extra for c in client.completions.create(model="tiny", prompt="abc", max_tokens=5,
+                                                                           seed=2, stream=True, extra_body=ids)]
+    assert [t for c in parts for t in c["token_ids"]] == plain.model_extra["token_ids"]
+
+
 def test_tool_calls_stream_as_the_openai_client_accumulates_them(tiny_tokenizer, scripted_lm):
     call = '<tool_call>\n{"name": "code", "arguments": {"code": "print(6 * 7)"}}\n</tool_call><|im_end|>'
     tools = [{"type": "function", "function": {"name": "code", "description": "run Python",

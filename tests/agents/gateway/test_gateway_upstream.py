@@ -55,10 +55,6 @@ def test_pass_through_records_the_upstreams_token_ids(tiny_model, tiny_tokenizer
         trajectories = gw.finish(gw.session("up-1"))
     calls = gw.session("up-1").snapshot()
     assert [c.source for c in calls] == ["upstream", "upstream"]
-    if stream:  # coa serve's streams carry no token ids (vLLM's do): the session is recorded as text
-        assert [t.info["gateway"]["tokens"] for t in trajectories] == ["text_only"]
-        assert [s.text for s in trajectories[0].segments if s.kind == "generated"] == replies
-        return
     assert all(c.prompt_ids and c.completion_ids and len(c.logprobs) == len(c.completion_ids) for c in calls)
     for trajectory in trajectories:
         assert trajectory.info["gateway"]["tokens"] == "exact"
