@@ -27,7 +27,7 @@ from sandbox._limits import scratch_profile
 from sandbox._root import Grants, root_policy
 from sandbox._uids import lease_uids
 from sandbox._workerproc import WorkerLost, WorkerProcess
-from sandbox.backends.base import BackendUnavailable, refuse_unsupported
+from sandbox.backends.base import BackendUnavailable, refuse_unsendable, refuse_unsupported
 from sandbox.backends.pool import configured_preload, pool_unsupported, result_from
 from sandbox.types import ExecResult, Limits, Status
 
@@ -157,6 +157,7 @@ class Session:
             )
         if self.jail:
             refuse_unsupported("session", pool_unsupported(limits))
+        refuse_unsendable(code, stdin)
         request = {
             "op": "cell",
             "code": code,

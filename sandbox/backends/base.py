@@ -6,7 +6,7 @@ from typing import Protocol, runtime_checkable
 
 from sandbox.types import ExecResult, Limits, UnsupportedLimits
 
-__all__ = ["Backend", "BackendUnavailable", "UnsupportedLimits", "refuse_unsupported"]
+__all__ = ["Backend", "BackendUnavailable", "UnsupportedLimits", "refuse_unsendable", "refuse_unsupported"]
 
 
 class BackendUnavailable(RuntimeError):
@@ -17,6 +17,20 @@ def refuse_unsupported(backend: str, problems: list[str]) -> None:
     """Raise :class:`UnsupportedLimits` naming every limit ``backend`` cannot honour."""
     if problems:
         raise UnsupportedLimits(f"the {backend!r} sandbox backend cannot honour these limits: " + "; ".join(problems))
+
+
+def refuse_unsendable(code: object, stdin: object) -> None:
+    """Raise before a run starts when ``code`` or ``stdin`` is no text a run can receive: not a
+    ``str``, or not encodable as UTF-8 (a lone surrogate, as a JSON ``"\\ud800"`` escape gives).
+    Found out half-way, such a request left a pool worker taken for good."""
+    for name, text in (("code", code), ("stdin", "" if stdin is None else stdin)):
+        if not isinstance(text, str):
+            raise TypeError(f"sandbox {name} must be a str, got {type(text).__name__}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            problem = f"{exc.reason} at position {exc.start}"
+            raise ValueError(f"sandbox {name} is not valid Unicode text: {problem}") from None
 
 
 @runtime_checkable

@@ -24,7 +24,7 @@ from sandbox._collect import TRUNCATION_MARKER, hard_output_cap, quota_note
 from sandbox._harness import QUOTA_TAGS
 from sandbox._lockdown import SCRATCH, WORKDIR, scratch_options
 from sandbox._root import Grants
-from sandbox.backends.base import BackendUnavailable, refuse_unsupported
+from sandbox.backends.base import BackendUnavailable, refuse_unsendable, refuse_unsupported
 from sandbox.types import ExecResult, Limits, Status
 
 __all__ = ["DockerBackend"]
@@ -101,6 +101,7 @@ class DockerBackend:
     def run(self, code: str, *, stdin: str | None = None, limits: Limits | None = None) -> ExecResult:
         limits = limits or Limits()
         refuse_unsupported(self.name, self.unsupported(limits))
+        refuse_unsendable(code, stdin)
         started = time.monotonic()
         container = self.client.containers.create(
             self.image,

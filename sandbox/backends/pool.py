@@ -24,7 +24,7 @@ from sandbox._limits import scratch_profile
 from sandbox._root import Grants, root_policy
 from sandbox._uids import lease_uids
 from sandbox._workerproc import WorkerLost, WorkerProcess
-from sandbox.backends.base import BackendUnavailable, refuse_unsupported
+from sandbox.backends.base import BackendUnavailable, refuse_unsendable, refuse_unsupported
 from sandbox.types import ExecResult, Limits, Status
 
 __all__ = ["DEFAULT_PRELOAD", "PoolBackend", "configured_preload", "configured_size", "pool_unsupported", "result_from"]
@@ -233,6 +233,7 @@ class PoolBackend:
     def run(self, code: str, *, stdin: str | None = None, limits: Limits | None = None) -> ExecResult:
         limits = limits or Limits()
         refuse_unsupported(self.name, self.unsupported(limits))
+        refuse_unsendable(code, stdin)
         request = {"code": code, "stdin": stdin or "", "limits": asdict(limits)}
         lost = ""
         for _attempt in range(2):
@@ -245,6 +246,9 @@ class PoolBackend:
                 _log.warning("sandbox pool: worker %d lost (%s); replacing", worker.pid, lost)
                 self._replace(worker)
                 continue
+            except BaseException:  # (an interrupt mid-call): its pipes' state is unknown, and it is ours
+                threading.Thread(target=self._replace, args=(worker,), daemon=True).start()
+                raise
             self._idle.put(worker)
             return result_from(response)
         return ExecResult(

@@ -34,7 +34,7 @@ from sandbox._cgroup import Cgroup
 from sandbox._collect import Collected, CpuWatch, RunEnd, collect, hard_output_cap, outcome
 from sandbox._limits import clean_environment, count_processes_of
 from sandbox._uids import UidPool
-from sandbox.backends.base import BackendUnavailable, refuse_unsupported
+from sandbox.backends.base import BackendUnavailable, refuse_unsendable, refuse_unsupported
 from sandbox.types import ExecResult, Limits, Status
 
 __all__ = ["HARNESS", "LOCKDOWN", "UNISOLATED_WARNING", "SubprocessBackend"]
@@ -98,6 +98,7 @@ class SubprocessBackend:
     def run(self, code: str, *, stdin: str | None = None, limits: Limits | None = None) -> ExecResult:
         limits = limits or Limits()
         refuse_unsupported(self.name, self.unsupported(limits))
+        refuse_unsendable(code, stdin)
         started = time.monotonic()
         cgroup = self._run_cgroup(limits)
         uid = self._take_uid()

@@ -320,3 +320,36 @@ def test_denied_runs_back_to_back_never_cost_a_worker(fresh_pool):  # /etc holds
         result = fresh_pool.run("open('/etc/passwd', 'a')", limits=Limits(wall_s=5))
         assert result.status is Status.VIOLATION, result
     assert fresh_pool.worker_pids() == [worker]
+
+
+UNSENDABLE = {
+    "lone-surrogate-code": ("print('\ud800')", None),  # a JSON "\ud800" escape in a tool call gives one
+    "lone-surrogate-stdin": ("print(input())", "\udcff"),
+    "bytes-code": (b"print(1)", None),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", list(UNSENDABLE))
+def test_text_no_run_can_receive_is_a_clear_error_and_costs_no_worker(fresh_pool, kind):
+    """Such a request failed to encode inside the pool's call to a worker it had already taken,
+    and the worker never came back: the next run of a one-worker pool waited forever (a default
+    pool, after as many such calls as it has workers)."""
+    code, stdin = UNSENDABLE[kind]
+    for _ in range(2):
+        with pytest.raises((ValueError, TypeError), match=r"sandbox (code|stdin)"):
+            fresh_pool.run(code, stdin=stdin, limits=Limits(wall_s=5))
+    waiter = ThreadPoolExecutor(1)
+    try:
+        after = waiter.submit(fresh_pool.run, "print(6 * 7)", limits=Limits(wall_s=5)).result(timeout=60)
+    finally:
+        waiter.shutdown(wait=False)  # (a run still waiting for a worker ends when the pool closes)
+    assert (after.status, after.stdout) == (Status.OK, "42\n"), after
+
+
+@pytest.mark.parametrize("kind", list(UNSENDABLE))
+def test_every_backend_refuses_unsendable_text_the_same_way(jail, kind):
+    code, stdin = UNSENDABLE[kind]
+    with pytest.raises((ValueError, TypeError), match=r"sandbox (code|stdin)"):
+        jail.run(code, stdin=stdin, limits=Limits(wall_s=5))
+    assert jail.run("print(6 * 7)", limits=Limits(wall_s=10)).stdout == "42\n"
