@@ -12,7 +12,8 @@ the env's family and tools). None of them knows the answer. Kinds:
   printing 0);
 * ``hedge``: many candidates in one answer (two boxed answers, "A or B", every capitalised
   word of the page, every number);
-* ``copy``: the question or the tool's observation handed back as the answer;
+* ``copy``: the question, its last formula (unsimplified, uncomputed) or the tool's observation
+  handed back as the answer;
 * ``injection``: text written for an LLM judge (verdict lines, JSON verdicts, "ignore previous
   instructions", lookalike letters, a fake closing fence, a fake [correct_answer]);
 * ``farming``: perfect format or many tool calls around a wrong answer (earns what the format
@@ -36,6 +37,7 @@ Script = Generator[str, str, None]
 _SEARCH_TOOLS = ("wiki_search", "web_search")
 _CAPITALISED = re.compile(r"\b[A-Z][\w'-]+(?: [A-Z][\w'-]+)*")
 _OBSERVATION = re.compile(r"</?observation>")
+_FORMULA = re.compile(r"\$\$?([^$]+)\$\$?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,13 @@ def _program(code: str) -> str:
 def _names(*texts: str) -> list[str]:
     words = [w for text in texts for w in _CAPITALISED.findall(text)]
     return list(dict.fromkeys(w for w in words if w not in ("Doc", "Title", "The", "What", "Which", "Who")))
+
+
+def _last_formula(question: str) -> str:
+    """The question's last ``$...$`` formula without its closing punctuation (the question itself
+    when it has none): "Simplify $\\sqrt{242}$." -> ``\\sqrt{242}``."""
+    formulas = [f.strip().rstrip(".,;?").strip() for f in _FORMULA.findall(question)]
+    return next((f for f in reversed(formulas) if f), question)
 
 
 def _search(context: Context, query: str) -> str:
@@ -163,6 +172,8 @@ POLICIES: tuple[DegeneratePolicy, ...] = (
     DegeneratePolicy("hedge_page_names", "hedge", "every capitalised name on the retrieved page",
                      _hedge_page_names, _TEXT, needs_search=True),
     DegeneratePolicy("copy_question", "copy", "hands the question back", _once(lambda c: c.question)),
+    DegeneratePolicy("copy_question_expression", "copy", "boxes the question's last formula, unsimplified",
+                     _once(lambda c: f"\\boxed{{{_last_formula(c.question)}}}"), _MATH),
     DegeneratePolicy("copy_observation", "copy", "hands the retrieved page back", _copy_observation,
                      needs_search=True),
     *(DegeneratePolicy(f"inject_{label}", "injection", description, _once(_injection(text)), _TEXT)

@@ -11,7 +11,9 @@ states none is one candidate as a whole. Official graders extract one answer, so
   "either 204 or 211"): right only when the gold answer is that set (``\\pm 5`` = "5 or -5");
 * each candidate is parsed whole (as ``\\boxed{candidate}``) and compared with math-verify; the
   string comparison (:func:`normalise_latex`) runs **only when math-verify cannot parse** one
-  side, never as a second chance after math-verify said "not equal".
+  side, never as a second chance after math-verify said "not equal";
+* **the question's own expression handed back is wrong** ("Simplify $\\sqrt{242}$" ->
+  ``\\sqrt{242}``), unless a gold answer is written that way (:mod:`._math_echo`).
 
 math-verify guards its parsing with ``signal.alarm``, which only works on a main thread. Off
 the main thread (rollout workers, ``coa eval --concurrency``) the check runs in a small helper
@@ -29,15 +31,17 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from coa_envs.rewards._math_echo import question_structures, restates_question
 from coa_envs.rewards.base import RewardUnavailable
 from coa_envs.types import RewardResult, Task
 
 __all__ = ["VERSION", "MathVerifyReward", "answer_candidates", "build", "normalise_latex"]
 
-VERSION = 3  # bump when the scores this term gives change (reported in reward_details)
+VERSION = 4  # bump when the scores this term gives change (reported in reward_details)
 # 2: one final answer per reply (several distinct candidates are wrong, alternatives form a
 #    set); the string fallback only when math-verify cannot parse (no OR of two verdicts)
 # 3: a value offered in prose beside the answer ("Alternatively, 3") is a second answer
+# 4: the question's own expression handed back ("Simplify sqrt(242)" -> sqrt(242)) is wrong
 
 _SPACE_RE = re.compile(r"\s+")
 _WRAPPERS = (r"\left", r"\right", r"\!", r"\,", r"\;", r"\displaystyle", "$")
@@ -156,7 +160,7 @@ class MathVerifyReward:
         details: dict[str, Any] = {"method": "math_verify"}
         if not prediction or not prediction.strip():
             return RewardResult(0.0, {**details, "reason": "empty answer"})
-        args = ([str(g) for g in task.gold], prediction, self.timeout_s, self.float_rounding)
+        args = ([str(g) for g in task.gold], prediction, self.timeout_s, self.float_rounding, task.question)
         if threading.current_thread() is threading.main_thread():
             score, found = _score(*args)
         else:
@@ -239,7 +243,8 @@ def _hedged(text: str, timeout: int) -> list[tuple[str, list[Any]]]:
     return found
 
 
-def _score(golds: list[str], prediction: str, timeout: int, rounding: int) -> tuple[float, dict[str, Any]]:
+def _score(golds: list[str], prediction: str, timeout: int, rounding: int,
+           question: str = "") -> tuple[float, dict[str, Any]]:
     """Score and details; runs in this process or in the helper (arguments and result pickle)."""
     _warm()
     candidates = answer_candidates(prediction)
@@ -251,8 +256,12 @@ def _score(golds: list[str], prediction: str, timeout: int, rounding: int) -> tu
     if any(not _same(values[0], v, timeout, rounding) for v in values[1:]):
         return 0.0, {**details, "reason": "several different final answers"}
     answer = values[0]
-    for gold in golds:
-        gold_value = (gold, _parse(gold, timeout))
+    gold_values = [(gold, _parse(gold, timeout)) for gold in golds]
+    written_as_gold = any(normalise_latex(gold) == normalise_latex(answer[0]) for gold in golds)
+    if not written_as_gold and restates_question(answer, gold_values,
+                                                 question_structures(question, timeout, _parse)):
+        return 0.0, {**details, "reason": "the answer is the question's own expression, not its value"}
+    for gold, gold_value in zip(golds, gold_values, strict=True):
         if _same(gold_value, answer, timeout, rounding):
             method = "math_verify" if gold_value[1] and answer[1] else "string_fallback"
             return 1.0, {**details, "method": method, "matched_gold": gold}
@@ -311,7 +320,8 @@ def _result_once_running(future: Future, limit_s: float) -> Any:
             continue
 
 
-def _score_in_helper(golds: list[str], prediction: str, timeout: int, rounding: int) -> tuple[float, dict[str, Any]]:
+def _score_in_helper(golds: list[str], prediction: str, timeout: int, rounding: int,
+                     question: str = "") -> tuple[float, dict[str, Any]]:
     """:func:`_score` in the helper. Another thread's answer may kill the shared helper (its time
     limit) while this one waits: the call is then retried once on a fresh helper, so that only the
     answer that stalled or killed a helper scores 0 for it. A helper that cannot start gives no
@@ -330,7 +340,7 @@ def _score_in_helper(golds: list[str], prediction: str, timeout: int, rounding: 
                                         {"method": "math_verify"}) from None
             continue
         try:
-            return _result_once_running(pool.submit(_score, golds, prediction, timeout, rounding), limit)
+            return _result_once_running(pool.submit(_score, golds, prediction, timeout, rounding, question), limit)
         except FutureTimeout:
             _drop_helper(pool)
             return 0.0, {"reason": f"math-verify did not finish within {limit} s"}
