@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["HARMLESS_FIELDS", "MESSAGE_ROLES", "NEUTRAL_FIELDS", "APIError", "check_messages", "check_streaming",
-           "check_tools", "error_body", "install_error_handlers", "refuse_unsupported"]
+__all__ = ["HARMLESS_FIELDS", "MESSAGE_ROLES", "NEUTRAL_FIELDS", "APIError", "check_messages", "check_prompt_fits",
+           "check_streaming", "check_tools", "error_body", "install_error_handlers", "refuse_unsupported"]
 
 # Request fields that never change an answer: accepted and not acted on.
 HARMLESS_FIELDS: tuple[str, ...] = ("user", "metadata", "store", "service_tier", "safety_identifier",
@@ -194,3 +194,13 @@ def check_tools(tools: list[dict[str, Any]] | None, tool_choice: str | dict[str,
     if name not in names:
         raise APIError(400, f"tool_choice names function {name!r}, which is not among the tools {names}",
                        code="invalid_value", param="tool_choice")
+
+
+def check_prompt_fits(prompt_tokens: int, engine: Any, param: str = "messages") -> None:
+    """A 400 ``context_length_exceeded`` for a prompt the engine's ``max_context`` (when it
+    has one) cannot take. Streams check it first: once their 200 has gone out, the engine's
+    own refusal can only be an error event, which clients raise without status or code."""
+    limit = getattr(engine, "max_context", None)
+    if isinstance(limit, int) and prompt_tokens >= limit:
+        raise APIError(400, f"prompt has {prompt_tokens} tokens; the context limit is {limit}",
+                       code="context_length_exceeded", param=param)

@@ -19,7 +19,7 @@ from agents.engines import Completion, GenerationRequest, SamplingParams
 from agents.gateway.prompts import PromptPlan, build_prompt, raw_reply_text
 from agents.gateway.sessions import GatewayCall, GatewaySession
 from agents.gateway.wire import ChatRequest, Chunker
-from agents.openai_errors import APIError, error_body
+from agents.openai_errors import APIError, check_prompt_fits, error_body
 from agents.openai_wire import (
     SSE_DONE,
     TextReleaser,
@@ -167,6 +167,7 @@ class LocalBackend:
                              ) -> tuple[PromptPlan, int, SamplingParams]:
         """Everything that can fail before the first byte (so it fails as a plain HTTP error)."""
         plan = self._plan(session, request)
+        check_prompt_fits(len(plan.ids), self.batcher)
         index = session.next_index()
         try:
             return plan, index, self._params(session, request, index, 0)

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from agents.engines import Completion, GenerationRequest, SamplingParams
-from agents.openai_errors import error_body
+from agents.openai_errors import check_prompt_fits, error_body
 from agents.openai_wire import SSE_DONE, TextReleaser, chat_logprobs, finish_reason, sse, visible_text
 from agents.toolcalls import calls_delta, parse_reply, tool_call_opener, wire_message
 
@@ -32,6 +32,7 @@ def streamed(served: ServedModel, ids: list[int], body: Any, kind: str, echo: st
     from fastapi.responses import StreamingResponse
 
     params = served.params_for(body, 0, 16 if kind == "text_completion" else 512)
+    check_prompt_fits(len(ids), served.batcher, "prompt" if kind == "text_completion" else "messages")
     stream = _Stream(served, body, kind, prompt_text)
     return StreamingResponse(stream.events(ids, params, echo), media_type="text/event-stream")
 

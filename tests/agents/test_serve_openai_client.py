@@ -137,3 +137,24 @@ def test_what_a_text_model_cannot_honour_is_refused_not_dropped(client, request_
     """An image dropped on the way to the template, or a named tool that is not there, would
     get an answer that looks right and is not."""
     assert refused_param(client, request_fields) == param
+
+
+def test_a_prompt_over_the_context_is_a_400_streamed_or_not(tiny_tokenizer, tiny_model):
+    """A stream checks the prompt before its 200: after it, the refusal could only be an error
+    event, which the client raises as a bare ``APIError`` without status or code."""
+    from tests.agents.gateway.conftest import served_gateway
+
+    engine = HFEngine(tiny_model, tiny_tokenizer, max_context=32)
+    long_chat = {**CHAT, "messages": [{"role": "user", "content": "many words " * 40}]}
+    with serve_in_thread(create_app(engine, tiny_tokenizer, "tiny")) as url, \
+            served_gateway(engine, tiny_tokenizer, "tiny") as (gateway_url, _):
+        served = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
+        through_gateway = openai.OpenAI(base_url=f"{gateway_url}/v1", api_key="x", max_retries=0)
+        for client in (served, through_gateway):
+            for stream in (False, True):
+                with pytest.raises(openai.BadRequestError) as caught:
+                    list(client.chat.completions.create(**long_chat, stream=stream))
+                assert caught.value.code == "context_length_exceeded"
+        with pytest.raises(openai.BadRequestError) as caught:
+            list(served.completions.create(model="tiny", prompt="many words " * 40, max_tokens=3, stream=True))
+        assert caught.value.code == "context_length_exceeded" and caught.value.param == "prompt"
