@@ -19,6 +19,7 @@ Finished sessions are appended to ``out`` (trajectory JSONL: ``coa train sft`` d
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -235,11 +236,17 @@ class Gateway:
             if not self.allow_client_reward:
                 raise APIError(403, "this gateway does not take rewards from clients (coa gateway "
                                        "--client-rewards allows it)", code="client_reward_refused", param="reward")
+            if not math.isfinite(float(reward)):  # NaN or inf would poison every advantage of its batch
+                raise APIError(400, f"reward={reward!r}; a reward is a finite number", code="invalid_value",
+                               param="reward")
             outcome.reward, outcome.info["reward_source"] = float(reward), "client"
         elif self.reward_fn is not None:
             outcome.info["reward_source"] = "reward_fn"
             try:
-                outcome.reward = float(self.reward_fn(self._result(session, answer)))
+                scored = float(self.reward_fn(self._result(session, answer)))
+                if not math.isfinite(scored):
+                    raise ValueError(f"the reward function returned {scored}, not a finite number")
+                outcome.reward = scored
             except Exception as exc:  # the reward's fault, not the episode's: scored 0, reported
                 outcome.info["reward_error"] = f"{type(exc).__name__}: {exc}"
         else:

@@ -162,3 +162,20 @@ def test_64_concurrent_sessions_lose_and_mix_nothing(engine, tiny_tokenizer, tmp
         assert row["segments"][0]["token_ids"] == first_ids and row["segments"][2]["token_ids"] == second_ids
         assert first_prompt + first_ids + row["segments"][1]["token_ids"] == second_prompt
     assert batched > 1  # the sessions really ran concurrently (shared decode batches)
+
+
+def test_a_reward_that_is_not_a_finite_number_is_never_recorded(engine, tiny_tokenizer):
+    """NaN or inf (JSON's ``NaN``/``Infinity``/``1e999``, which Python's parser reads) would poison
+    every advantage of its RL batch: a client's is refused, a reward function's scores 0."""
+    with served_gateway(engine, tiny_tokenizer, "tiny", allow_client_reward=True) as (url, gw):
+        for number, raw in enumerate((b'{"reward": NaN}', b'{"reward": Infinity}', b'{"reward": -1e999}')):
+            httpx.post(f"{url}/sessions", json={"session_id": f"nf{number}"})
+            posted = httpx.post(f"{url}/sessions/nf{number}/finish", content=raw,
+                                headers={"content-type": "application/json"})
+            assert posted.status_code == 400 and posted.json()["error"]["param"] == "reward"
+            assert not gw.session(f"nf{number}").finished
+    with served_gateway(engine, tiny_tokenizer, "tiny", reward_fn=lambda result: float("nan")) as (url, gw):
+        httpx.post(f"{url}/sessions", json={"session_id": "fn"})
+        finished = httpx.post(f"{url}/sessions/fn/finish", json={"answer": "x"})
+        assert finished.status_code == 200 and finished.json()["reward"] == 0.0
+        assert "finite" in gw.session("fn").trajectories[0].info["reward_error"]
