@@ -25,6 +25,12 @@ class UnsupportedLimits(ValueError):
     from the pool, which never grants it). Raised instead of running with it silently dropped."""
 
 
+#: The largest value of each limit: far above any run's needs, and within what the kernel's
+#: rlimits, the wall-clock waits and the cgroup files can take (10^6 s is 11.6 days).
+_MAXIMUM = {"cpu_s": 10**6, "wall_s": 10**6, "memory_mb": 2**40, "max_processes": 2**22, "max_file_mb": 2**40,
+            "max_open_files": 2**20, "max_output_chars": 2**40, "disk_mb": 2**40, "max_files": 2**40}  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Resource limits for one run. Defaults suit a single `<code>` tool call.
@@ -38,7 +44,8 @@ class Limits:
     workdir and ``/dev/shm``: one tmpfs): bytes, and files plus directories. Using one up, or
     writing a file past ``max_file_mb``, ends as ``output_limit`` with a note on stderr.
     ``network`` asks for network access; a backend that cannot grant it refuses the run
-    (:class:`UnsupportedLimits`) rather than running without it.
+    (:class:`UnsupportedLimits`) rather than running without it. Times are finite seconds (at
+    most 10^6); counts and sizes are whole numbers (``512.0`` is taken as ``512``).
     """
 
     cpu_s: float = 5.0
@@ -57,8 +64,16 @@ class Limits:
                    "max_open_files": 8, "max_output_chars": 0, "disk_mb": 1, "max_files": 1}  # fmt: skip
         for name, low in minimum.items():
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < low:
+            # NaN passed ``value < low`` and made the pool's wait raise (losing the worker), a
+            # huge or infinite time overflowed the waits, a float count failed inside the run.
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= low:
                 raise ValueError(f"Limits.{name} must be a number >= {low}, got {value!r}")
+            if not value <= _MAXIMUM[name]:
+                raise ValueError(f"Limits.{name} must be at most {_MAXIMUM[name]}, got {value!r}")
+            if name not in ("cpu_s", "wall_s"):
+                if value != int(value):
+                    raise ValueError(f"Limits.{name} must be a whole number, got {value!r}")
+                object.__setattr__(self, name, int(value))
         if not isinstance(self.network, bool):
             raise ValueError(f"Limits.network must be true or false, got {self.network!r}")
 

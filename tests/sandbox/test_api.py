@@ -150,11 +150,27 @@ def test_a_limit_the_backend_cannot_honour_is_refused_not_dropped(pool):
         ({"max_files": 0}, "max_files"),
         ({"disk_mb": -1}, "disk_mb"),
         ({"network": "yes"}, "network must be true or false"),
+        # NaN passed the checks, and infinity, 1e300 and fractional counts (failures inside runs)
+        ({"wall_s": float("nan")}, "wall_s must be a number >= 0.01"),
+        ({"cpu_s": float("inf")}, "cpu_s must be at most 1000000"),
+        ({"wall_s": 1e300}, "wall_s must be at most"),
+        ({"memory_mb": 512.5}, "memory_mb must be a whole number"),
+        ({"max_processes": float("nan")}, "max_processes must be a number >= 1"),
     ],
 )
 def test_impossible_limits_are_a_clear_error(changes, message):
     with pytest.raises(ValueError, match=message):
         Limits(**changes)
+
+
+def test_a_whole_number_given_as_a_float_is_that_number(pool):
+    """A config's ``memory_mb: 512.0`` was accepted and then failed inside every run: ``error``,
+    "sandbox setup failed: TypeError(...)" (the rlimit and the cgroup file wanted an integer)."""
+    limits = Limits(memory_mb=512.0, max_processes=8.0, disk_mb=64.0)
+    assert (limits.memory_mb, limits.max_processes, limits.disk_mb) == (512, 8, 64)
+    assert type(limits.memory_mb) is int
+    result = pool.run("print(1)", limits=limits)
+    assert (result.status, result.stdout) == (Status.OK, "1\n"), result
 
 
 def test_unknown_backend_name_is_a_clear_error():
