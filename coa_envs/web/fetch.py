@@ -25,6 +25,7 @@ import httpcore
 import httpx
 
 from coa_envs.types import ErrorKind
+from coa_envs.web.decoding import accepted_encodings, decode_body
 from coa_envs.web.ssrf import UrlGuard
 
 __all__ = ["DEFAULT_USER_AGENT", "FetchFailure", "FetchedPage", "HttpFetcher"]
@@ -145,7 +146,8 @@ class HttpFetcher:
             timeout=httpx.Timeout(self.timeout_s, connect=min(connect_timeout_s, self.timeout_s)),
             follow_redirects=False,
             trust_env=False,
-            headers={"User-Agent": user_agent, "Accept": "text/html,application/pdf,text/*;q=0.9,*/*;q=0.5"},
+            headers={"User-Agent": user_agent, "Accept": "text/html,application/pdf,text/*;q=0.9,*/*;q=0.5",
+                     "Accept-Encoding": accepted_encodings()},
         )
         self._lock = threading.Lock()
         self._closed = False
@@ -200,7 +202,8 @@ class HttpFetcher:
                 chunks: list[bytes] = []
                 size = 0
                 truncated = False
-                for chunk in response.iter_bytes():
+                # Decoded here, a bounded step at a time: httpx would inflate a compression bomb whole.
+                for chunk in decode_body(response.iter_raw(), response.headers.get("content-encoding", "")):
                     chunks.append(chunk)
                     size += len(chunk)
                     if size > self.max_bytes:
