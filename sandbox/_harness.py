@@ -374,7 +374,9 @@ def _main(argv: list[str]) -> None:
     names = ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_NOFILE")
     for name, value in zip(names, config["rlimits"], strict=False):
         resource.setrlimit(getattr(resource, name), (int(value), int(value)))
-    for name in ("RLIMIT_RTPRIO", "RLIMIT_NICE"):  # no real-time or raised priority (see _limits)
+    # No real-time or raised priority (see _limits), and no core dump: with a pipe in the host's
+    # kernel.core_pattern every crash would run a helper on the host, outside the run's limits.
+    for name in ("RLIMIT_RTPRIO", "RLIMIT_NICE", "RLIMIT_CORE"):
         resource.setrlimit(getattr(resource, name), (0, 0))
     rc = execute(code, status_fd, quota_dir=quota_dir)
     if config.get("reap"):

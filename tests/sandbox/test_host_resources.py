@@ -179,3 +179,29 @@ def test_shared_memory_written_past_the_disk_quota_says_why_it_died(jail):
     assert result.status is Status.ERROR and result.exit_code == -7, result
     assert "SIGBUS" in result.stderr and "disk quota, 8 MB" in result.stderr, result
     still_correct(jail)
+
+
+CORE_DUMP = r"""
+import os, resource
+try:
+    resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+except ValueError:
+    pass  # the hard limit is 0: it cannot be raised
+if os.fork() == 0:
+    os.abort()
+_, status = os.wait()
+print(resource.getrlimit(resource.RLIMIT_CORE), os.WCOREDUMP(status), os.path.exists("core"))
+"""
+
+
+def test_a_crash_dumps_no_core(jail):
+    """With a pipe in ``kernel.core_pattern`` (apport, systemd-coredump) a core dump runs a helper
+    on the host, as root, that writes the crashed process's memory to the host's disk, outside
+    every limit of the run. bwrap runs kept the caller's hard RLIMIT_CORE (unlimited): a run
+    raised its soft limit and dumped a 12 MB core (into its scratch space, with this host's
+    plain ``core`` pattern)."""
+    if jail.name == "docker":
+        pytest.skip("docker: the daemon's ulimits apply")
+    result = jail.run(CORE_DUMP, limits=Limits(cpu_s=3, wall_s=8))
+    assert result.stdout == "(0, 0) False False\n", result
+    still_correct(jail)
