@@ -11,18 +11,37 @@ splitting a character. Errors are :mod:`agents.openai_errors`'. Stdlib only.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-__all__ = ["SSE_DONE", "TextReleaser", "chat_logprobs", "finish_reason", "flat_message", "sse", "stop_list",
-           "token_bytes", "usage", "visible_text"]
+__all__ = ["SSE_DONE", "TextReleaser", "chat_logprobs", "finish_reason", "flat_message", "sse", "sse_lines",
+           "stop_list", "token_bytes", "usage", "visible_text"]
 
 SSE_DONE = "data: [DONE]\n\n"
 
 
+# Characters Python's str.splitlines() (and so httpx's iter_lines) breaks lines at that JSON
+# leaves raw: sent escaped, a sampled U+2028 cannot cut an event's JSON in two for such clients.
+_LINE_BREAKING = str.maketrans({"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def sse(payload: Mapping[str, Any]) -> str:
-    """One server-sent event carrying ``payload`` as JSON."""
-    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+    """One server-sent event carrying ``payload`` as JSON on one line for every line splitter."""
+    return f"data: {json.dumps(payload, ensure_ascii=False).translate(_LINE_BREAKING)}\n\n"
+
+
+async def sse_lines(response: Any) -> AsyncIterator[str]:
+    """The lines of an ``httpx`` streamed response, split where SSE splits them (CR, LF, CRLF)
+    only: ``aiter_lines`` also splits at U+2028 and U+0085, which a server may leave raw
+    inside an event's JSON (vLLM does)."""
+    buffer = b""
+    async for chunk in response.aiter_bytes():
+        buffer += chunk
+        *lines, buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+        for line in lines:
+            yield line.decode("utf-8", errors="replace")
+    if buffer:
+        yield buffer.decode("utf-8", errors="replace")
 
 
 def stop_list(stop: str | Sequence[str] | None) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ from typing import Any
 from agents.gateway.sessions import GatewayCall, GatewaySession
 from agents.gateway.wire import ChatRequest
 from agents.openai_errors import APIError
+from agents.openai_wire import sse, sse_lines
 
 __all__ = ["UpstreamBackend"]
 
@@ -188,7 +189,7 @@ class UpstreamBackend:
             recorded = True
 
         try:
-            async for line in response.aiter_lines():
+            async for line in sse_lines(response):
                 if not line.startswith("data:"):
                     continue
                 data = line[5:].strip()
@@ -199,7 +200,7 @@ class UpstreamBackend:
                     continue
                 payload = json.loads(data)
                 if "error" in payload:
-                    yield f"data: {data}\n\n"
+                    yield sse(payload)
                     continue
                 prompt_ids = prompt_ids or list(payload.get("prompt_token_ids") or [])
                 for choice in payload.get("choices") or ():
@@ -216,7 +217,7 @@ class UpstreamBackend:
                     ids.extend(choice.get("token_ids") or [])
                     prompt_ids = prompt_ids or list(choice.get("prompt_token_ids") or [])
                     finish = choice.get("finish_reason") or finish
-                yield f"data: {json.dumps(self._strip(request, payload, model), ensure_ascii=False)}\n\n"
+                yield sse(self._strip(request, payload, model))
             if not recorded and finish is not None:
                 record()
         finally:

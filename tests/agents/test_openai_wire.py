@@ -82,3 +82,27 @@ def test_byte_fallback_pieces_give_their_byte():
             return "".join(self.pieces[i] for i in ids)
 
     assert [token_bytes(Piece(), i) for i in (0, 1, 2)] == [b"</s>", b"\xe2", b" the"]
+
+
+def test_sse_lines_split_where_sse_does_not_at_unicode_line_separators():
+    """vLLM leaves U+2028/U+0085 raw inside an event's JSON; httpx's ``aiter_lines`` would cut
+    the event there, so the gateway reads an upstream's events with ``sse_lines``."""
+    import asyncio
+    import json
+
+    from agents.openai_wire import sse_lines
+
+    event = 'data: {"text": "a\u2028b\u0085c"}'.encode()
+
+    class Response:
+        async def aiter_bytes(self):
+            whole = event + b"\r\n\r\ndata: [DONE]\n\n"
+            for at in range(0, len(whole), 5):  # chunks that split characters and line ends
+                yield whole[at:at + 5]
+
+    async def read() -> list[str]:
+        return [line async for line in sse_lines(Response())]
+
+    lines = [line for line in asyncio.run(read()) if line]
+    assert lines == [event.decode(), "data: [DONE]"]
+    assert json.loads(lines[0][6:]) == {"text": "a\u2028b\u0085c"}

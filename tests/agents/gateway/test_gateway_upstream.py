@@ -87,3 +87,38 @@ def test_upstream_errors_reach_the_client_with_their_status(tiny_model, tiny_tok
             error = response.json()["error"]
             assert error["message"].startswith("upstream: ") and error["code"] == "model_not_found"
         assert gw.session("up-3").calls == [] and gw.session("up-3").wait_idle(1.0)
+
+
+def test_line_separators_in_sampled_text_survive_every_sse_reader(tiny_tokenizer):
+    """U+2028 and U+0085 are line breaks to ``str.splitlines`` (so to httpx's ``iter_lines``):
+    ``coa serve`` sends them escaped, and the gateway reads an upstream's events by SSE's own
+    line breaks, so a sampled separator neither cuts an event in two nor breaks the stream."""
+    import json
+
+    import openai
+
+    from agents.engines.hf import HFEngine
+    from agents.gateway.app import create_gateway_app
+    from agents.gateway.core import Gateway
+    from agents.gateway.upstream import UpstreamBackend
+    from agents.server import create_app, serve_in_thread
+    from coa_envs.service.running import serve_in_thread as serve_app
+    from tests.agents.conftest import make_scripted_lm
+
+    said = "one\u2028two\u0085three\u2029four"
+    engine = HFEngine(make_scripted_lm(tiny_tokenizer, [said + "<|im_end|>"]), tiny_tokenizer)
+    request = {"model": "served-tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 40,
+               "stream": True}
+    with serve_in_thread(create_app(engine, tiny_tokenizer, "served-tiny")) as upstream_url:
+        with httpx.stream("POST", f"{upstream_url}/chat/completions", json=request, timeout=60) as response:
+            events = [line[6:] for line in response.iter_lines() if line.startswith("data: {")]
+        assert "".join(json.loads(e)["choices"][0]["delta"].get("content") or "" for e in events) == said
+        backend = UpstreamBackend(upstream_url, model="served-tiny", token_ids=True, tokenizer=tiny_tokenizer)
+        gateway = Gateway(backend, "policy")
+        with serve_app(create_gateway_app(gateway)) as url:
+            client = openai.OpenAI(base_url=f"{url}/sessions/sep/v1", api_key="x", max_retries=0)
+            chunks = list(client.chat.completions.create(model="policy", messages=request["messages"],
+                                                         max_tokens=40, stream=True))
+            assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == said
+            (trajectory,) = gateway.finish(gateway.session("sep"))
+    assert trajectory.info["gateway"]["tokens"] == "exact"
