@@ -11,9 +11,13 @@ The GAIA leaderboard decides correctness by the *ground truth's* shape:
 3. else both strings are compared after removing all whitespace, lowercasing and removing
    ASCII punctuation (``string.punctuation``).
 
-This module must agree with the official scorer on every input, quirks included (a ground
+This module agrees with the official scorer on every input, quirks included (a ground
 truth of ``"1,000"`` is a two-element list, ``"$5"`` is a string, ``"1_000"`` is a number
-because Python's ``float`` accepts it). ``tests/web_envs/test_gaia_scorer.py`` pins them.
+because Python's ``float`` accepts it), but one: the official scorer reads an answer that is
+not a number as ``inf``, so a ground truth of ``"inf"`` / ``"Infinity"`` / ``"1e999"`` took
+every non-number ("I do not know", "") as right. Here such an answer equals no number
+(:func:`parse_gaia_number` still returns the official ``inf``). ``tests/web_envs/test_gaia_scorer.py``
+pins them.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from coa_envs.types import RewardResult, Task
 
 __all__ = ["VERSION", "GaiaReward", "build", "gaia_match", "normalize_answer_string", "parse_gaia_number"]
 
-VERSION = 1  # bump when the scores this term gives change (reported in reward_details)
+VERSION = 2  # bump when the scores this term gives change (reported in reward_details)
+# 2: an answer that is not a number equals no number (an infinite ground truth took any text)
 
 _NUMBER_NOISE = ("$", "%", ",")
 _LIST_SEPARATORS = re.compile(r"[,;]")
@@ -58,8 +63,12 @@ def normalize_answer_string(text: str, *, remove_punctuation: bool = True) -> st
 
 
 def _numbers_equal(answer: str, truth: float) -> bool:
-    # Plain float equality, as the official scorer does (no tolerance, nan never equal).
-    return parse_gaia_number(answer) == truth
+    # Plain float equality, as the official scorer does (no tolerance, nan never equal), but
+    # an answer that does not parse is no number (officially inf: equal to an infinite truth).
+    for noise in _NUMBER_NOISE:
+        answer = answer.replace(noise, "")
+    value = _as_float(answer)
+    return value is not None and value == truth
 
 
 def gaia_match(model_answer: str | None, ground_truth: str) -> bool:
