@@ -143,6 +143,7 @@ class CrawlPageTool:
                 backend, self.guard, executable_path=self.config.executable_path,
                 chromedriver_path=self.config.chromedriver_path, timeout_s=self.config.timeout_s,
                 settle_ms=self.config.settle_ms, workers=self.config.browser_workers,
+                max_chars=self.config.max_bytes + 1,  # one more than fits: the cut shows as truncation
             )
 
     def close(self) -> None:

@@ -55,6 +55,9 @@ _CHROMIUM_FLAGS = (
     "--webrtc-ip-handling-policy=disable_non_proxied_udp",
 )
 
+# The DOM as HTML, cut in the page: a script can build a DOM of hundreds of MB for free, and the
+# whole of it crossed into this process (and the driver) before the size cap applied.
+_DOM_HTML_JS = "const root = document.documentElement; return root ? root.outerHTML.slice(0, {n}) : '';"
 _NAVIGATION_STATUS_JS = (
     "const entry = performance.getEntriesByType('navigation')[0];"
     "return entry && entry.responseStatus ? entry.responseStatus : 0;"
@@ -102,11 +105,12 @@ class _Session(Protocol):
 
 
 class _PlaywrightSession:
-    def __init__(self, executable: str, proxy_url: str, timeout_s: float, settle_ms: int) -> None:
+    def __init__(self, executable: str, proxy_url: str, timeout_s: float, settle_ms: int, max_chars: int) -> None:
         from playwright.sync_api import sync_playwright
 
         self._timeout_ms = int(timeout_s * 1000)
         self._settle_ms = settle_ms
+        self._html_js = "() => { " + _DOM_HTML_JS.format(n=int(max_chars)) + " }"
         self._pw = sync_playwright().start()
         try:
             self._browser = self._pw.chromium.launch(
@@ -136,7 +140,7 @@ class _PlaywrightSession:
             if self._settle_ms > 0:  # let late XHR-driven rendering finish, but never wait long
                 with contextlib.suppress(PlaywrightTimeout):
                     page.wait_for_load_state("networkidle", timeout=self._settle_ms)
-            html = page.content()
+            html = str(page.evaluate(self._html_js))
             content_type = str(page.evaluate("document.contentType") or "text/html")
             # A meta refresh or script may have navigated on: judge the document now shown.
             final = self._last_navigation or response
@@ -187,7 +191,7 @@ class _PlaywrightSession:
 
 class _SeleniumSession:
     def __init__(self, executable: str, driver_path: str, proxy_url: str, timeout_s: float,
-                 settle_ms: int) -> None:
+                 settle_ms: int, max_chars: int) -> None:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
 
@@ -199,6 +203,7 @@ class _SeleniumSession:
         self._driver = webdriver.Chrome(service=Service(driver_path), options=options)
         self._driver.set_page_load_timeout(timeout_s)
         self._settle_s = settle_ms / 1000
+        self._html_js = _DOM_HTML_JS.format(n=int(max_chars))
 
     def render(self, url: str) -> RenderedPage:
         from selenium.common.exceptions import TimeoutException, WebDriverException
@@ -214,9 +219,7 @@ class _SeleniumSession:
                     int(self._settle_s * 1000),
                 )
             # page_source sometimes comes back empty right after a navigation; the DOM does not.
-            html = self._driver.execute_script(
-                "return document.documentElement ? document.documentElement.outerHTML : '';"
-            ) or self._driver.page_source
+            html = self._driver.execute_script(self._html_js) or ""
             final_url = self._driver.current_url
             content_type = str(self._driver.execute_script("return document.contentType;") or "text/html")
             # WebDriver has no status codes; Chromium's Navigation Timing entry has (0 = none, e.g. an error page).
@@ -261,7 +264,8 @@ class BrowserRenderer:
     """Render URLs to HTML with ``engine`` = ``"playwright"`` or ``"selenium"``.
 
     ``render`` is thread-safe and blocks until one of the ``workers`` browser threads
-    has loaded the page. It raises :class:`BrowserError` (never anything else).
+    has loaded the page. It raises :class:`BrowserError` (never anything else). The HTML
+    returned is at most ``max_chars`` characters of the DOM.
     """
 
     def __init__(
@@ -274,6 +278,7 @@ class BrowserRenderer:
         timeout_s: float = 20.0,
         settle_ms: int = 300,
         workers: int = 1,
+        max_chars: int = 10_000_000,
     ) -> None:
         if engine not in ("playwright", "selenium"):
             raise ValueError(f"unknown browser engine {engine!r}; use 'playwright' or 'selenium'")
@@ -283,6 +288,7 @@ class BrowserRenderer:
         self._executable = executable_path
         self._driver_path = chromedriver_path
         self._settle_ms = int(settle_ms)
+        self._max_chars = int(max_chars)
         self._workers = max(1, int(workers))
         self._jobs: queue.Queue[tuple[Future, str] | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
@@ -305,14 +311,14 @@ class BrowserRenderer:
         if self.engine == "selenium" and driver is None:
             raise BrowserError("chromedriver not found (apt-get install -y chromium-driver)",
                                ErrorKind.NOT_CONFIGURED)
-        timeout_s, settle_ms = self.timeout_s, self._settle_ms
+        timeout_s, settle_ms, max_chars = self.timeout_s, self._settle_ms, self._max_chars
 
         def make() -> _Session:
             assert self._proxy is not None
             if self.engine == "playwright":
-                return _PlaywrightSession(executable, self._proxy.url, timeout_s, settle_ms)
+                return _PlaywrightSession(executable, self._proxy.url, timeout_s, settle_ms, max_chars)
             assert driver is not None
-            return _SeleniumSession(executable, driver, self._proxy.url, timeout_s, settle_ms)
+            return _SeleniumSession(executable, driver, self._proxy.url, timeout_s, settle_ms, max_chars)
 
         return make
 

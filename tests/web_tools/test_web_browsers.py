@@ -12,6 +12,8 @@ import pytest
 
 from coa_envs.tools.crawl_page import build
 from coa_envs.types import ErrorKind, ToolContext
+from coa_envs.web.browsers import BrowserRenderer
+from coa_envs.web.ssrf import UrlGuard, literal_only_resolver
 from coa_envs.web.testing import ARTICLE_FACT, JS_SECRET, PDF_FACT, serve_test_site
 
 pytestmark = pytest.mark.browser
@@ -199,3 +201,20 @@ def test_a_download_never_shows_the_previous_page(browser_crawl, site) -> None:
     result = browser_crawl.run(site.url("/binary"), CTX)
     assert result.error_kind == ErrorKind.TOOL_ERROR and "binary" in result.text
     assert ARTICLE_FACT not in result.text and "Zephyr" not in result.text
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_only_max_chars_of_a_huge_dom_leave_the_browser(engine, require_browser) -> None:
+    """A script can build a DOM of hundreds of MB for free; all of it crossed into this process
+    (about 4 bytes of memory per character) before crawl_page cut it at max_bytes."""
+    require_browser(engine)
+    page = ('<html><head><title>Huge</title></head><body><p>Start of a page that grows.</p><div id="d"></div>'
+            '<script>document.getElementById("d").textContent = "x".repeat(5000000);</script></body></html>')
+    renderer = BrowserRenderer(engine, UrlGuard(["127.0.0.1"], resolver=literal_only_resolver), timeout_s=20,
+                               settle_ms=0, max_chars=50_000)
+    try:
+        with serve_test_site(extra_pages={"/huge.html": ("text/html", page.encode())}) as host:
+            rendered = renderer.render(host.url("/huge.html"))
+    finally:
+        renderer.close()
+    assert len(rendered.html) == 50_000 and "Start of a page that grows." in rendered.html
