@@ -18,6 +18,7 @@ import contextlib
 import os
 import queue
 import threading
+import warnings
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -200,6 +201,9 @@ class _SeleniumSession:
         for flag in ("--headless=new", *_CHROMIUM_FLAGS, f"--proxy-server={proxy_url}",
                      f"--user-agent={DEFAULT_USER_AGENT}"):
             options.add_argument(flag)
+        with warnings.catch_warnings():  # deprecated, yet the only switch webdriver.Chrome reads (4.51)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            options.ignore_local_proxy_environment_variables()  # WebDriver commands stay local
         self._driver = webdriver.Chrome(service=Service(driver_path), options=options)
         self._driver.set_page_load_timeout(timeout_s)
         self._settle_s = settle_ms / 1000

@@ -218,3 +218,42 @@ def test_only_max_chars_of_a_huge_dom_leave_the_browser(engine, require_browser)
     finally:
         renderer.close()
     assert len(rendered.html) == 50_000 and "Start of a page that grows." in rendered.html
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_proxy_environment_variables_carry_no_browser_traffic(engine, site, require_browser, monkeypatch) -> None:
+    """With HTTP(S)_PROXY set, Selenium sent its WebDriver commands (the session's Chrome flags,
+    every URL to open) to that proxy instead of the local chromedriver, and every crawl failed."""
+    require_browser(engine)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.1)
+    heard: list[bytes] = []
+    stop = threading.Event()
+
+    def record() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                conn, _ = listener.accept()
+                with conn:
+                    conn.settimeout(2)
+                    heard.append(conn.recv(200))
+
+    thread = threading.Thread(target=record, daemon=True)
+    thread.start()
+    proxy = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.setenv(name, proxy)
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    tool = build(engine, allow_hosts=["127.0.0.1"], resolve_dns=False, timeout_s=8, settle_ms=0)
+    try:
+        result = tool.run(site.url("/article.html"), CTX)
+    finally:
+        tool.close()  # Selenium's service still asks chromedriver to shut down through urllib's proxy
+        stop.set()
+        thread.join(timeout=2)
+        listener.close()
+    assert result.ok and ARTICLE_FACT in result.text
+    assert [request for request in heard if b"/shutdown" not in request] == []
