@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -38,7 +37,7 @@ async def chat(served: ServedModel, body: ChatBody) -> Any:
     use_tools = bool(body.tools) and body.tool_choice != "none"
     if body.stream:
         return streamed(served, ids, body, "chat.completion.chunk", prompt_text=prompt_text)
-    done = await asyncio.to_thread(served.run, [ids], body, 512)
+    done = await served.run([ids], body, 512)
     choices = []
     for index, completion in enumerate(done):
         served.check(completion)

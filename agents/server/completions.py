@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -45,7 +44,7 @@ async def completions(served: ServedModel, body: CompletionBody) -> Any:
                            code="unsupported_value", param="prompt")
         echo = served.tokenizer.decode(prompts[0], skip_special_tokens=False) if body.echo else ""
         return streamed(served, prompts[0], body, "text_completion", echo)
-    done = await asyncio.to_thread(served.run, prompts, body, 16)
+    done = await served.run(prompts, body, 16)
     choices = []
     for index, completion in enumerate(done):
         served.check(completion)

@@ -3,6 +3,7 @@ parameters, prompts (raw, token ids or a rendered chat), generation and its usag
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -90,10 +91,13 @@ class ServedModel:
             raise APIError(400, f"cannot render the chat template: {exc}", param="messages") from None
         return text, self.tokenizer.encode(text, add_special_tokens=False)
 
-    def run(self, prompts: list[list[int]], body: CommonBody, default_max: int) -> list[Completion]:
+    async def run(self, prompts: list[list[int]], body: CommonBody, default_max: int) -> list[Completion]:
+        """``body.n`` completions of each prompt, awaited as futures of the shared batches: a
+        request parks no thread, so any number of them merge (a thread each capped them at the
+        default executor's size, 6 on two cores)."""
         requests = [GenerationRequest(token_ids=tuple(ids), params=self.params_for(body, i, default_max))
                     for ids in prompts for i in range(body.n)]
-        return self.batcher.generate(requests, SamplingParams())
+        return list(await asyncio.gather(*(asyncio.wrap_future(self.batcher.submit(r)) for r in requests)))
 
     @staticmethod
     def check(completion: Completion) -> None:

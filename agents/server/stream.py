@@ -99,7 +99,7 @@ class _Stream:
         request = GenerationRequest(
             token_ids=tuple(ids), params=params,
             on_token=lambda t, lp: loop.call_soon_threadsafe(tokens.put_nowait, (t, lp)))
-        job = asyncio.ensure_future(asyncio.to_thread(served.batcher.generate, [request], params))
+        job = asyncio.wrap_future(served.batcher.submit(request))
         job.add_done_callback(lambda _: tokens.put_nowait(None))
         releaser = TextReleaser(served.tokenizer, params.stop, served.eos_text, hold_from=self.opener or None)
         self.prompt_ids = list(ids)
@@ -112,7 +112,7 @@ class _Stream:
             if delta:
                 yield self.chunk({"content": delta}, items=pending)
                 pending = []
-        (completion,) = await job
+        completion = await job
         if not completion.ok:
             yield sse(error_body(500, f"{completion.error_kind}: {completion.error}", code=str(completion.error_kind)))
             yield SSE_DONE

@@ -158,3 +158,59 @@ def test_a_prompt_over_the_context_is_a_400_streamed_or_not(tiny_tokenizer, tiny
         with pytest.raises(openai.BadRequestError) as caught:
             list(served.completions.create(model="tiny", prompt="many words " * 40, max_tokens=3, stream=True))
         assert caught.value.code == "context_length_exceeded" and caught.value.param == "prompt"
+
+
+class _GatedEngine:
+    """Answers every request with one token, but holds its first batch until ``gate`` opens."""
+
+    name = "gated"
+
+    def __init__(self, tokenizer) -> None:
+        import threading
+
+        self.tokenizer = tokenizer
+        self.gate = threading.Event()
+
+    def generate(self, requests, params):
+        from agents.engines import Completion
+
+        self.gate.wait(120)
+        return [Completion(text="x", token_ids=(5,), logprobs=(-0.5,), finish_reason="length") for _ in requests]
+
+
+def test_concurrent_requests_all_reach_the_batcher_without_a_thread_each(tiny_tokenizer):
+    """Forty clients at once, the engine busy with the first: the other 39 wait in the batch
+    queue, to be merged into the next batch, instead of parking a thread each (the default
+    executor's 6 threads on two cores let 5 of them in)."""
+    import asyncio
+    import time
+
+    from agents.engines.batching import BatchingEngine
+
+    engine = _GatedEngine(tiny_tokenizer)
+    batcher = BatchingEngine(engine, max_batch_size=64)
+    clients = 40
+
+    async def ask_all(url: str) -> list[str]:
+        client = openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0, timeout=120)
+        first = asyncio.create_task(client.completions.create(model="tiny", prompt=[1, 2], max_tokens=1))
+        while not batcher.batch_sizes:  # the first request holds the engine
+            await asyncio.sleep(0.01)
+        rest = [asyncio.create_task(client.completions.create(model="tiny", prompt=[1, 2], max_tokens=1,
+                                                               stream=number % 2 == 0))
+                for number in range(clients - 1)]
+        deadline = time.monotonic() + 60
+        while batcher._intake.queue.qsize() < clients - 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        queued = batcher._intake.queue.qsize()
+        engine.gate.set()
+        replies = await asyncio.gather(first, *rest)
+        assert queued == clients - 1
+        return [r.choices[0].text if hasattr(r, "choices") else "".join([c.choices[0].text async for c in r])
+                for r in replies]
+
+    with serve_in_thread(create_app(batcher, tiny_tokenizer, "tiny")) as url:
+        texts = asyncio.run(ask_all(url))
+    assert texts == ["x"] * clients
+    assert batcher.batch_sizes[:2] == [1, clients - 1]
+    batcher.close()
