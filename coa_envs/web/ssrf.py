@@ -14,12 +14,13 @@ This module does no I/O besides DNS resolution and never opens a connection.
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
-__all__ = ["ALLOWED_SCHEMES", "METADATA_ADDRESSES", "UrlGuard", "UrlVerdict", "literal_only_resolver"]
+__all__ = ["ALLOWED_SCHEMES", "METADATA_ADDRESSES", "UrlGuard", "UrlVerdict", "canonical_host", "literal_only_resolver"]
 
 ALLOWED_SCHEMES = frozenset({"http", "https"})
 METADATA_ADDRESSES = frozenset(
@@ -42,6 +43,8 @@ _EXTRA_BLOCKED = (
 )
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT: the provider's internal network
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+_IPV4_PART = re.compile(r"0[xX][0-9a-fA-F]*|0[0-7]*|[1-9][0-9]*")  # hex, octal, decimal ("08" is none)
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], list[str]]
@@ -84,6 +87,37 @@ def literal_only_resolver(host: str, port: int) -> list[str]:
         return [str(ipaddress.ip_address(host.strip("[]")))]
     except ValueError:
         raise OSError(f"DNS is disabled (resolve_dns=false); use an IP address instead of {host!r}") from None
+
+
+def _browser_ipv4(host: str) -> str | None:
+    """``host`` read the way browsers (the WHATWG URL standard) read IPv4: one to four parts,
+    each decimal, octal (``0177``) or hex (``0x7f``), the last filling the remaining bytes, one
+    trailing dot allowed. ``127.1``, ``0x7f.1``, ``2130706433.`` are all 127.0.0.1. None for names."""
+    parts = host.split(".")
+    if len(parts) > 1 and parts[-1] == "":
+        parts.pop()
+    if not 1 <= len(parts) <= 4 or not all(_IPV4_PART.fullmatch(part) for part in parts):
+        return None
+    numbers = [int(p[2:] or "0", 16) if p[:2].lower() == "0x" else int(p, 8 if len(p) > 1 and p[0] == "0" else 10)
+               for p in parts]
+    if any(n > 255 for n in numbers[:-1]) or numbers[-1] >= 256 ** (5 - len(numbers)):
+        return None
+    value = numbers[-1] + sum(n << (8 * (3 - i)) for i, n in enumerate(numbers[:-1]))
+    return str(ipaddress.IPv4Address(value))
+
+
+def canonical_host(host: str) -> str:
+    """The host a browser would connect to, so that the guard judges that one: percent-escapes
+    decoded, brackets, an IPv6 zone (``%eth0``) and one trailing dot dropped, any IPv4 spelling
+    as dotted decimal, names lower-cased. A spelling the resolver would not understand
+    (``%31%32%37.0.0.1``, ``127.0.0.1.``) is then refused for its address, not as a DNS error."""
+    host = unquote(host).strip("[]").lower()
+    if ":" in host:
+        return host.split("%", 1)[0]
+    ipv4 = _browser_ipv4(host)
+    if ipv4 is not None:
+        return ipv4
+    return host[:-1] if len(host) > 1 and host.endswith(".") else host
 
 
 def _embedded_ipv4(ip: IPAddress) -> IPAddress:
@@ -203,9 +237,10 @@ class UrlGuard:
         Refusing on *any* bad address (not just the first) stops a name that returns a
         public and a private record from being used to reach the private one.
         """
+        host = canonical_host(host)
         try:
             addresses = self._resolver(host, port)
-        except (OSError, UnicodeError) as exc:
+        except (OSError, UnicodeError, ValueError) as exc:  # ValueError: a NUL in the name
             return UrlVerdict("dns_error", "", f"cannot resolve host {host!r}: {exc}", host=host, port=port)
         if not addresses:
             return UrlVerdict("dns_error", "", f"host {host!r} has no addresses", host=host, port=port)

@@ -67,6 +67,35 @@ def test_guard_allows_public_addresses_and_allow_listed_hosts() -> None:
     assert guard.check("http://mixed.example/").status == "blocked"
 
 
+ODD_LOOPBACK_SPELLINGS = ["http://127.0.0.1./", "http://%31%32%37.0.0.1/", "http://0x7f.1/", "http://0x7F.0.0.1/",
+                          "http://2130706433/", "http://2130706433./", "http://0177.0.0.1/", "http://127.1/",
+                          "http://0x7f000001/", "http://017700000001/", "http://127.000.000.001/",
+                          "http://[::ffff:127.0.0.1]/", "http://[fe80::1%25eth0]/", "http://0/", "http://0x/"]
+
+
+@pytest.mark.parametrize("url", ODD_LOOPBACK_SPELLINGS)
+@pytest.mark.parametrize("offline", [False, True])
+def test_every_spelling_a_browser_reads_as_a_local_address_is_refused_as_such(url: str, offline: bool) -> None:
+    """Judged as browsers read the host (WHATWG): a trailing dot, percent-escapes and octal/hex/short
+    IPv4 were DNS errors (and, offline, every odd spelling was), not refusals of the address."""
+    guard = UrlGuard(resolver=literal_only_resolver if offline else None)
+    verdict = guard.check(url)
+    assert verdict.status == "blocked", verdict
+    assert "resolves to" in verdict.reason
+
+
+def test_canonical_host_reads_hosts_like_a_browser() -> None:
+    from coa_envs.web.ssrf import canonical_host
+
+    assert canonical_host("0x7f.1") == canonical_host("127.1") == canonical_host("%31%32%37.0.0.1.") == "127.0.0.1"
+    assert canonical_host("3232235777") == "192.168.1.1"
+    assert canonical_host("[FE80::1%25eth0]") == "fe80::1"
+    assert canonical_host("Example.COM.") == "example.com"
+    for name in ("1.2.3.256", "1.2.3.4.5", "08.1.1.1", "1e3", "0x1g", "example.com"):
+        assert canonical_host(name) == name  # not IPv4 to a browser either: left to the resolver
+    assert UrlGuard(["127.0.0.1"], resolver=literal_only_resolver).check("http://0x7f.1:8000/").allowed
+
+
 def test_an_allow_list_given_as_one_string_is_refused_not_split_into_characters() -> None:
     # tuple("127.0.0.1:8000") allowed the host names "0", "1", "2", "7": http://0:PORT/ is 0.0.0.0.
     with pytest.raises(TypeError, match="not one string"):
