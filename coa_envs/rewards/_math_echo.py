@@ -39,14 +39,43 @@ def _is_plain(value: Any) -> bool:
     return bool(value.is_Integer or not value.is_Number or (value.is_Float and value.is_finite and value == int(value)))
 
 
+def _without_padding(expr: Any) -> Any:
+    """``expr`` without operations that leave a value as it is (``+ 0``, ``\\cdot 1``, ``^1``,
+    ``/1``, ``--x``), so that padding does not disguise a restated expression."""
+    from sympy import Add, Mul, Pow
+
+    if not expr.args:
+        return expr
+    args = [_without_padding(arg) for arg in expr.args]
+    if expr.func is Add or expr.func is Mul:
+        identity = 0 if expr.func is Add else 1
+        args = [a for a in args if not (a.is_Number and a == identity) and not _is_unit_power(a)]
+        if expr.func is Mul and sum(1 for a in args if a.is_Number and a == -1) % 2 == 0:
+            args = [a for a in args if not (a.is_Number and a == -1)]
+        if len(args) <= 1:
+            return args[0] if args else (expr.func.identity)
+    elif expr.func is Pow and args[1].is_Number and args[1] == 1:
+        return args[0]
+    return expr.func(*args, evaluate=False)
+
+
+def _is_unit_power(expr: Any) -> bool:
+    """``1^{-1}`` (what ``\\frac{x}{1}`` parses into)."""
+    return bool(expr.is_Pow and expr.args[0].is_Number and expr.args[0] == 1)
+
+
 def structure(value: list[Any]) -> str | None:
-    """The parsed expression's structure (``srepr``), or None for a plain atom or nothing parsed.
-    A non-integer number counts ("Write $\\frac{3}{20}$ as a decimal")."""
+    """The parsed expression's structure (``srepr``, padding removed), or None for a plain atom or
+    nothing parsed. A non-integer number counts ("Write $\\frac{3}{20}$ as a decimal")."""
     from sympy import Basic, srepr
 
-    if not value or not isinstance(value[0], Basic) or _is_plain(value[0]):
+    if not value or not isinstance(value[0], Basic):
         return None
-    return srepr(value[0])
+    try:
+        expr = _without_padding(value[0])
+    except Exception:  # an expression sympy cannot rebuild: compare it as parsed
+        expr = value[0]
+    return None if _is_plain(expr) else srepr(expr)
 
 
 def spelling(text: str) -> str | None:

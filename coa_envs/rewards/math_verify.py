@@ -37,11 +37,12 @@ from coa_envs.types import RewardResult, Task
 
 __all__ = ["VERSION", "MathVerifyReward", "answer_candidates", "build", "normalise_latex"]
 
-VERSION = 4  # bump when the scores this term gives change (reported in reward_details)
+VERSION = 5  # bump when the scores this term gives change (reported in reward_details)
 # 2: one final answer per reply (several distinct candidates are wrong, alternatives form a
 #    set); the string fallback only when math-verify cannot parse (no OR of two verdicts)
 # 3: a value offered in prose beside the answer ("Alternatively, 3") is a second answer
 # 4: the question's own expression handed back ("Simplify sqrt(242)" -> sqrt(242)) is wrong
+# 5: padding (+ 0, \cdot 1, ^1, /1, --x) does not disguise the question's expression
 
 _SPACE_RE = re.compile(r"\s+")
 _WRAPPERS = (r"\left", r"\right", r"\!", r"\,", r"\;", r"\displaystyle", "$")

@@ -1,4 +1,4 @@
-"""math_verify v4: the question's own expression handed back is not its value.
+"""math_verify v4/v5: the question's own expression handed back (padded or not) is not its value.
 
 "Simplify $\\sqrt{242}$" answered ``\\boxed{\\sqrt{242}}`` equals the gold ``11\\sqrt2`` to
 math-verify, although nothing was simplified; before v4 the last formula of the question, boxed,
@@ -45,6 +45,12 @@ def test_an_answer_written_like_the_gold_still_scores(question, gold, answer):
     assert reward(f"\\boxed{{{answer}}}", Task("t", question, gold=(gold,))).score == 1.0
 
 
+@pytest.mark.parametrize("padded", ["513^2 - 487^2 + 0", "1 \\cdot (513^2 - 487^2)", "(513^2-487^2)^{1}",
+                                    "\\frac{513^2 - 487^2}{1}", "-(-(513^2 - 487^2))", "0 + 513^{2} - 487^{2}"])
+def test_padding_does_not_disguise_the_echo(padded):
+    assert reward(f"\\boxed{{{padded}}}", Task("t", "Compute $513^2 - 487^2$.", gold=("26000",))).score == 0.0
+
+
 def test_computing_the_value_still_scores_where_the_echo_does_not():
     task = Task("t", "Compute $513^2 - 487^2$.", gold=("26000",))
     assert reward("\\boxed{513^2 - 487^2}", task).score == 0.0
@@ -58,7 +64,7 @@ def test_the_env_pays_nothing_for_the_echo():
         env.reset(options={"task_id": "MATH500-31"})
         _, reward_value, terminated, _, info = env.step("<think>done</think>\n<answer>\\boxed{\\sqrt{242}}</answer>")
         assert terminated and reward_value == 0.0
-        assert info["reward_details"]["terms"]["math_verify"]["version"] >= 4
+        assert info["reward_details"]["terms"]["math_verify"]["version"] >= 5
     finally:
         env.close()
 
