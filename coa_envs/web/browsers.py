@@ -201,6 +201,8 @@ class _SeleniumSession:
         for flag in ("--headless=new", *_CHROMIUM_FLAGS, f"--proxy-server={proxy_url}",
                      f"--user-agent={DEFAULT_USER_AGENT}"):
             options.add_argument(flag)
+        # Chromium would save every downloaded response in ~/Downloads: pages could write files to the host.
+        options.add_experimental_option("prefs", {"download_restrictions": 3})  # 3: block all downloads
         with warnings.catch_warnings():  # deprecated, yet the only switch webdriver.Chrome reads (4.51)
             warnings.simplefilter("ignore", DeprecationWarning)
             options.ignore_local_proxy_environment_variables()  # WebDriver commands stay local
@@ -214,7 +216,7 @@ class _SeleniumSession:
 
         try:
             self._driver.get(url)
-            if self._driver.current_url == "about:blank":  # the tab left blank by the last render
+            if self._driver.current_url in ("about:blank", "data:,"):  # still blank (data:, when new)
                 # Nothing was committed: the response became a download (Playwright raises for it).
                 raise BrowserError(f"browser could not load {url}: the response started a download")
             if self._settle_s > 0:

@@ -257,3 +257,18 @@ def test_proxy_environment_variables_carry_no_browser_traffic(engine, site, requ
         listener.close()
     assert result.ok and ARTICLE_FACT in result.text
     assert [request for request in heard if b"/shutdown" not in request] == []
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_downloads_never_reach_the_disk(engine, site, require_browser, monkeypatch, tmp_path) -> None:
+    """Selenium's Chromium saved every response it downloads in ~/Downloads: any page could write
+    files of any size to the host. A fresh session's first download is read through httpx too."""
+    require_browser(engine)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    tool = build(engine, allow_hosts=["127.0.0.1"], resolve_dns=False, timeout_s=8, settle_ms=0)
+    try:
+        result = tool.run(site.url("/binary"), CTX)  # the session's first page
+    finally:
+        tool.close()
+    assert result.error_kind == ErrorKind.TOOL_ERROR and "binary" in result.text, result.text
+    assert [p for p in tmp_path.rglob("*") if p.is_file() and "binary" in p.name] == []
