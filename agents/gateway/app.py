@@ -19,7 +19,7 @@ Routes live in :mod:`agents.gateway.chat_routes` and :mod:`agents.gateway.sessio
 this module assembles the app.
 """
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -31,18 +31,35 @@ from agents.openai_errors import install_error_handlers
 __all__ = ["SESSION_HEADER", "create_gateway_app"]
 
 
-def create_gateway_app(gateway: Gateway, *, public_url: str | None = None, close_on_shutdown: bool = True) -> Any:
+def create_gateway_app(gateway: Gateway, *, public_url: str | None = None, close_on_shutdown: bool = True,
+                       blocking_threads: int = 64) -> Any:
     """A FastAPI app over ``gateway``; ``public_url`` is the base the session URLs are built on
-    (default: the URL each request came to)."""
+    (default: the URL each request came to).
+
+    Blocking session work (env tools, opening env sessions, finishing, which waits for calls
+    in flight) runs on the app's own ``blocking_threads`` threads: on asyncio's default
+    executor (6 threads on two cores) six finishes waiting for their calls, or six slow
+    tools, stalled every other session's tools and finishes."""
+    import asyncio
+    import functools
     import time
+    from concurrent.futures import ThreadPoolExecutor
 
     from fastapi import FastAPI, Request
 
+    executor = ThreadPoolExecutor(blocking_threads, thread_name_prefix="coa-gateway")
+
+    async def blocking(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(fn, *args, **kwargs))
+
     @asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
-        yield
-        if close_on_shutdown:
-            gateway.close()
+        try:
+            yield
+        finally:
+            executor.shutdown(wait=False, cancel_futures=True)
+            if close_on_shutdown:
+                gateway.close()
 
     app = FastAPI(title="coa gateway", version="1", lifespan=lifespan)
     install_error_handlers(app)
@@ -73,6 +90,6 @@ def create_gateway_app(gateway: Gateway, *, public_url: str | None = None, close
         gateway.check_model(name)
         return models_body()["data"][0]
 
-    app.include_router(chat_routes(gateway))
-    app.include_router(session_routes(gateway, base))
+    app.include_router(chat_routes(gateway, blocking))
+    app.include_router(session_routes(gateway, base, blocking))
     return app

@@ -6,8 +6,7 @@ without one, in a one-call session finished at once. Streamed replies are server
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the body models' annotations.
-import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from agents.gateway.core import Gateway
@@ -19,8 +18,9 @@ __all__ = ["SESSION_HEADER", "chat_routes"]
 SESSION_HEADER = "X-Session-Id"
 
 
-def chat_routes(gateway: Gateway) -> Any:
-    """An ``APIRouter`` with the chat completion routes over ``gateway``."""
+def chat_routes(gateway: Gateway, blocking: Callable[..., Awaitable[Any]]) -> Any:
+    """An ``APIRouter`` with the chat completion routes over ``gateway``; ``blocking(fn, ...)``
+    runs blocking work off the event loop."""
     from fastapi import APIRouter, Request
     from fastapi.responses import JSONResponse, StreamingResponse
 
@@ -37,13 +37,13 @@ def chat_routes(gateway: Gateway) -> Any:
                 result = await backend.complete(session, body, body.model or gateway.model_name)
             finally:
                 if one_call:
-                    await asyncio.to_thread(gateway.finish, session)
+                    await blocking(gateway.finish, session)
             return JSONResponse(result, headers=headers)
         try:
             prepared = await backend.prepare_stream(session, body)
         except BaseException:
             if one_call:
-                await asyncio.to_thread(gateway.finish, session)
+                await blocking(gateway.finish, session)
             raise
 
         async def events() -> AsyncIterator[str]:
@@ -52,7 +52,7 @@ def chat_routes(gateway: Gateway) -> Any:
                     yield event
             finally:
                 if one_call:
-                    await asyncio.to_thread(gateway.finish, session)
+                    await blocking(gateway.finish, session)
 
         return StreamingResponse(events(), media_type="text/event-stream",
                                  headers={**headers, "Cache-Control": "no-cache"})

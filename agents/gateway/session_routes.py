@@ -7,8 +7,7 @@ and closes it; ``GET /sessions/{sid}/trajectories`` gives what it recorded.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the body models' annotations.
-import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -46,9 +45,9 @@ class FinishBody(BaseModel):
     error: str | None = None
 
 
-def session_routes(gateway: Gateway, base: Callable[[Any], str]) -> Any:
+def session_routes(gateway: Gateway, base: Callable[[Any], str], blocking: Callable[..., Awaitable[Any]]) -> Any:
     """An ``APIRouter`` with the sessions API over ``gateway``; ``base(request)`` is the URL
-    the session URLs are built on."""
+    the session URLs are built on; ``blocking(fn, ...)`` runs blocking work off the event loop."""
     from fastapi import APIRouter, Request
     from fastapi.responses import JSONResponse
 
@@ -56,7 +55,7 @@ def session_routes(gateway: Gateway, base: Callable[[Any], str]) -> Any:
 
     @router.post("/sessions")
     async def open_session(body: OpenBody, request: Request) -> Any:
-        session = await asyncio.to_thread(
+        session = await blocking(
             gateway.open_session, session_id=body.session_id, env_id=body.env_id, task_id=body.task_id,
             task_index=body.task_index, env_kwargs=body.env_kwargs, seed=body.seed,
             info={"metadata": body.metadata} if body.metadata else None)
@@ -79,7 +78,7 @@ def session_routes(gateway: Gateway, base: Callable[[Any], str]) -> Any:
         if session.task is None:
             raise APIError(404, f"session {sid!r} plays no env task, so it has no env tools", code="no_env_task")
         try:
-            text = await asyncio.to_thread(session.task.call_tool, name, body.arguments)
+            text = await blocking(session.task.call_tool, name, body.arguments)
         except ToolCallError as exc:
             raise APIError(400, str(exc), code="invalid_tool_call", param="arguments") from None
         return {"content": text, "done": session.task.done}
@@ -87,7 +86,7 @@ def session_routes(gateway: Gateway, base: Callable[[Any], str]) -> Any:
     @router.post("/sessions/{sid}/finish")
     async def finish(sid: str, body: FinishBody) -> dict[str, Any]:
         session = gateway.session(sid)
-        trajectories = await asyncio.to_thread(gateway.finish, session, answer=body.answer, reward=body.reward,
+        trajectories = await blocking(gateway.finish, session, answer=body.answer, reward=body.reward,
                                                failed=body.error)
         return {"session_id": sid, **session.outcome,
                 "layout": trajectories[0].info.get("gateway", {}).get("layout") if trajectories else None}

@@ -160,7 +160,7 @@ def test_a_prompt_over_the_context_is_a_400_streamed_or_not(tiny_tokenizer, tiny
         assert caught.value.code == "context_length_exceeded" and caught.value.param == "prompt"
 
 
-class _GatedEngine:
+class GatedEngine:
     """Answers every request with one token, but holds its first batch until ``gate`` opens."""
 
     name = "gated"
@@ -187,7 +187,7 @@ def test_concurrent_requests_all_reach_the_batcher_without_a_thread_each(tiny_to
 
     from agents.engines.batching import BatchingEngine
 
-    engine = _GatedEngine(tiny_tokenizer)
+    engine = GatedEngine(tiny_tokenizer)
     batcher = BatchingEngine(engine, max_batch_size=64)
     clients = 40
 

@@ -179,3 +179,34 @@ def test_a_reward_that_is_not_a_finite_number_is_never_recorded(engine, tiny_tok
         finished = httpx.post(f"{url}/sessions/fn/finish", json={"answer": "x"})
         assert finished.status_code == 200 and finished.json()["reward"] == 0.0
         assert "finite" in gw.session("fn").trajectories[0].info["reward_error"]
+
+
+def test_finishes_waiting_for_their_calls_leave_other_sessions_served(tiny_tokenizer):
+    """Eight sessions finish while their calls are still being answered (each finish waits for
+    its call on a thread); a ninth session still opens and finishes. With asyncio's default
+    executor (6 threads on two cores) it waited for the engine like them."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.agents.test_serve_openai_client import GatedEngine
+
+    engine = GatedEngine(tiny_tokenizer)
+    held = [f"held-{number}" for number in range(8)]
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "q"}], "max_tokens": 1}
+    with served_gateway(engine, tiny_tokenizer, "tiny") as (url, gw), ThreadPoolExecutor(16) as pool:
+        calls = [pool.submit(httpx.post, f"{url}/sessions/{sid}/v1/chat/completions", json=chat, timeout=120)
+                 for sid in held]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and sorted(s.session_id for s in gw.store.live()
+                                                     if s._in_flight) != sorted(held):
+            time.sleep(0.05)
+        finishes = [pool.submit(httpx.post, f"{url}/sessions/{sid}/finish", json={}, timeout=120) for sid in held]
+        time.sleep(0.5)  # the finishes are waiting
+        try:
+            opened = httpx.post(f"{url}/sessions", json={"session_id": "free"}, timeout=30)
+            finished = httpx.post(f"{url}/sessions/free/finish", json={}, timeout=30)
+        finally:
+            engine.gate.set()
+        assert (opened.status_code, finished.status_code) == (201, 200)
+        assert [c.result().status_code for c in calls] == [200] * 8
+        assert [f.result().json()["segments"] for f in finishes] == [1] * 8
