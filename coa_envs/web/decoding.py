@@ -7,8 +7,9 @@ hostile page made one fetch allocate gigabytes before the fetcher's size cap was
 ratio, so a caller that stops iterating at its cap never holds more than cap + step.
 
 Encodings: ``identity``, ``gzip``/``x-gzip``, ``deflate`` (zlib-wrapped or raw), ``br`` (the
-``brotli`` package, 1.1 or later) and ``zstd`` (``zstandard``) when installed. Anything else,
-or a body whose encoding is stacked (``gzip, br``), raises :class:`httpx.DecodingError`.
+``brotli`` package, 1.1 or later) and ``zstd`` (``zstandard``) when installed. An encoding we do
+not know is passed through as it is (as httpx and browsers do: servers send ``Content-Encoding:
+UTF-8``); a body encoded twice over (``gzip, br``) raises :class:`httpx.DecodingError`.
 """
 
 from __future__ import annotations
@@ -126,13 +127,13 @@ def _decoder(encoding: str, chunks: Iterator[bytes], step: int) -> Iterator[byte
         return _unbrotli(chunks, step)
     if encoding == "zstd" and _zstandard() is not None:
         return _unzstd(chunks, step)
-    raise httpx.DecodingError(f"unsupported Content-Encoding {encoding!r}")
+    raise httpx.DecodingError(f"Content-Encoding {encoding!r} cannot be decoded here")
 
 
 def decode_body(raw_chunks: Iterable[bytes], content_encoding: str = "", step: int = _STEP) -> Iterator[bytes]:
     """Decoded pieces of a body, none longer than ``step``; decoding errors are ``httpx.DecodingError``."""
-    encodings = [e.strip().lower() for e in content_encoding.split(",") if e.strip()]
-    encodings = [e for e in encodings if e != "identity"] or ["identity"]
+    known = {"gzip", "x-gzip", "deflate", "br", "zstd"}
+    encodings = [e for e in (e.strip().lower() for e in content_encoding.split(",")) if e in known] or ["identity"]
     if len(encodings) > 1:
         raise httpx.DecodingError(f"unsupported stacked Content-Encoding {content_encoding!r}")
     decoded = _decoder(encodings[0], iter(raw_chunks), step)
