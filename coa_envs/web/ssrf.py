@@ -253,7 +253,21 @@ class UrlGuard:
         return UrlVerdict("ok", "", host=host, port=port, addresses=tuple(addresses))
 
     def check(self, url: str) -> UrlVerdict:
-        """Full check of one URL: scheme, host syntax, resolution and every address."""
+        """Full check of one URL: scheme, host syntax, resolution and every address.
+
+        A backslash is a path separator to browsers in http(s) URLs but not to urllib or httpx:
+        ``http://127.0.0.1\\@example.org/`` is example.org to one and loopback to the other, so a
+        URL with one must pass under both readings.
+        """
+        verdict = self._check_reading(url)
+        if verdict.allowed and "\\" in url:
+            browser_reading = self._check_reading(url.replace("\\", "/"))
+            if not browser_reading.allowed:
+                return UrlVerdict(browser_reading.status, url, f"{browser_reading.reason} (as a browser reads the URL)",
+                                  browser_reading.scheme, browser_reading.host, browser_reading.port)
+        return verdict
+
+    def _check_reading(self, url: str) -> UrlVerdict:
         try:
             parts = urlsplit(url.strip())
             scheme = parts.scheme.lower()

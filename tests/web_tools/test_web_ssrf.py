@@ -84,6 +84,13 @@ def test_every_spelling_a_browser_reads_as_a_local_address_is_refused_as_such(ur
     assert "resolves to" in verdict.reason
 
 
+def test_a_backslash_url_must_pass_as_urllib_and_as_a_browser_read_it() -> None:
+    """urllib/httpx read ``http://127.0.0.1\\@8.8.8.8/`` as host 8.8.8.8, Chromium as 127.0.0.1."""
+    for url in ("http://127.0.0.1\\@8.8.8.8/", "http://169.254.169.254\\@8.8.8.8/latest", "http://8.8.8.8\\@10.0.0.1/"):
+        assert UrlGuard().check(url).status == "blocked", url
+    assert UrlGuard().check("http://8.8.8.8\\@1.1.1.1/a\\b").allowed  # public either way
+
+
 def test_canonical_host_reads_hosts_like_a_browser() -> None:
     from coa_envs.web.ssrf import canonical_host
 
