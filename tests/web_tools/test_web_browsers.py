@@ -187,7 +187,7 @@ def test_nothing_a_page_started_runs_on_after_its_render(browser_crawl) -> None:
     }
     with serve_test_site(extra_pages={k: ("text/html", v.encode()) for k, v in pages.items()}) as host:
         browser_crawl.run(host.url("/opener.html"), CTX)
-        time.sleep(0.5)  # requests already on their way when the render returned may still land
+        time.sleep(1.0)  # requests already on their way when the render returned may still land
         settled = host.hits["/tick"]
         time.sleep(1.5)
         assert host.hits["/tick"] == settled
