@@ -13,6 +13,7 @@ This module does no I/O besides DNS resolution and never opens a connection.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import re
 import socket
@@ -114,6 +115,9 @@ def canonical_host(host: str) -> str:
     host = unquote(host).strip("[]").lower()
     if ":" in host:
         return host.split("%", 1)[0]
+    if not host.isascii():  # fullwidth digits and ideographic full stops map to ASCII (IDNA)
+        with contextlib.suppress(UnicodeError):
+            host = host.encode("idna").decode("ascii")
     ipv4 = _browser_ipv4(host)
     if ipv4 is not None:
         return ipv4

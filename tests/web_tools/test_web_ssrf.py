@@ -70,7 +70,8 @@ def test_guard_allows_public_addresses_and_allow_listed_hosts() -> None:
 ODD_LOOPBACK_SPELLINGS = ["http://127.0.0.1./", "http://%31%32%37.0.0.1/", "http://0x7f.1/", "http://0x7F.0.0.1/",
                           "http://2130706433/", "http://2130706433./", "http://0177.0.0.1/", "http://127.1/",
                           "http://0x7f000001/", "http://017700000001/", "http://127.000.000.001/",
-                          "http://[::ffff:127.0.0.1]/", "http://[fe80::1%25eth0]/", "http://0/", "http://0x/"]
+                          "http://[::ffff:127.0.0.1]/", "http://[fe80::1%25eth0]/", "http://0/", "http://0x/",
+                          "http://\uff11\uff12\uff17\u3002\uff10\u3002\uff10\u3002\uff11/"]  # fullwidth 127。0。0。1
 
 
 @pytest.mark.parametrize("url", ODD_LOOPBACK_SPELLINGS)
