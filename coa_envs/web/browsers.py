@@ -29,15 +29,8 @@ from coa_envs.web.fetch import DEFAULT_USER_AGENT
 from coa_envs.web.proxy import BLOCKED_HEADER, BLOCKED_MARKER, UNREACHABLE_HEADER, UNREACHABLE_MARKER, GuardedProxy
 from coa_envs.web.ssrf import UrlGuard
 
-__all__ = [
-    "CHROMEDRIVER_CANDIDATES",
-    "CHROMIUM_CANDIDATES",
-    "BrowserError",
-    "BrowserRenderer",
-    "RenderedPage",
-    "find_chromedriver",
-    "find_chromium",
-]
+__all__ = ["CHROMEDRIVER_CANDIDATES", "CHROMIUM_CANDIDATES", "BrowserError", "BrowserRenderer", "RenderedPage",
+           "find_chromedriver", "find_chromium"]
 
 CHROMIUM_CANDIDATES = ("/usr/lib/chromium/chromium", "/usr/bin/chromium", "/usr/bin/chromium-browser",
                        "/usr/bin/google-chrome")
@@ -365,12 +358,19 @@ class BrowserRenderer:
             if self._closed:
                 raise BrowserError("the browser renderer is closed")
             self._start()
+            assert self._proxy is not None
+            mark = self._proxy.refused_total
             self._jobs.put((future, url))
         try:
             # The session enforces its own page timeout; this outer bound also covers launch.
             return future.result(timeout=self.timeout_s + 60)
         except TimeoutError as exc:
             raise BrowserError(f"browser did not answer for {url}", ErrorKind.TOOL_TIMEOUT) from exc
+        except BrowserError as exc:  # Chromium shows a refused CONNECT (an https hop) as a failed tunnel
+            tunnels = [r for r in self._proxy.refusals_since(mark) if r[0].startswith("https://")]
+            if "ERR_TUNNEL_CONNECTION_FAILED" not in str(exc) or not tunnels:
+                raise
+            raise BrowserError(f"refused to fetch {tunnels[-1][0]}: {tunnels[-1][1]}", ErrorKind.BLOCKED_URL) from exc
 
     def close(self) -> None:
         with self._lock:

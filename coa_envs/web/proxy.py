@@ -158,9 +158,18 @@ class _ProxyServer(socketserver.ThreadingTCPServer):
         self.guard = guard
         self.connect_timeout_s = connect_timeout_s
         self.refusals: deque[tuple[str, str]] = deque(maxlen=1000)
+        self.refused_total = 0
+        self._refusal_lock = threading.Lock()
 
     def record_refusal(self, what: str, reason: str) -> None:
-        self.refusals.append((what, reason))
+        with self._refusal_lock:
+            self.refusals.append((what, reason))
+            self.refused_total += 1
+
+    def refusals_since(self, mark: int) -> list[tuple[str, str]]:
+        with self._refusal_lock:
+            fresh = self.refused_total - mark
+            return list(self.refusals)[-fresh:] if fresh > 0 else []
 
     def handle_error(self, request: object, client_address: object) -> None:
         pass  # a browser dropping a connection mid-transfer is routine
@@ -187,6 +196,15 @@ class GuardedProxy:
     @property
     def refusals(self) -> deque[tuple[str, str]]:
         return self._server.refusals
+
+    @property
+    def refused_total(self) -> int:
+        """How many requests were refused so far: a mark for :meth:`refusals_since`."""
+        return self._server.refused_total
+
+    def refusals_since(self, mark: int) -> list[tuple[str, str]]:
+        """The refusals recorded since ``refused_total`` was ``mark`` (the latest 1000 at most)."""
+        return self._server.refusals_since(mark)
 
     def start(self) -> GuardedProxy:
         self._thread.start()

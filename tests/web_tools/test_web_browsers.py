@@ -272,3 +272,13 @@ def test_downloads_never_reach_the_disk(engine, site, require_browser, monkeypat
         tool.close()
     assert result.error_kind == ErrorKind.TOOL_ERROR and "binary" in result.text, result.text
     assert [p for p in tmp_path.rglob("*") if p.is_file() and "binary" in p.name] == []
+
+
+def test_an_https_hop_to_a_private_host_is_a_refusal_not_a_load_error(browser_crawl, site, other_site) -> None:
+    """The proxy refuses the hop's CONNECT, which Chromium reports only as a failed tunnel: that was a
+    transient load error, where httpx (and a plain-http hop) say blocked_url."""
+    port = other_site.base_url.rsplit(":", 1)[1]
+    for target in (f"https://127.0.0.2:{port}/beacon", "https://169.254.169.254/latest/meta-data/"):
+        result = browser_crawl.run(site.url(f"/to?u={target}"), CTX)
+        assert result.error_kind == ErrorKind.BLOCKED_URL and result.details["transient"] is False, result.text
+        assert target.split("/")[2].split(":")[0] in result.text
