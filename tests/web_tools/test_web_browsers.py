@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import socket
-import threading
 import time
 from collections.abc import Iterator
 
@@ -15,6 +13,7 @@ from coa_envs.types import ErrorKind, ToolContext
 from coa_envs.web.browsers import BrowserRenderer
 from coa_envs.web.ssrf import UrlGuard, literal_only_resolver
 from coa_envs.web.testing import ARTICLE_FACT, JS_SECRET, PDF_FACT, serve_test_site
+from tests.web_tools.listeners import serve_in_background
 
 pytestmark = pytest.mark.browser
 CTX = ToolContext()
@@ -112,21 +111,9 @@ def udp_listener() -> Iterator[tuple[int, list[bytes]]]:
     """A UDP socket on 127.0.0.2 (not on the allow-list) that records every datagram it gets."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind(("127.0.0.2", 0))
-    sock.settimeout(0.1)
     received: list[bytes] = []
-    stop = threading.Event()
-
-    def loop() -> None:
-        while not stop.is_set():
-            with contextlib.suppress(OSError):
-                received.append(sock.recvfrom(4096)[0])
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    yield sock.getsockname()[1], received
-    stop.set()
-    thread.join(timeout=2)
-    sock.close()
+    with serve_in_background(sock, lambda s: received.append(s.recvfrom(4096)[0])):
+        yield sock.getsockname()[1], received
 
 
 def test_webrtc_cannot_send_udp_around_the_proxy(browser_crawl, udp_listener) -> None:
@@ -228,33 +215,25 @@ def test_proxy_environment_variables_carry_no_browser_traffic(engine, site, requ
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
-    listener.settimeout(0.1)
     heard: list[bytes] = []
-    stop = threading.Event()
 
-    def record() -> None:
-        while not stop.is_set():
-            with contextlib.suppress(OSError):
-                conn, _ = listener.accept()
-                with conn:
-                    conn.settimeout(2)
-                    heard.append(conn.recv(200))
+    def record(sock: socket.socket) -> None:
+        conn, _ = sock.accept()
+        with conn:
+            conn.settimeout(2)
+            heard.append(conn.recv(200))
 
-    thread = threading.Thread(target=record, daemon=True)
-    thread.start()
     proxy = f"http://127.0.0.1:{listener.getsockname()[1]}"
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.setenv(name, proxy)
     for name in ("NO_PROXY", "no_proxy"):
         monkeypatch.delenv(name, raising=False)
-    tool = build(engine, allow_hosts=["127.0.0.1"], resolve_dns=False, timeout_s=8, settle_ms=0)
-    try:
-        result = tool.run(site.url("/article.html"), CTX)
-    finally:
-        tool.close()  # Selenium's service still asks chromedriver to shut down through urllib's proxy
-        stop.set()
-        thread.join(timeout=2)
-        listener.close()
+    with serve_in_background(listener, record):
+        tool = build(engine, allow_hosts=["127.0.0.1"], resolve_dns=False, timeout_s=8, settle_ms=0)
+        try:
+            result = tool.run(site.url("/article.html"), CTX)
+        finally:
+            tool.close()  # Selenium's service still asks chromedriver to shut down through urllib's proxy
     assert result.ok and ARTICLE_FACT in result.text
     assert [request for request in heard if b"/shutdown" not in request] == []
 
