@@ -9,7 +9,8 @@ ratio, so a caller that stops iterating at its cap never holds more than cap + s
 Encodings: ``identity``, ``gzip``/``x-gzip``, ``deflate`` (zlib-wrapped or raw), ``br`` (the
 ``brotli`` package, 1.1 or later) and ``zstd`` (``zstandard``) when installed. An encoding we do
 not know is passed through as it is (as httpx and browsers do: servers send ``Content-Encoding:
-UTF-8``); a body encoded twice over (``gzip, br``) raises :class:`httpx.DecodingError`.
+UTF-8``). A body encoded twice over (``gzip, br``: gzip applied first) is undone stage by
+stage, each stage bounded the same way.
 """
 
 from __future__ import annotations
@@ -134,9 +135,9 @@ def decode_body(raw_chunks: Iterable[bytes], content_encoding: str = "", step: i
     """Decoded pieces of a body, none longer than ``step``; decoding errors are ``httpx.DecodingError``."""
     known = {"gzip", "x-gzip", "deflate", "br", "zstd"}
     encodings = [e for e in (e.strip().lower() for e in content_encoding.split(",")) if e in known] or ["identity"]
-    if len(encodings) > 1:
-        raise httpx.DecodingError(f"unsupported stacked Content-Encoding {content_encoding!r}")
-    decoded = _decoder(encodings[0], iter(raw_chunks), step)
+    decoded: Iterator[bytes] = iter(raw_chunks)
+    for encoding in reversed(encodings):  # listed in the order applied: undo the last first
+        decoded = _decoder(encoding, decoded, step)
     errors: list[type[BaseException]] = [zlib.error]
     if (brotli := _brotli()) is not None:
         errors.append(brotli.error)
@@ -148,4 +149,4 @@ def decode_body(raw_chunks: Iterable[bytes], content_encoding: str = "", step: i
             for start in range(0, len(piece), step):
                 yield piece[start:start + step]
     except tuple(errors) as exc:
-        raise httpx.DecodingError(f"the {encodings[0]} body is corrupt: {exc}") from exc
+        raise httpx.DecodingError(f"the {', '.join(encodings)} body is corrupt: {exc}") from exc
