@@ -37,12 +37,13 @@ from coa_envs.types import RewardResult, Task
 
 __all__ = ["VERSION", "MathVerifyReward", "answer_candidates", "build", "normalise_latex"]
 
-VERSION = 5  # bump when the scores this term gives change (reported in reward_details)
+VERSION = 6  # bump when the scores this term gives change (reported in reward_details)
 # 2: one final answer per reply (several distinct candidates are wrong, alternatives form a
 #    set); the string fallback only when math-verify cannot parse (no OR of two verdicts)
 # 3: a value offered in prose beside the answer ("Alternatively, 3") is a second answer
 # 4: the question's own expression handed back ("Simplify sqrt(242)" -> sqrt(242)) is wrong
 # 5: padding (+ 0, \cdot 1, ^1, /1, --x) does not disguise the question's expression
+# 6: an escaped dollar sign inside $...$ ("the answer is $\$18.90$") no longer ends the formula
 
 _SPACE_RE = re.compile(r"\s+")
 _WRAPPERS = (r"\left", r"\right", r"\!", r"\,", r"\;", r"\displaystyle", "$")
@@ -53,7 +54,8 @@ _WORD_RE = re.compile(r"[A-Za-z]{3,}")
 # a second answer offered in prose: "Final answer: 2. Alternatively, 3" / "or possibly 3"
 _HEDGE_RE = re.compile(r"\b(?:alternatively|or possibly|or maybe|or perhaps|otherwise|if not,?)\b[\s,:]*"
                        r"(?:(?:it|the answer|x)\s+(?:is|could be|may be|might be|=)\s*)?", re.IGNORECASE)
-_MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
+# inline math ends at the first "$" that is not an escaped dollar sign ("$\\$18.90$" is one formula)
+_MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$((?:\\\$|[^$])+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 _ALTERNATIVE_WORDS = re.compile(r"\\(?:text|mathrm|textbf|mbox)\s*\{\s*(or|and)\s*\}|\\lor\b|\\vee\b", re.IGNORECASE)
 _OR_SPLIT = re.compile(r"\s*\bor\b\s*|\s+\|\s+|;", re.IGNORECASE)
 
