@@ -73,10 +73,8 @@ def _bomb(encoding: str, megabytes: int) -> bytes:
     return b"".join(gcompressor.compress(zeros) for _ in range(megabytes)) + gcompressor.flush()
 
 
-@pytest.mark.parametrize("encoding", [*BOMBS, "gzip"])
-def test_a_bomb_yields_bounded_pieces_and_stops_when_the_reader_stops(encoding: str) -> None:
-    bomb = _bomb(encoding, 64)
-    assert len(bomb) < 200_000  # 64 MB of zeros
+def _read_a_megabyte_in_steps(bomb: bytes, encoding: str) -> None:
+    """A reader that stops after 1 MB gets pieces of at most a step and holds no more than that."""
     taken = 0
     for piece in decode_body([bomb], encoding, step=65536):
         assert len(piece) <= 65536
@@ -84,6 +82,13 @@ def test_a_bomb_yields_bounded_pieces_and_stops_when_the_reader_stops(encoding: 
         if taken > 1_000_000:
             break
     assert taken <= 1_000_000 + 65536
+
+
+@pytest.mark.parametrize("encoding", [*BOMBS, "gzip"])
+def test_a_bomb_yields_bounded_pieces_and_stops_when_the_reader_stops(encoding: str) -> None:
+    bomb = _bomb(encoding, 64)
+    assert len(bomb) < 200_000  # 64 MB of zeros
+    _read_a_megabyte_in_steps(bomb, encoding)
 
 
 def test_an_unknown_encoding_passes_through_as_httpx_and_browsers_pass_it() -> None:
@@ -104,13 +109,7 @@ def test_a_body_encoded_twice_is_undone_stage_by_stage_and_stays_bounded() -> No
     assert b"".join(decode_body([gzip.compress(gzip.compress(TEXT))], "gzip, x-gzip")) == TEXT
     # a bomb inside a second layer is still read a step at a time
     bomb = gzip.compress(zlib.compress(bytes(200_000_000), 9))
-    taken = 0
-    for piece in decode_body([bomb], "deflate, gzip", step=65536):
-        assert len(piece) <= 65536
-        taken += len(piece)
-        if taken > 1_000_000:
-            break
-    assert taken <= 1_000_000 + 65536
+    _read_a_megabyte_in_steps(bomb, "deflate, gzip")
 
 
 def test_the_fetcher_advertises_only_what_it_decodes() -> None:
