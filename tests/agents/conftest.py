@@ -72,3 +72,16 @@ def make_scripted_lm(tokenizer, turns: list[str]):
 @pytest.fixture
 def scripted_lm(tiny_tokenizer):
     return lambda turns: make_scripted_lm(tiny_tokenizer, turns)
+
+
+@pytest.fixture(scope="module")
+def served_tiny(tiny_dir):
+    """The official ``openai`` client on ``coa serve`` with the tiny model (also ``tiny-alias``)."""
+    openai = pytest.importorskip("openai", reason="needs the [llm] extra")
+    pytest.importorskip("fastapi", reason="needs the [serve] extra")
+    from agents.engines.hf import HFEngine
+    from agents.server import create_app, serve_in_thread
+
+    engine = HFEngine(str(tiny_dir))
+    with serve_in_thread(create_app(engine, engine.tokenizer, "tiny", aliases=("tiny-alias",))) as url:
+        yield openai.OpenAI(base_url=url, api_key="x", max_retries=0)

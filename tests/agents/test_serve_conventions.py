@@ -11,17 +11,13 @@ import pytest
 pytest.importorskip("fastapi", reason="needs the [serve] extra")
 openai = pytest.importorskip("openai", reason="needs the [llm] extra")
 
-from agents.engines.hf import HFEngine  # noqa: E402
-from agents.server import create_app, serve_in_thread  # noqa: E402
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "seed": 3}
 
 
 @pytest.fixture(scope="module")
-def client(tiny_dir):
-    engine = HFEngine(str(tiny_dir))
-    with serve_in_thread(create_app(engine, engine.tokenizer, "tiny", aliases=("tiny-alias",))) as url:
-        yield openai.OpenAI(base_url=url, api_key="x", max_retries=0)
+def client(served_tiny):
+    return served_tiny
 
 
 def _raw(client, path: str, body: dict) -> tuple[int, dict]:

@@ -11,15 +11,12 @@ openai = pytest.importorskip("openai", reason="needs the [llm] extra")
 
 from agents.engines.hf import HFEngine  # noqa: E402
 from agents.server import create_app, serve_in_thread  # noqa: E402
-
-CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "seed": 3}
+from tests.agents.test_serve_conventions import CHAT  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def client(tiny_dir):
-    engine = HFEngine(str(tiny_dir))
-    with serve_in_thread(create_app(engine, engine.tokenizer, "tiny")) as url:
-        yield openai.OpenAI(base_url=url, api_key="x", max_retries=0)
+def client(served_tiny):
+    return served_tiny
 
 
 @pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
