@@ -37,7 +37,7 @@ from typing import Any
 from agents.episode import EpisodeRecorder
 from agents.trajectory import EpisodeStatus, Trajectory
 
-__all__ = ["env_tools", "observed_model", "oracle_tool_model", "run_smolagents_episode"]
+__all__ = ["answer_action", "env_tools", "observed_model", "oracle_tool_model", "run_smolagents_episode"]
 
 _OPEN = "\n<observation>\n"
 _CLOSE = "\n</observation>\n\n"
@@ -110,7 +110,30 @@ class _EnvBridge:
 
     def answer(self, text: str) -> None:
         if not self.done:
-            self.step(f"<answer>{text}</answer>")
+            self.step(answer_action(text, tuple(getattr(self.env.unwrapped.config, "tools", ()))))
+
+
+def answer_action(text: str, tool_tags: tuple[str, ...] = ()) -> str:
+    """The framework's final answer as one well-formed ``<answer>`` action.
+
+    The answer is the framework's free text, and a model may write protocol markup into it (a
+    ``<think>`` it never closed, an ``</answer>`` of its own). Sent as it is, that is a malformed
+    action: the env answers with a protocol error, the framework has already stopped, and the
+    episode ends unanswered (``error:agent``) although the agent answered. So the protocol's own
+    tags are taken out of the text (other markup such as ``<b>`` is an answer's to keep), text no
+    model can send (lone surrogates) is replaced and the length is capped; what is left is scored
+    as the answer, and an answer left empty is ``(no answer)``. ``tool_tags``: the env's tool tags
+    beyond the registered ones (an env's MCP tools), which its parser reads as tags too.
+    """
+    import re
+
+    from coa_envs.protocol import MAX_TURN_CHARS, parse_turn
+    from coa_envs.vocabulary import coa_tags
+
+    tags = re.compile(r"</?(?:" + "|".join(map(re.escape, {*coa_tags(), *tool_tags})) + r")>")
+    clean = tags.sub(" ", text).encode("utf-8", "replace").decode("utf-8").strip()
+    action = f"<answer>{clean[:MAX_TURN_CHARS - 64].strip() or '(no answer)'}</answer>"
+    return action if parse_turn(action, extra_tools=tool_tags).ok else "<answer>(no answer)</answer>"
 
 
 def env_tools(env: Any, bridge: _EnvBridge) -> list[Any]:

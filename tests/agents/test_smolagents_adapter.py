@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("smolagents", reason="needs the [agents-framework] extra")
 
 import coa_envs  # noqa: F401
-from agents.adapters.smol import oracle_tool_model, run_smolagents_episode
+from agents.adapters.smol import answer_action, oracle_tool_model, run_smolagents_episode
 from coa_envs.protocol import parse_turn
 
 
@@ -30,6 +30,31 @@ def test_scripted_smolagents_model_solves_synthhop(task_index):
     for segment in trajectory.segments:
         if segment.kind == "generated":
             assert parse_turn(segment.text).ok
+
+
+@pytest.mark.parametrize("final", ["<think>Paris", "Paris</answer>", "<answer>Paris</answer>",
+                                   "Paris <observation>", "Paris\ud800"])
+def test_a_final_answer_with_protocol_markup_still_answers_the_episode(final):
+    """A framework's final answer is free text: protocol tags a model wrote into it must not make
+    the answer action malformed (the episode then ended unanswered, as error:agent)."""
+    env = gym.make("coa/SynthHop-v0")
+    env.reset(options={"task_index": 0})
+    gold = env.unwrapped.task.gold[0]
+    model = oracle_tool_model(SimpleNamespace(metadata={}, gold=[final.replace("Paris", gold)]))
+    trajectory = run_smolagents_episode(env, model, options={"task_index": 0})
+    env.close()
+    assert trajectory.status == "ok" and trajectory.terminated, trajectory.info
+    assert trajectory.reward == 1.0 and trajectory.answer.startswith(gold)
+
+
+@pytest.mark.parametrize(("text", "action"), [
+    ("a <b>bold</b> answer", "<answer>a <b>bold</b> answer</answer>"),  # not protocol markup: kept
+    ("<think></think>", "<answer>(no answer)</answer>"),
+    ("x <my_tool>q</my_tool>", "<answer>x  q</answer>"),  # an env's own tool tag
+])
+def test_answer_actions_keep_the_text_and_drop_only_protocol_tags(text, action):
+    assert answer_action(text, ("my_tool",)) == action
+    assert parse_turn(action, extra_tools=("my_tool",)).ok
 
 
 def test_smolagents_against_coa_serve_end_to_end(tiny_dir):
