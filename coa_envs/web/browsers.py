@@ -14,249 +14,32 @@ callers submit URLs to them. Browsers start lazily on the first render.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import queue
 import threading
-import warnings
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import Any, Protocol
 
 from coa_envs.types import ErrorKind
-from coa_envs.web.fetch import DEFAULT_USER_AGENT
-from coa_envs.web.proxy import BLOCKED_HEADER, BLOCKED_MARKER, UNREACHABLE_HEADER, UNREACHABLE_MARKER, GuardedProxy
+from coa_envs.web.chromium import (
+    CHROMEDRIVER_CANDIDATES,
+    CHROMIUM_CANDIDATES,
+    CHROMIUM_FLAGS,
+    BrowserError,
+    BrowserSession,
+    RenderedPage,
+    close_quietly,
+    find_chromedriver,
+    find_chromium,
+)
+from coa_envs.web.playwright_session import PlaywrightSession
+from coa_envs.web.proxy import GuardedProxy
+from coa_envs.web.selenium_session import SeleniumSession
 from coa_envs.web.ssrf import UrlGuard
 
 __all__ = ["CHROMEDRIVER_CANDIDATES", "CHROMIUM_CANDIDATES", "BrowserError", "BrowserRenderer", "RenderedPage",
            "find_chromedriver", "find_chromium"]
 
-CHROMIUM_CANDIDATES = ("/usr/lib/chromium/chromium", "/usr/bin/chromium", "/usr/bin/chromium-browser",
-                       "/usr/bin/google-chrome")
-CHROMEDRIVER_CANDIDATES = ("/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver")
-_CHROMIUM_FLAGS = (
-    "--no-sandbox", "--disable-dev-shm-usage", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-gpu",
-    "--disable-extensions", "--disable-default-apps", "--disable-domain-reliability",
-    "--disable-client-side-phishing-detection", "--disable-breakpad", "--no-default-browser-check",
-    "--no-pings", "--metrics-recording-only", "--safebrowsing-disable-auto-update",
-    "--disable-features=Translate,OptimizationHints,MediaRouter,DialMediaRouteProvider,"
-    "AutofillServerCommunication,CertificateTransparencyComponentUpdater,InterestFeedContentSuggestions",
-    "--proxy-bypass-list=<-loopback>",
-    # WebRTC (STUN/TURN, peer connections) would otherwise send UDP straight from the browser,
-    # around the proxy, to any address a page names; only proxied transports remain.
-    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
-)
-
-# The DOM as HTML, cut in the page: a script can build a DOM of hundreds of MB for free, and the
-# whole of it crossed into this process (and the driver) before the size cap applied.
-_DOM_HTML_JS = "const root = document.documentElement; return root ? root.outerHTML.slice(0, {n}) : '';"
-_NAVIGATION_STATUS_JS = (
-    "const entry = performance.getEntriesByType('navigation')[0];"
-    "return entry && entry.responseStatus ? entry.responseStatus : 0;"
-)
-
-
-def find_chromium(explicit: str | None = None) -> str | None:
-    """The Chromium binary to drive: ``explicit`` if given and present, else the first found."""
-    for path in ((explicit,) if explicit else CHROMIUM_CANDIDATES):
-        if path and os.path.exists(path):
-            return path
-    return None
-
-
-def find_chromedriver(explicit: str | None = None) -> str | None:
-    for path in ((explicit,) if explicit else CHROMEDRIVER_CANDIDATES):
-        if path and os.path.exists(path):
-            return path
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class RenderedPage:
-    """The DOM after scripts ran, serialised to HTML, and the URL the browser ended on."""
-
-    url: str
-    final_url: str
-    html: str
-    status: int | None = None
-    content_type: str = "text/html"
-
-
-class BrowserError(Exception):
-    """A render failed; ``kind`` is the :class:`ErrorKind` to report."""
-
-    def __init__(self, message: str, kind: ErrorKind = ErrorKind.TOOL_ERROR) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class _Session(Protocol):
-    def render(self, url: str) -> RenderedPage: ...
-    def healthy(self) -> bool: ...
-    def close(self) -> None: ...
-
-
-class _PlaywrightSession:
-    def __init__(self, executable: str, proxy_url: str, timeout_s: float, settle_ms: int, max_chars: int) -> None:
-        from playwright.sync_api import sync_playwright
-
-        self._timeout_ms = int(timeout_s * 1000)
-        self._settle_ms = settle_ms
-        self._html_js = "() => { " + _DOM_HTML_JS.format(n=int(max_chars)) + " }"
-        self._pw = sync_playwright().start()
-        try:
-            self._browser = self._pw.chromium.launch(
-                executable_path=executable, args=[*_CHROMIUM_FLAGS, f"--proxy-server={proxy_url}"]
-            )
-            self._context = self._browser.new_context(
-                user_agent=DEFAULT_USER_AGENT, service_workers="block", accept_downloads=False
-            )
-            self._page: Any = None
-            self._last_navigation: Any = None
-        except Exception:
-            self._pw.stop()
-            raise
-
-    def render(self, url: str) -> RenderedPage:
-        from playwright.sync_api import Error as PlaywrightError
-        from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-        # One tab per session, reused: opening and closing a tab costs more than a local page load.
-        if self._page is None or self._page.is_closed():
-            self._page = self._context.new_page()
-            self._page.on("response", self._note_navigation)
-        page = self._page
-        self._last_navigation = None
-        try:
-            response = page.goto(url, wait_until="load", timeout=self._timeout_ms)
-            if self._settle_ms > 0:  # let late XHR-driven rendering finish, but never wait long
-                with contextlib.suppress(PlaywrightTimeout):
-                    page.wait_for_load_state("networkidle", timeout=self._settle_ms)
-            html = str(page.evaluate(self._html_js))
-            content_type = str(page.evaluate("document.contentType") or "text/html")
-            # A meta refresh or script may have navigated on: judge the document now shown.
-            final = self._last_navigation or response
-            if final is not None:
-                _raise_if_proxy_answered(page.url or url, final.headers.get(BLOCKED_HEADER.lower()),
-                                         final.headers.get(UNREACHABLE_HEADER.lower()))
-            return RenderedPage(url, page.url, html, final.status if final else None, content_type)
-        except PlaywrightTimeout as exc:
-            raise BrowserError(f"page load timed out: {url}", ErrorKind.TOOL_TIMEOUT) from exc
-        except PlaywrightError as exc:
-            raise BrowserError(f"browser could not load {url}: {exc.message.splitlines()[0]}") from exc
-        finally:
-            self._leave_page()
-
-    def _leave_page(self) -> None:
-        """Stop what the page started once it has been read: close the windows it opened and blank
-        the tab. Otherwise its scripts run on between renders, and a popup holding ``opener`` can
-        steer the shared tab while a later render (another episode's) is reading it."""
-        from playwright.sync_api import Error as PlaywrightError
-
-        page = self._page
-        try:
-            for other in self._context.pages:
-                if other is not page:
-                    other.close()
-            page.goto("about:blank", timeout=self._timeout_ms)
-        except PlaywrightError:  # a page that will not leave is closed; the next render opens a fresh tab
-            with contextlib.suppress(PlaywrightError):
-                page.close()
-
-    def _note_navigation(self, response: Any) -> None:
-        """Remember the main frame's latest document response (redirects by script included)."""
-        from playwright.sync_api import Error as PlaywrightError
-
-        with contextlib.suppress(PlaywrightError):  # a response without a frame is no document of ours
-            if response.request.is_navigation_request() and response.frame == self._page.main_frame:
-                self._last_navigation = response
-
-    def healthy(self) -> bool:
-        return self._browser.is_connected()
-
-    def close(self) -> None:
-        try:
-            self._browser.close()
-        finally:
-            self._pw.stop()
-
-
-class _SeleniumSession:
-    def __init__(self, executable: str, driver_path: str, proxy_url: str, timeout_s: float,
-                 settle_ms: int, max_chars: int) -> None:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-
-        options = webdriver.ChromeOptions()
-        options.binary_location = executable
-        for flag in ("--headless=new", *_CHROMIUM_FLAGS, f"--proxy-server={proxy_url}",
-                     f"--user-agent={DEFAULT_USER_AGENT}"):
-            options.add_argument(flag)
-        # Chromium would save every downloaded response in ~/Downloads: pages could write files to the host.
-        options.add_experimental_option("prefs", {"download_restrictions": 3})  # 3: block all downloads
-        with warnings.catch_warnings():  # deprecated, yet the only switch webdriver.Chrome reads (4.51)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            options.ignore_local_proxy_environment_variables()  # WebDriver commands stay local
-        self._driver = webdriver.Chrome(service=Service(driver_path), options=options)
-        self._driver.set_page_load_timeout(timeout_s)
-        self._settle_s = settle_ms / 1000
-        self._html_js = _DOM_HTML_JS.format(n=int(max_chars))
-
-    def render(self, url: str) -> RenderedPage:
-        from selenium.common.exceptions import TimeoutException, WebDriverException
-
-        try:
-            self._driver.get(url)
-            if self._driver.current_url in ("about:blank", "data:,"):  # still blank (data:, when new)
-                # Nothing was committed: the response became a download (Playwright raises for it).
-                raise BrowserError(f"browser could not load {url}: the response started a download")
-            if self._settle_s > 0:
-                self._driver.execute_async_script(
-                    "const done = arguments[arguments.length - 1]; setTimeout(done, arguments[0]);",
-                    int(self._settle_s * 1000),
-                )
-            # page_source sometimes comes back empty right after a navigation; the DOM does not.
-            html = self._driver.execute_script(self._html_js) or ""
-            final_url = self._driver.current_url
-            content_type = str(self._driver.execute_script("return document.contentType;") or "text/html")
-            # WebDriver has no status codes; Chromium's Navigation Timing entry has (0 = none, e.g. an error page).
-            status = self._driver.execute_script(_NAVIGATION_STATUS_JS)
-        except TimeoutException as exc:
-            raise BrowserError(f"page load timed out: {url}", ErrorKind.TOOL_TIMEOUT) from exc
-        except WebDriverException as exc:
-            first = (exc.msg or str(exc)).splitlines()[0]
-            raise BrowserError(f"browser could not load {url}: {first}") from exc
-        finally:
-            self._leave_page()
-        # WebDriver shows no headers: the proxy's answer pages carry their marker in the body.
-        _raise_if_proxy_answered(final_url, BLOCKED_MARKER in html, UNREACHABLE_MARKER in html)
-        status = int(status) if isinstance(status, int | float) and status > 0 else None
-        return RenderedPage(url, final_url, html, status, content_type)
-
-    def _leave_page(self) -> None:
-        """Close the windows the page opened and blank the tab (see the Playwright session)."""
-        from selenium.common.exceptions import WebDriverException
-
-        with contextlib.suppress(WebDriverException):  # a broken driver is caught by healthy()
-            main = self._driver.current_window_handle
-            for handle in self._driver.window_handles:
-                if handle != main:
-                    self._driver.switch_to.window(handle)
-                    self._driver.close()
-            self._driver.switch_to.window(main)
-            self._driver.get("about:blank")
-
-    def healthy(self) -> bool:
-        try:
-            _ = self._driver.window_handles
-            return True
-        except Exception:  # any driver failure means the session is gone
-            return False
-
-    def close(self) -> None:
-        self._driver.quit()
+_CHROMIUM_FLAGS = CHROMIUM_FLAGS  # the name benchmarks and older callers import
 
 
 class BrowserRenderer:
@@ -300,7 +83,7 @@ class BrowserRenderer:
         """Requests the proxy refused so far (target, reason)."""
         return list(self._proxy.refusals) if self._proxy else []
 
-    def _session_factory(self) -> Callable[[], _Session]:
+    def _session_factory(self) -> Callable[[], BrowserSession]:
         executable = find_chromium(self._executable)
         if executable is None:
             raise BrowserError(
@@ -312,12 +95,12 @@ class BrowserRenderer:
                                ErrorKind.NOT_CONFIGURED)
         timeout_s, settle_ms, max_chars = self.timeout_s, self._settle_ms, self._max_chars
 
-        def make() -> _Session:
+        def make() -> BrowserSession:
             assert self._proxy is not None
             if self.engine == "playwright":
-                return _PlaywrightSession(executable, self._proxy.url, timeout_s, settle_ms, max_chars)
+                return PlaywrightSession(executable, self._proxy.url, timeout_s, settle_ms, max_chars)
             assert driver is not None
-            return _SeleniumSession(executable, driver, self._proxy.url, timeout_s, settle_ms, max_chars)
+            return SeleniumSession(executable, driver, self._proxy.url, timeout_s, settle_ms, max_chars)
 
         return make
 
@@ -332,8 +115,8 @@ class BrowserRenderer:
             thread.start()
             self._threads.append(thread)
 
-    def _work(self, factory: Callable[[], _Session]) -> None:
-        session: _Session | None = None
+    def _work(self, factory: Callable[[], BrowserSession]) -> None:
+        session: BrowserSession | None = None
         try:
             while (job := self._jobs.get()) is not None:
                 future, url = job
@@ -346,11 +129,11 @@ class BrowserRenderer:
                 except Exception as exc:  # launch failures and driver crashes of any type
                     future.set_exception(BrowserError(f"{self.engine} failed: {type(exc).__name__}: {exc}"))
                 if session is not None and not session.healthy():
-                    _close_quietly(session)
+                    close_quietly(session)
                     session = None
         finally:
             if session is not None:
-                _close_quietly(session)
+                close_quietly(session)
 
     def render(self, url: str) -> RenderedPage:
         future: Future[RenderedPage] = Future()
@@ -383,17 +166,3 @@ class BrowserRenderer:
             thread.join(timeout=30)
         if self._proxy is not None:
             self._proxy.stop()
-
-
-def _raise_if_proxy_answered(url: str, blocked: object, unreachable: object) -> None:
-    """The guarded proxy answered instead of the site: a policy refusal, or a site it could not
-    reach (transient, like httpx's connection errors)."""
-    if blocked:
-        raise BrowserError(f"refused to fetch {url}: {BLOCKED_MARKER}", ErrorKind.BLOCKED_URL)
-    if unreachable:
-        raise BrowserError(f"could not fetch {url}: {UNREACHABLE_MARKER}", ErrorKind.TOOL_ERROR)
-
-
-def _close_quietly(session: Any) -> None:
-    with contextlib.suppress(Exception):  # a dead browser may fail to close; nothing more to do
-        session.close()

@@ -1,0 +1,98 @@
+"""The Playwright engine: one headless Chromium per worker thread, driven over Playwright's pipe."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from coa_envs.types import ErrorKind
+from coa_envs.web.chromium import CHROMIUM_FLAGS, DOM_HTML_JS, BrowserError, RenderedPage, raise_if_proxy_answered
+from coa_envs.web.fetch import DEFAULT_USER_AGENT
+from coa_envs.web.proxy import BLOCKED_HEADER, UNREACHABLE_HEADER
+
+__all__ = ["PlaywrightSession"]
+
+
+class PlaywrightSession:
+    def __init__(self, executable: str, proxy_url: str, timeout_s: float, settle_ms: int, max_chars: int) -> None:
+        from playwright.sync_api import sync_playwright
+
+        self._timeout_ms = int(timeout_s * 1000)
+        self._settle_ms = settle_ms
+        self._html_js = "() => { " + DOM_HTML_JS.format(n=int(max_chars)) + " }"
+        self._pw = sync_playwright().start()
+        try:
+            self._browser = self._pw.chromium.launch(
+                executable_path=executable, args=[*CHROMIUM_FLAGS, f"--proxy-server={proxy_url}"]
+            )
+            self._context = self._browser.new_context(
+                user_agent=DEFAULT_USER_AGENT, service_workers="block", accept_downloads=False
+            )
+            self._page: Any = None
+            self._last_navigation: Any = None
+        except Exception:
+            self._pw.stop()
+            raise
+
+    def render(self, url: str) -> RenderedPage:
+        from playwright.sync_api import Error as PlaywrightError
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+        # One tab per session, reused: opening and closing a tab costs more than a local page load.
+        if self._page is None or self._page.is_closed():
+            self._page = self._context.new_page()
+            self._page.on("response", self._note_navigation)
+        page = self._page
+        self._last_navigation = None
+        try:
+            response = page.goto(url, wait_until="load", timeout=self._timeout_ms)
+            if self._settle_ms > 0:  # let late XHR-driven rendering finish, but never wait long
+                with contextlib.suppress(PlaywrightTimeout):
+                    page.wait_for_load_state("networkidle", timeout=self._settle_ms)
+            html = str(page.evaluate(self._html_js))
+            content_type = str(page.evaluate("document.contentType") or "text/html")
+            # A meta refresh or script may have navigated on: judge the document now shown.
+            final = self._last_navigation or response
+            if final is not None:
+                raise_if_proxy_answered(page.url or url, final.headers.get(BLOCKED_HEADER.lower()),
+                                         final.headers.get(UNREACHABLE_HEADER.lower()))
+            return RenderedPage(url, page.url, html, final.status if final else None, content_type)
+        except PlaywrightTimeout as exc:
+            raise BrowserError(f"page load timed out: {url}", ErrorKind.TOOL_TIMEOUT) from exc
+        except PlaywrightError as exc:
+            raise BrowserError(f"browser could not load {url}: {exc.message.splitlines()[0]}") from exc
+        finally:
+            self._leave_page()
+
+    def _leave_page(self) -> None:
+        """Stop what the page started once it has been read: close the windows it opened and blank
+        the tab. Otherwise its scripts run on between renders, and a popup holding ``opener`` can
+        steer the shared tab while a later render (another episode's) is reading it."""
+        from playwright.sync_api import Error as PlaywrightError
+
+        page = self._page
+        try:
+            for other in self._context.pages:
+                if other is not page:
+                    other.close()
+            page.goto("about:blank", timeout=self._timeout_ms)
+        except PlaywrightError:  # a page that will not leave is closed; the next render opens a fresh tab
+            with contextlib.suppress(PlaywrightError):
+                page.close()
+
+    def _note_navigation(self, response: Any) -> None:
+        """Remember the main frame's latest document response (redirects by script included)."""
+        from playwright.sync_api import Error as PlaywrightError
+
+        with contextlib.suppress(PlaywrightError):  # a response without a frame is no document of ours
+            if response.request.is_navigation_request() and response.frame == self._page.main_frame:
+                self._last_navigation = response
+
+    def healthy(self) -> bool:
+        return self._browser.is_connected()
+
+    def close(self) -> None:
+        try:
+            self._browser.close()
+        finally:
+            self._pw.stop()
