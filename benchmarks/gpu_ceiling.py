@@ -13,9 +13,10 @@ JSON object with the mean, min and max TFLOP/s over the timed products.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
+
+from gpu_device import device_name, device_parser, is_cuda, require_device, synchronize
 
 
 def measure(size: int, repeats: int, warmup: int, device: str, dtype_name: str) -> dict:
@@ -25,12 +26,11 @@ def measure(size: int, repeats: int, warmup: int, device: str, dtype_name: str) 
     generator = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
     b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
-    cuda = device.startswith("cuda")
     for _ in range(warmup):
         torch.matmul(a, b)
     rates = []
     for _ in range(repeats):
-        if cuda:
+        if is_cuda(device):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             torch.matmul(a, b)
@@ -59,13 +59,11 @@ def launch_overhead(device: str, launches: int = 2000) -> dict:
     x = torch.zeros(1, device=device)
     for _ in range(50):
         x.add_(1)
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+    synchronize(device)
     began = time.perf_counter()
     for _ in range(launches):
         x.add_(1)
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+    synchronize(device)
     launch_us = (time.perf_counter() - began) / launches * 1e6
     began = time.perf_counter()
     for _ in range(200):
@@ -75,20 +73,15 @@ def launch_overhead(device: str, launches: int = 2000) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda")
+    parser = device_parser(__doc__, dtype="bfloat16")
     parser.add_argument("--size", type=int, default=8192)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--dtype", default="bfloat16")
     args = parser.parse_args()
-    import torch
-
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit("no CUDA device: pass --device cpu for a dry run")
+    require_device(args.device)
     result = measure(args.size, args.repeats, args.warmup, args.device, args.dtype)
     result.update(launch_overhead(args.device))
-    result["device"] = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+    result["device"] = device_name(args.device)
     print(json.dumps(result))
 
 

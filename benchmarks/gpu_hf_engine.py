@@ -15,9 +15,10 @@ is fine for timing. EOS is ignored so every row generates ``--new-tokens`` token
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
+
+from gpu_device import device_name, device_parser, is_cuda, require_device, synchronize
 
 
 def _decode_step_ms(model, input_ids, args) -> float:
@@ -30,23 +31,19 @@ def _decode_step_ms(model, input_ids, args) -> float:
         cache, step = out.past_key_values, out.logits[:, -1:].argmax(-1)
         for _ in range(3):
             out = model(input_ids=step, past_key_values=cache, use_cache=True)
-        if args.device.startswith("cuda"):
-            torch.cuda.synchronize()
+        synchronize(args.device)
         began, steps = time.perf_counter(), 20
         for _ in range(steps):
             out = model(input_ids=step, past_key_values=cache, use_cache=True)
-        if args.device.startswith("cuda"):
-            torch.cuda.synchronize()
+        synchronize(args.device)
     return (time.perf_counter() - began) / steps * 1e3
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = device_parser(__doc__, dtype="bfloat16")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--prompt-len", type=int, default=256)
     parser.add_argument("--new-tokens", type=int, default=256)
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--device", default="cuda")
     parser.add_argument("--vocab", type=int, default=32768)
     parser.add_argument("--layers", type=int, default=24)
     parser.add_argument("--skip-baseline", action="store_true")
@@ -59,8 +56,7 @@ def main() -> None:
     from agents.engines.hf import HFEngine
     from agents.tiny import train_tiny_tokenizer
 
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit("no CUDA device: run on the GPU machine or pass --device cpu")
+    require_device(args.device)
     tokenizer = train_tiny_tokenizer()
     config = Qwen2Config(vocab_size=args.vocab, hidden_size=896, num_hidden_layers=args.layers,
                          num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864,
@@ -82,19 +78,18 @@ def main() -> None:
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, seed=0)
 
     engine.generate(requests[:2], SamplingParams(max_new_tokens=8))  # warm-up (kernels, cache)
-    if args.device.startswith("cuda"):
-        torch.cuda.synchronize()
+    synchronize(args.device)
+    if is_cuda(args.device):
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
     completions = engine.generate(requests, params)
-    if args.device.startswith("cuda"):
-        torch.cuda.synchronize()
+    synchronize(args.device)
     engine_s = time.perf_counter() - started
     generated = sum(len(c.token_ids) for c in completions)
     errors = [c.error for c in completions if not c.ok]
 
     result = {
-        "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+        "device": device_name(args.device),
         "dtype": args.dtype,
         "params_m": round(params_m, 1),
         "batch": args.batch,
@@ -105,7 +100,7 @@ def main() -> None:
         "engine_tokens_per_s": round(generated / engine_s, 1),
         "errors": errors[:3],
     }
-    if args.device.startswith("cuda"):
+    if is_cuda(args.device):
         result["peak_mem_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
     if not args.skip_baseline:
         pad = tokenizer.pad_token_id
@@ -114,14 +109,12 @@ def main() -> None:
         with torch.inference_mode():
             model.generate(input_ids=input_ids[:2], attention_mask=mask[:2], max_new_tokens=8,
                            do_sample=True, pad_token_id=pad)
-            if args.device.startswith("cuda"):
-                torch.cuda.synchronize()
+            synchronize(args.device)
             started = time.perf_counter()
             out = model.generate(input_ids=input_ids, attention_mask=mask,
                                  max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
                                  do_sample=True, temperature=1.0, pad_token_id=pad)
-            if args.device.startswith("cuda"):
-                torch.cuda.synchronize()
+            synchronize(args.device)
             baseline_s = time.perf_counter() - started
         baseline_tokens = (out.shape[1] - args.prompt_len) * args.batch
         result["generate_tokens_per_s"] = round(baseline_tokens / baseline_s, 1)

@@ -27,12 +27,13 @@ how busy the hardware really was. Prints one JSON object.
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from gpu_device import device_name, device_parser, is_cuda, require_device, synchronize
 
 PRESETS: dict[str, dict[str, int]] = {
     # Qwen2.5-0.5B's shape.
@@ -140,7 +141,7 @@ def run_trl(model_dir: Path, tokenized: list[Any], out: Path, *, steps: int, pac
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
-    cuda = device.startswith("cuda")
+    cuda = is_cuda(device)
     points: list[tuple[float, float]] = []
 
     class Timer(TrainerCallback):
@@ -148,8 +149,7 @@ def run_trl(model_dir: Path, tokenized: list[Any], out: Path, *, steps: int, pac
             self.start = time.perf_counter()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if cuda:
-                torch.cuda.synchronize()
+            synchronize(device)
             points.append((time.perf_counter() - self.start, float(state.num_input_tokens_seen)))
 
     dataset = Dataset.from_dict({"input_ids": [list(t.input_ids) for t in tokenized],
@@ -173,9 +173,8 @@ def run_trl(model_dir: Path, tokenized: list[Any], out: Path, *, steps: int, pac
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = device_parser(__doc__)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="qwen0.5b")
-    parser.add_argument("--device", default="cuda")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup-steps", type=int, default=5)
     parser.add_argument("--pack-len", type=int, default=8192)
@@ -196,8 +195,7 @@ def main() -> None:
 
     import torch
 
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit("no CUDA device: run on the GPU machine or pass --device cpu --preset tiny")
+    require_device(args.device, dry_run="--device cpu --preset tiny")
     if args.threads:
         torch.set_num_threads(args.threads)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="coa_sft_bench_"))
@@ -208,7 +206,7 @@ def main() -> None:
     trained_share = sum(t.num_trained for t in tokenized) / max(sum(len(t) for t in tokenized), 1)
     executed_per_token = flops_per_token(model_dir, tokenized, head_share=trained_share)
     result: dict[str, Any] = {
-        "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+        "device": device_name(args.device),
         "preset": args.preset, "precision": args.precision, "pack_len": args.pack_len,
         "steps": args.steps, "samples": len(tokenized),
         "mean_sample_tokens": round(sum(len(t) for t in tokenized) / len(tokenized), 1),
@@ -232,7 +230,7 @@ def main() -> None:
         result["ours_compiled"] = compiled
         result["ours_compiled_mfu"] = round(compiled["tokens_per_s"] * per_token / peak, 4)
     if not args.skip_trl:
-        if args.device.startswith("cuda"):
+        if is_cuda(args.device):
             torch.cuda.empty_cache()
         trl = run_trl(model_dir, tokenized, work / "trl", steps=args.steps, pack_len=args.pack_len,
                       device=args.device, bf16=args.precision == "bf16", warmup=args.warmup_steps,

@@ -10,29 +10,23 @@ host syncs, the optimiser) can be told from per-token work.
 
 from __future__ import annotations
 
-import argparse
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
+from gpu_device import device_parser, is_cuda, require_device
 from gpu_sft import make_data, make_model_dir, run_ours
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = device_parser(__doc__)
     parser.add_argument("--pack-len", type=int, default=8192)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--samples", type=int, default=200)
-    parser.add_argument("--device", default="cuda")
     parser.add_argument("--preset", default="qwen0.5b")
     args = parser.parse_args()
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit("no CUDA device: run on the GPU machine or pass --device cpu --preset tiny")
+    require_device(args.device, dry_run="--device cpu --preset tiny")
 
     work = Path(tempfile.mkdtemp(prefix="coa_sft_profile_"))
     data_path, tokenizer, _ = make_data(work, args.samples, 512)
@@ -40,12 +34,12 @@ def main() -> None:
     run_ours(model_dir, data_path, work / "warm", steps=2, pack_len=args.pack_len,
              device=args.device, precision="bf16", warmup=0)  # kernels, allocator
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
-                                           if args.device.startswith("cuda") else [])
+                                           if is_cuda(args.device) else [])
     with profile(activities=activities) as prof:
         result = run_ours(model_dir, data_path, work / "prof", steps=args.steps,
                           pack_len=args.pack_len, device=args.device, precision="bf16", warmup=1)
     print("tokens/s under the profiler:", round(result["tokens_per_s"], 1))
-    key = "self_cuda_time_total" if args.device.startswith("cuda") else "self_cpu_time_total"
+    key = "self_cuda_time_total" if is_cuda(args.device) else "self_cpu_time_total"
     print(prof.key_averages().table(sort_by=key, row_limit=25, max_name_column_width=60))
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20,
                                     max_name_column_width=60))
