@@ -228,6 +228,17 @@ def test_the_report_shows_the_pool_the_rl_dynamics_and_every_envs_targets(tmp_pa
     assert "## RL dynamics per step" in text and "| 1 | 0.5 | 0.5 | 0.7 | 4 | 6 | 0.4 | 0.01 |" in text
 
 
+def test_rl_dynamics_keep_small_figures_to_four_significant_digits():
+    """The KL to the SFT policy lives near 1e-4: rounded to 4 decimals, its curve in report.png
+    was a staircase of 0, 1e-4 and 2e-4 (every step below 5e-5 read as no drift at all)."""
+    from coa_cli.recipe.report import _dynamics
+
+    point = _dynamics({"step": 3, "kl/ref": 0.0000412345, "policy/entropy": 1.23456789,
+                       "time/rollout_s": 12345.678})
+    assert point["kl_to_sft"] == 4.123e-05
+    assert point["entropy"] == 1.235 and point["rollout_s"] == 12350.0
+
+
 def test_lanes_of_a_stage_run_at_once_and_each_lane_in_order(tmp_path, monkeypatch):
     import threading
     import time
