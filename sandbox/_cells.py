@@ -100,12 +100,13 @@ def run_cell(worker: Worker, request: dict[str, Any]) -> dict[str, Any]:
     if cgroup is not None:
         if child.counted is None:  # the child's first cell: its set-up is not the cell's
             child.counted = cgroup.usage()
-            child.cpu_mark = child.cpu_start = child.counted.cpu_s
+            child.cpu_mark = child.counted.cpu_s
         cgroup.thaw()
     nonce = os.urandom(16)
     watch = _watch(child)
-    # The cell's budget, and no more than what the session has left (all its cells together).
-    session_left = float(request.get("session_cpu_s", math.inf)) - (child.cpu_mark - child.cpu_start)
+    # The cell's budget, and no more than what the session has left: all its cells together, those
+    # of interpreters it lost included (a cell that ended its interpreter got a fresh budget).
+    session_left = float(request.get("session_cpu_s", math.inf)) - worker.session_cpu_spent
     watch.budget = max(0.0, min(limits.cpu_s, session_left))
     started = time.monotonic()
     with contextlib.suppress(BrokenPipeError):
@@ -120,6 +121,7 @@ def run_cell(worker: Worker, request: dict[str, Any]) -> dict[str, Any]:
             _drain(fd, kept, hard_output_cap(limits))
         collected.stdout, collected.stderr = bytes(outputs[child.out_r]), bytes(outputs[child.err_r])
     usage = _since(cgroup.usage(), child.counted) if cgroup is not None and child.counted else None
+    worker.session_cpu_spent += max(0.0, watch.used())  # before a dead child's figures are gone
     if done is None:  # the cell killed the session (or we did): report how it died
         wait_status, cpu_s = worker.discard(child)
         worker.current, worker.lost_state = None, True

@@ -112,6 +112,7 @@ class Worker:
         self.current: Prepared | None = None  # the live session child, between cells
         self.exiting: Prepared | None = None  # answered for, not yet reaped
         self.lost_state = False  # the last session child died: the next cell starts afresh
+        self.session_cpu_spent = 0.0  # CPU s of every cell so far, its child's or a lost one's
         gc.freeze()  # keep the collector from touching (and so copying) inherited objects
         maker = ChildMaker(
             jail=self.jail,

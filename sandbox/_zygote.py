@@ -166,7 +166,6 @@ class Prepared:
     workdir: str | None = None  # unjailed children only: a host directory removed after the run
     cgroup: Cgroup | None = None  # its accounting unit (cgroup mode)
     cpu_mark: float = 0.0  # session: the cgroup's CPU seconds when the last cell ended
-    cpu_start: float = 0.0  # session: ... when its first cell began (the session's CPU is since then)
     counted: RunUsage | None = None  # session: the cgroup's counters when the last cell ended
 
     def close(self) -> None:

@@ -193,3 +193,16 @@ def test_the_session_cpu_budget_holds_for_all_cells_and_their_children(pool):
         second = session.run(SPEND_IN_A_CHILD)  # 1.2 CPU-s in all: past the session's 1.0
         assert second.status is Status.TIMEOUT, second
         assert second.limit_hit == "timeout", second
+
+
+def test_a_cell_that_ends_its_interpreter_gets_no_fresh_session_budget(pool):
+    """A lost interpreter's CPU counts: each cell spent 0.6 s and then ended its interpreter, and
+    the next one started with the whole ``session_cpu_s`` again (four cells: 2.4 s of a 1.0 s
+    session, every one ``ok``)."""
+    end_interpreter = "import sys\nsys.stdout.flush()\nos._exit(0)\n"
+    with Session(Limits(cpu_s=0.9, wall_s=20), session_cpu_s=1.0, warm_spare=False) as session:
+        first = session.run(SPEND_IN_A_CHILD + end_interpreter)
+        assert (first.status, first.stdout) == (Status.OK, "spent\n"), first
+        second = session.run(SPEND_IN_A_CHILD + end_interpreter)
+        assert second.status is Status.TIMEOUT, second
+        assert 0.3 <= first.cpu_s + second.cpu_s <= 2.0, (first, second)
