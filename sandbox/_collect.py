@@ -44,6 +44,8 @@ __all__ = [
     "outcome",
     "quota_note",
     "split_end_record",
+    "tags_in",
+    "take_exit_record",
     "timed_outcome",
     "to_text",
 ]
@@ -115,21 +117,27 @@ def split_end_record(tags: bytes) -> tuple[bytes, tuple[int, float] | None]:
     """Take the first end record out of a status stream: (tags before it, (rc, cpu_s))).
 
     A record whose figures are impossible (an exit code outside 0-255, a CPU time that is not a
-    finite, non-negative number of plausible size) is no end record: it is dropped from the tags,
-    and the run is watched until it exits, like one that wrote none. (Only a forgery can hold
-    such figures.) One pass over the stream.
+    finite, non-negative number of plausible size) is no end record, and the run is watched until
+    it exits, like one that wrote none. (Only a forgery can hold such figures.) Its bytes stay in
+    the tags: a tag the harness wrote may sit inside what a partial forgery made look like one.
     """
-    kept, start = [], 0
-    at = tags.find(STATUS_END)
-    while at >= 0 and len(tags) - at >= END_RECORD.size:
-        kept.append(tags[start:at])
-        end = _valid_end(tags, at)
-        if end is not None:
-            return b"".join(kept), end
-        start = at + END_RECORD.size
-        at = tags.find(STATUS_END, start)
-    kept.append(tags[start:])
-    return b"".join(kept), None
+    at, end = find_end_record(tags)
+    return (tags, None) if end is None else (tags[:at], end)
+
+
+def take_exit_record(tags: bytes) -> tuple[bytes, int | None]:
+    """The harness's end record, when the status stream ends with one: (the tags before it, its
+    exit code); else (``tags``, None). The harness writes it just before it exits, so a run killed
+    by a signal has none (a forgery can only make such a death read as the same-numbered exit)."""
+    at = len(tags) - END_RECORD.size
+    end = _valid_end(tags, at) if at >= 0 and tags[at : at + 1] == STATUS_END else None
+    return (tags, None) if end is None else (tags[:at], end[0])
+
+
+def tags_in(tags: bytes) -> set[bytes]:
+    """Every tag byte a status stream holds: any tag counts wherever it is, so a junk byte or a
+    forged record written first hides none that the harness wrote after it."""
+    return {bytes([value]) for value in set(tags)}
 
 
 def collect(
@@ -213,6 +221,10 @@ def collect(
         if result.output_bytes > byte_cap and not killed:
             result.output_killed = killed = True
             kill()
+    if not killed and time.monotonic() >= deadline:
+        # It ended (or said so) only as the deadline passed: the poll woke for its end, not for
+        # the deadline, and it ran past its wall limit all the same (a sleep just past it read ok).
+        result.wall_killed = True
     for fd in list(open_fds):  # the process is gone: take what is already buffered
         for _ in range(64):
             before = len(open_fds)
@@ -244,13 +256,13 @@ def to_text(raw: bytes, max_chars: int) -> tuple[str, bool]:
 
 def quota_note(tags: bytes, limits: Limits, returncode: int = 0) -> bytes:
     """The line appended to a run's stderr when it used up a quota (empty when it did not)."""
-    tag = tags[:1]
-    if tag == STATUS_DISK:
+    seen = tags_in(tags)
+    if STATUS_DISK in seen:
         text = f"disk quota used up: {limits.disk_mb} MB for /tmp, the workdir and /dev/shm (Limits.disk_mb)"
-    elif tag == STATUS_FILES:
+    elif STATUS_FILES in seen:
         text = (f"file quota used up: {limits.max_files} files and directories in /tmp, the workdir and "
                 "/dev/shm (Limits.max_files)")
-    elif tag == STATUS_FILE_SIZE or returncode == -signal.SIGXFSZ:
+    elif STATUS_FILE_SIZE in seen or returncode == -signal.SIGXFSZ:
         text = f"file size limit reached: {limits.max_file_mb} MB per file (Limits.max_file_mb)"
     elif returncode == -signal.SIGBUS:  # no code of the run is left to say which: name both causes
         text = (f"killed by SIGBUS: a memory-mapped file could not be backed (a file in /tmp or /dev/shm past "
@@ -286,14 +298,14 @@ def judge(end: RunEnd, limits: Limits) -> tuple[Status, str | None]:
     RLIMIT_CPU's. A denial or a memory tag only makes the run's own result look worse.
     """
     collected, usage, cpu_s, returncode = end.collected, end.usage, end.cpu_s, end.returncode
-    tag = collected.tags[:1]
+    seen = tags_in(collected.tags)
     if collected.output_killed:
         return Status.OUTPUT_LIMIT, "output_limit"
     if collected.wall_killed or collected.cpu_killed:
         return Status.TIMEOUT, "timeout"
     if usage is not None and usage.cpu_s > limits.cpu_s:  # spent it all before a check came round
         return Status.TIMEOUT, "timeout"
-    if (usage is not None and usage.oom_kills) or tag == STATUS_MEMORY:
+    if (usage is not None and usage.oom_kills) or STATUS_MEMORY in seen:
         return Status.MEMORY, "memory_limit"
     if returncode < 0:
         sig = -returncode
@@ -307,11 +319,11 @@ def judge(end: RunEnd, limits: Limits) -> tuple[Status, str | None]:
         if sig == signal.SIGXFSZ:
             return Status.OUTPUT_LIMIT, "output_limit"
         return Status.ERROR, None
-    if (usage is not None and usage.process_limit_hits) or tag == STATUS_PROCESS_LIMIT:
+    if (usage is not None and usage.process_limit_hits) or STATUS_PROCESS_LIMIT in seen:
         return Status.VIOLATION, "process_limit"
-    if tag in QUOTA_TAGS:
+    if seen.intersection(QUOTA_TAGS):
         return Status.OUTPUT_LIMIT, "output_limit"
-    if tag == STATUS_DENIED:
+    if STATUS_DENIED in seen:
         return Status.VIOLATION, None
     return (Status.OK if returncode == 0 else Status.ERROR), None
 

@@ -25,20 +25,9 @@ import struct
 import sys
 import types
 
-__all__ = [
-    "END_RECORD",
-    "QUOTA_TAGS",
-    "STATUS_DENIED",
-    "STATUS_END",
-    "STATUS_MEMORY",
-    "STATUS_PROCESS_LIMIT",
-    "execute",
-    "execute_cell",
-    "install_process_limit_markers",
-    "is_denial",
-    "new_main_module",
-    "report_end",
-]
+__all__ = ["END_RECORD", "QUOTA_TAGS", "STATUS_DENIED", "STATUS_END", "STATUS_MEMORY",
+           "STATUS_PROCESS_LIMIT", "execute", "execute_cell", "install_process_limit_markers", "is_denial",
+           "new_main_module", "report_end"]  # fmt: skip
 
 STATUS_DENIED = b"V"
 #: A denial that was the process limit: a fork or a new thread refused (EAGAIN).
@@ -47,24 +36,14 @@ STATUS_MEMORY = b"M"
 #: A quota was used up: the scratch space's bytes (``Q``), its inodes (``N``), a file's size (``F``).
 STATUS_DISK, STATUS_FILES, STATUS_FILE_SIZE = b"Q", b"N", b"F"
 QUOTA_TAGS = (STATUS_DISK, STATUS_FILES, STATUS_FILE_SIZE)
-#: Last record a pool run child writes on its status pipe: b"D", exit code (int32), CPU
-#: seconds (float64). It lets the worker answer before the child's exit, whose teardown
-#: (the forked address space, the namespaces) costs milliseconds nobody needs to wait for.
+#: Last record a run writes on its status pipe: b"D", exit code (int32), CPU seconds (float64).
+#: It lets the pool's worker answer before the child's exit (whose teardown costs milliseconds
+#: nobody needs to wait for), and tells a wrapper's exit status 128 + N from a death by signal N.
 STATUS_END = b"D"
 END_RECORD = struct.Struct("=cid")
 
-_DENIAL_ERRNOS = frozenset(
-    {
-        errno.EACCES,
-        errno.EPERM,
-        errno.EROFS,
-        errno.ENETUNREACH,
-        errno.ENETDOWN,
-        errno.EHOSTUNREACH,
-        errno.EAFNOSUPPORT,
-        errno.ESRCH,
-    }
-)
+_DENIAL_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENETUNREACH, errno.ENETDOWN,
+                            errno.EHOSTUNREACH, errno.EAFNOSUPPORT, errno.ESRCH})  # fmt: skip
 
 
 def is_denial(exc: BaseException) -> bool:
@@ -184,11 +163,36 @@ def install_process_limit_markers() -> None:
         _posixsubprocess.fork_exec = _mark_process_limit(_posixsubprocess.fork_exec)
 
 
+#: The status channel's (device, inode) when the code started, and whether a report was lost: a
+#: run that closed or replaced the descriptor neither hides a limit it hit (:func:`_settle` fails
+#: it) nor gets a tag written into a file of its own.
+_channel: list = [None, False]
+
+
 def _report(status_fd: int | None, tag: bytes) -> None:
     if status_fd is None:
         return
-    with contextlib.suppress(OSError):
+    try:
+        stat = os.fstat(status_fd)
+        if _channel[0] not in (None, (stat.st_dev, stat.st_ino)):
+            raise OSError(errno.EBADF, "the status channel was replaced")
         os.write(status_fd, tag)
+    except OSError:
+        _channel[1] = True
+
+
+def _open_channel(status_fd: int | None) -> None:
+    _channel[:] = [None, False]
+    with contextlib.suppress(OSError, TypeError):
+        _channel[0] = (os.fstat(status_fd).st_dev, os.fstat(status_fd).st_ino)  # type: ignore[arg-type]
+
+
+def _settle(rc: int) -> int:
+    """``rc``, or 1 with a note when a report was lost because the run closed its channel."""
+    if _channel[1]:
+        with contextlib.suppress(OSError):
+            os.write(2, b"\nsandbox: the run closed or replaced its status descriptor: a limit hit went unreported\n")
+    return rc or int(_channel[1])
 
 
 def report_end(status_fd: int, rc: int) -> None:
@@ -277,6 +281,7 @@ def execute(code: str, status_fd: int | None = None, filename: str = "<sandbox>"
     atexit._clear()  # handlers inherited from a forked worker are not the run's business
     main = new_main_module(filename)
     _refusal_sink[0] = status_fd
+    _open_channel(status_fd)
     rc = _run_in(main.__dict__, code, status_fd, filename, quota_dir)
     try:
         threading = sys.modules.get("threading")
@@ -289,7 +294,7 @@ def execute(code: str, status_fd: int | None = None, filename: str = "<sandbox>"
     exhausted = _scratch_exhausted(quota_dir)
     if exhausted is not None:
         _report(status_fd, exhausted)
-    return rc
+    return _settle(rc)
 
 
 def execute_cell(
@@ -300,7 +305,8 @@ def execute_cell(
     ``SystemExit`` ends the cell, not the session.
     """
     _refusal_sink[0] = status_fd
-    return _flush(_run_in(main.__dict__, code, status_fd, filename, quota_dir))
+    _open_channel(status_fd)
+    return _settle(_flush(_run_in(main.__dict__, code, status_fd, filename, quota_dir)))
 
 
 def _load_lockdown():  # type: ignore[no-untyped-def]
@@ -378,10 +384,14 @@ def _main(argv: list[str]) -> None:
     # kernel.core_pattern every crash would run a helper on the host, outside the run's limits.
     for name in ("RLIMIT_RTPRIO", "RLIMIT_NICE", "RLIMIT_CORE"):
         resource.setrlimit(getattr(resource, name), (0, 0))
+    exit_now = os._exit  # the code's own os._exit writes the end record too (once, the last thing)
+    if lockdown is not None:  # a wrapper's 128 + N is no signal when the code chose it
+        exit_now = lockdown.report_own_exits(lambda status: report_end(status_fd, status))
     rc = execute(code, status_fd, quota_dir=quota_dir)
     if config.get("reap"):
         lockdown.kill_children()
-    os._exit(rc)
+    report_end(status_fd, rc)
+    exit_now(rc)
 
 
 if __name__ == "__main__":

@@ -127,9 +127,5 @@ class BwrapBackend(JailedBackend):
 
         return clean_environment()
 
-    def _returncode(self, returncode: int) -> int:
-        # bwrap reports a child killed by signal N as exit status 128 + N.
-        return -(returncode - 128) if 128 < returncode < 160 else returncode
-
     def _environment(self, workdir: str | None) -> dict[str, str]:
         return {"PATH": "/usr/bin:/bin"}  # bwrap clears and sets the run's environment itself

@@ -91,5 +91,13 @@ class JailedBackend(SubprocessBackend):
             self.close()
             raise BackendUnavailable(f"{self.name} cannot start a jail here: {probe.stderr.strip()[-300:]}")
 
+    def _returncode(self, returncode: int, reported: int | None) -> int:
+        """The wrappers report a child killed by signal N as exit status 128 + N, the same figure
+        as the child's own ``sys.exit(128 + N)``: it is an exit status when the harness's end
+        record says so (the harness writes it just before it exits), else that signal."""
+        if 128 < returncode < 160 and reported != returncode:
+            return -(returncode - 128)
+        return returncode
+
     def _host_workdir(self) -> contextlib.AbstractContextManager[str | None]:
         return contextlib.nullcontext(None)  # the run works in the jail's own /tmp

@@ -192,6 +192,3 @@ class NsjailBackend(JailedBackend):
 
     def _environment(self, workdir: str | None) -> dict[str, str]:
         return {"PATH": "/usr/bin:/bin"}  # nsjail clears and sets the run's environment itself
-
-    def _returncode(self, returncode: int) -> int:
-        return -(returncode - 128) if 128 < returncode < 160 else returncode

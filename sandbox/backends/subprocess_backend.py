@@ -31,7 +31,7 @@ from pathlib import Path
 
 from sandbox._accounting import PROCESS_MODE_NOTE, cgroup_layer, new_home, resolve_accounting
 from sandbox._cgroup import Cgroup
-from sandbox._collect import Collected, CpuWatch, RunEnd, collect, hard_output_cap, outcome
+from sandbox._collect import Collected, CpuWatch, RunEnd, collect, hard_output_cap, outcome, take_exit_record
 from sandbox._limits import clean_environment, count_processes_of
 from sandbox._uids import UidPool
 from sandbox.backends.base import BackendUnavailable, refuse_unsendable, refuse_unsupported
@@ -111,7 +111,8 @@ class SubprocessBackend:
                 self._remove(cgroup)
             if uid is not None:
                 self._give_back_uid(uid)
-        returncode = self._returncode(returncode)
+        collected.tags, reported = take_exit_record(collected.tags)
+        returncode = self._returncode(returncode, reported)
         if returncode == -signal.SIGKILL and time.monotonic() - started >= limits.wall_s:
             collected.wall_killed = True  # a wrapper's own wall limit (nsjail's) fired before ours
         fields = outcome(RunEnd(collected, returncode, rusage_cpu_s, usage, cpu_known=self.cpu_accounted), limits)
@@ -267,8 +268,9 @@ class SubprocessBackend:
         """
         return 0 if os.geteuid() == 0 else count_processes_of(os.getuid())
 
-    def _returncode(self, returncode: int) -> int:
-        """Hook for wrappers that encode a signal death in their own exit status."""
+    def _returncode(self, returncode: int, reported: int | None) -> int:
+        """Hook for wrappers that encode a signal death in their own exit status (``reported``:
+        the exit code in the harness's end record, None without one)."""
         return returncode
 
     def _open_extra_fd(self, limits: Limits) -> int | None:

@@ -114,12 +114,12 @@ def test_a_block_some_process_runs_as_is_never_leased(monkeypatch):
 @pytest.mark.parametrize("rc, cpu", [(0, math.nan), (0, -0.5), (0, math.inf), (0, 1e300), (256, 0.1), (-1, 0.1)])
 def test_an_end_record_with_impossible_figures_is_no_end_record(rc, cpu):
     record = END_RECORD.pack(STATUS_END, rc, cpu)
-    assert split_end_record(b"M" + record) == (b"M", None)
+    assert split_end_record(b"M" + record) == (b"M" + record, None)  # its bytes count against the forger only
 
 
 def test_a_good_end_record_after_a_bad_one_still_counts():
     bad, good = END_RECORD.pack(STATUS_END, 0, math.nan), END_RECORD.pack(STATUS_END, 3, 0.25)
-    assert split_end_record(bad + good) == (b"", (3, 0.25))
+    assert split_end_record(bad + good) == (bad, (3, 0.25))
 
 
 # -- the project's packages, hidden from runs ----------------------------------------------------

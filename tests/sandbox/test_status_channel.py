@@ -1,0 +1,80 @@
+"""A run cannot hide on its status channel what it hit, and its own exit status reads as one.
+
+The judge read only the first byte of the status stream: a junk byte written there first hid
+every later tag (an uncaught ``MemoryError`` read ``error``), and a partial end record swallowed
+the harness's tag into a forged record that was then dropped. A run that closed the channel, or
+put ``/dev/null`` in its place, used up its disk quota and exited 0 read ``ok``. bwrap and nsjail
+report a death by signal N as exit status 128 + N, so ``sys.exit(130)`` read as SIGINT (-2).
+A run that slept just past its wall limit read ``ok`` when the poll woke for its end.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sandbox import Limits, Status
+from sandbox._collect import END_RECORD, split_end_record, tags_in, take_exit_record
+from sandbox._harness import STATUS_END, STATUS_MEMORY
+from tests.sandbox.jails import forging
+
+ROOMY = Limits(cpu_s=5, wall_s=30)
+JUNK_FIRST = forging('b"Z"', "")
+PARTIAL_RECORD_FIRST = forging('struct.pack("=cid", b"D", 0, 0.0)[:12]', "")
+CLOSE_CHANNEL = "import os\nos.closerange(3, 4096)\n"
+NULL_CHANNEL = ("import os\nnull = os.open('/dev/null', os.O_WRONLY)\nfor fd in range(3, 20):\n"
+                "    if fd != null:\n        try:\n            os.dup2(null, fd)\n        except OSError:\n"
+                "            pass\n")  # fmt: skip
+FILL_DISK_AND_SUCCEED = """
+try:
+    with open('/tmp/fill', 'wb') as handle:
+        while True:
+            handle.write(b'x' * 65536)
+except OSError:
+    pass
+print('done')
+"""
+
+
+@pytest.mark.parametrize("first", [JUNK_FIRST, PARTIAL_RECORD_FIRST], ids=["junk-byte", "partial-record"])
+def test_what_a_run_writes_first_hides_no_later_tag(jail, first):
+    result = jail.run(first + "raise MemoryError\n", limits=ROOMY)
+    assert (result.status, result.limit_hit) == (Status.MEMORY, "memory_limit"), result
+
+
+@pytest.mark.parametrize("tamper", [CLOSE_CHANNEL, NULL_CHANNEL], ids=["closed", "dev-null"])
+def test_a_run_that_took_away_its_status_channel_does_not_read_ok(jail, tamper):
+    if jail.name == "docker":
+        pytest.skip("docker's harness reports through its exit status, not a descriptor")
+    result = jail.run(tamper + FILL_DISK_AND_SUCCEED, limits=Limits(cpu_s=5, wall_s=30, disk_mb=2))
+    assert result.stdout == "done\n", result
+    assert result.status is not Status.OK, result
+    assert "status descriptor" in result.stderr, result
+
+
+@pytest.mark.parametrize("code", ["import sys\nsys.exit(130)", "import os\nos._exit(137)", "raise SystemExit(159)"],
+                         ids=["sys.exit-130", "os._exit-137", "SystemExit-159"])  # fmt: skip
+def test_an_exit_status_past_128_is_the_runs_own(jail, code):
+    expected = int(code.rsplit("(", 1)[1].rstrip(")"))
+    result = jail.run(code, limits=ROOMY)
+    assert (result.status, result.exit_code, result.limit_hit) == (Status.ERROR, expected, None), result
+
+
+def test_a_real_signal_still_reads_as_one(jail):
+    result = jail.run("import ctypes\nctypes.string_at(0)", limits=ROOMY)  # SIGSEGV (exit status 139)
+    assert (result.status, result.exit_code) == (Status.ERROR, -11), result
+
+
+def test_a_run_that_ends_just_past_its_wall_limit_is_a_timeout(pool):
+    for _ in range(5):  # the poll woke for the run's end, not for the deadline: 4 in 5 read ok
+        result = pool.run("import time\ntime.sleep(0.5005)\nprint('late')", limits=Limits(cpu_s=5, wall_s=0.5))
+        assert (result.status, result.limit_hit) == (Status.TIMEOUT, "timeout"), result
+    assert pool.run("print(1)", limits=Limits(wall_s=5)).status is Status.OK
+
+
+def test_every_tag_counts_wherever_it_is_and_the_exit_record_is_the_last_thing():
+    record = END_RECORD.pack(STATUS_END, 130, 0.25)
+    assert STATUS_MEMORY in tags_in(b"Z" + record + b"xM")
+    assert take_exit_record(b"ZM" + record) == (b"ZM", 130)
+    assert take_exit_record(record + b"M") == (record + b"M", None)  # not last: none of the harness's
+    partial = record[:12]
+    assert split_end_record(partial + STATUS_MEMORY + record) == (partial + STATUS_MEMORY, (130, 0.25))
