@@ -22,6 +22,7 @@ This module is stdlib only; backends import their heavy libraries lazily.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -96,7 +97,10 @@ class GenerationRequest:
     ``resume_ids`` continues a turn that an interruption cut short (``finish_reason ==
     "abort"``, e.g. an RL weight update): they are the ids that turn already sampled, the tail
     of ``token_ids``, and stop strings are searched across them and the new ids, so a stop
-    split by the interruption is still caught.
+    split by the interruption is still caught. ``cancel``, when set (a streaming client hung
+    up), ends the request at the next decode step with what it sampled (``finish_reason ==
+    "abort"``); a request cancelled before it started samples nothing. Engines that cannot stop
+    one request mid-way still skip a request cancelled before it starts.
     """
 
     token_ids: tuple[int, ...] = ()
@@ -107,6 +111,11 @@ class GenerationRequest:
     on_token: Callable[[int, float], None] | None = field(default=None, compare=False)
     tools: tuple[dict[str, Any], ...] = ()
     resume_ids: tuple[int, ...] = ()
+    cancel: threading.Event | None = field(default=None, compare=False)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,7 @@ class _Intake:
                     item = self.queue.get_nowait()
                 except queue.Empty:
                     return None
-                if item is not None:
+                if item is not None and item[1].set_running_or_notify_cancel():
                     item[1].set_result(Completion.failure(EngineErrorKind.INTERNAL, _CLOSED))
         limit = min(limit, self.max_batch_size)
         batch: list[tuple[GenerationRequest, Future[Completion]]] = []
@@ -80,6 +80,11 @@ class _Intake:
                 self.queue.put(None)
                 break
             batch.append(more)
+        # A future its caller cancelled while queued (asyncio.wrap_future cancels it with the
+        # awaiting task) is dropped; the rest are marked running, so they cannot be cancelled
+        # any more and set_result never meets a cancelled future (which raised in the worker
+        # and stopped it for good).
+        batch = [(request, future) for request, future in batch if future.set_running_or_notify_cancel()]
         if batch:
             self.batch_sizes.append(len(batch))
         return [(request, future.set_result) for request, future in batch]
@@ -99,6 +104,15 @@ def _work(engine: Engine, intake: _Intake) -> None:
             serve(intake.take)
         return
     while (batch := intake.take(intake.max_batch_size, True)) is not None:
+        wanted = []
+        for request, deliver in batch:  # its caller left while it was queued: sample nothing
+            if request.cancelled:
+                deliver(Completion(text="", finish_reason="abort"))
+            else:
+                wanted.append((request, deliver))
+        batch = wanted
+        if not batch:
+            continue
         requests = [r for r, _ in batch]
         try:
             default = requests[0].params or SamplingParams()

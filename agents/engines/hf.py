@@ -257,7 +257,9 @@ class HFEngine:
                                            f"cannot encode the prompt: {exc}"))
                 continue
             params = request.params or SamplingParams()
-            if not ids:
+            if request.cancelled:  # its caller left while it was queued: sample nothing
+                deliver(_aborted(self.eos_text))
+            elif not ids:
                 deliver(Completion.failure(EngineErrorKind.BAD_RESPONSE, "empty prompt"))
             elif len(ids) >= self.max_context:
                 deliver(Completion.failure(
@@ -266,7 +268,7 @@ class HFEngine:
             else:
                 budget = min(params.max_new_tokens, self.max_context - len(ids))
                 rows.append(RowState(ids, params, budget, deliver, request.on_token,
-                                     request.resume_ids))
+                                     request.resume_ids, request.cancel))
         return rows
 
     def _guard(self, rows: list, run: Callable[[list], None]) -> None:

@@ -30,14 +30,14 @@ __all__ = ["RowState", "pick_tokens"]
 class RowState:
     """One request being decoded; ``deliver`` receives its :class:`Completion`."""
 
-    __slots__ = ("budget", "cached_tokens", "deliver", "finish", "generated", "generator",
+    __slots__ = ("budget", "cached_tokens", "cancel", "deliver", "finish", "generated", "generator",
                  "logprobs", "on_token", "params", "prompt_ids", "stop_hit", "stop_prefix",
                  "stop_window")
 
     def __init__(self, prompt_ids: list[int], params: SamplingParams, budget: int,
                  deliver: Callable[[Completion], None],
                  on_token: Callable[[int, float], None] | None,
-                 resume_ids: tuple[int, ...] | list[int] = ()) -> None:
+                 resume_ids: tuple[int, ...] | list[int] = (), cancel: Any = None) -> None:
         import torch
 
         self.prompt_ids = prompt_ids
@@ -45,6 +45,7 @@ class RowState:
         self.budget = budget
         self.deliver = deliver
         self.on_token = on_token
+        self.cancel = cancel  # a threading.Event: set when the caller no longer wants the reply
         # Unseeded requests draw a seed from torch's global RNG (reproducible under
         # torch.manual_seed, independent of batch-mates either way).
         seed = params.seed if params.seed is not None else int(torch.randint(0, 2**62, (1,)).item())
@@ -64,7 +65,8 @@ class RowState:
         return self.prompt_ids + self.generated[:-1]
 
     def accept(self, token: int, logprob: float, tokenizer: Any, eos_ids: frozenset[int]) -> bool:
-        """Record one sampled token; True when the row is finished (eos, stop, length).
+        """Record one sampled token; True when the row is finished (eos, stop, length, or
+        ``abort`` once its caller cancelled it).
 
         The stop string is searched in the decoded tail of the sampled ids, so a stop split
         across tokens (or ending inside a merged token) is caught; the ids themselves are
@@ -77,7 +79,9 @@ class RowState:
                 self.on_token(token, logprob)
             except Exception:  # a gone stream listener must not stop the batch
                 self.on_token = None
-        if token in eos_ids:
+        if self.cancel is not None and self.cancel.is_set():  # nobody reads the rest: free the row
+            self.finish = "abort"
+        elif token in eos_ids:
             self.finish = "eos"
         elif self.params.stop and (hit := find_stop(
                 tokenizer.decode(self._stop_tail(), skip_special_tokens=False),

@@ -22,11 +22,13 @@ def chat_routes(gateway: Gateway, blocking: Callable[..., Awaitable[Any]]) -> An
     """An ``APIRouter`` with the chat completion routes over ``gateway``; ``blocking(fn, ...)``
     runs blocking work off the event loop."""
     from fastapi import APIRouter, Request
-    from fastapi.responses import JSONResponse, StreamingResponse
+    from fastapi.responses import JSONResponse
+
+    from agents.http_streams import event_stream, unless_disconnected
 
     router = APIRouter()
 
-    async def answer(session: GatewaySession, body: ChatRequest, one_call: bool) -> Any:
+    async def answer(session: GatewaySession, body: ChatRequest, one_call: bool, request: Request) -> Any:
         backend = gateway.backend
         check_request(body, local=getattr(backend, "source", None) == "engine")
         gateway.check_model(body.model)
@@ -34,38 +36,48 @@ def chat_routes(gateway: Gateway, blocking: Callable[..., Awaitable[Any]]) -> An
         headers = {SESSION_HEADER: session.session_id}
         if not body.stream:
             try:
-                result = await backend.complete(session, body, body.model or gateway.model_name)
+                result = await unless_disconnected(
+                    request, backend.complete(session, body, body.model or gateway.model_name))
             finally:
                 if one_call:
                     await blocking(gateway.finish, session)
-            return JSONResponse(result, headers=headers)
+            return result if not isinstance(result, dict) else JSONResponse(result, headers=headers)
         try:
             prepared = await backend.prepare_stream(session, body)
         except BaseException:
             if one_call:
                 await blocking(gateway.finish, session)
             raise
+        stream = backend.stream(session, body, body.model or gateway.model_name, *prepared)
+        started = False
 
         async def events() -> AsyncIterator[str]:
+            nonlocal started
+            started = True
+            async for event in stream:
+                yield event
+
+        async def on_close() -> None:  # runs however the response ends, the client gone included
             try:
-                async for event in backend.stream(session, body, body.model or gateway.model_name, *prepared):
-                    yield event
+                if started:
+                    await stream.aclose()
+                else:  # the client left before the first byte: the call was never made
+                    await backend.discard_stream(session, *prepared)
             finally:
                 if one_call:
                     await blocking(gateway.finish, session)
 
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers={**headers, "Cache-Control": "no-cache"})
+        return event_stream(events(), headers={**headers, "Cache-Control": "no-cache"}, on_close=on_close)
 
     @router.post("/sessions/{sid}/v1/chat/completions")
-    async def session_chat(sid: str, body: ChatRequest) -> Any:
-        return await answer(gateway.store.get_or_open(sid), body, one_call=False)
+    async def session_chat(sid: str, body: ChatRequest, request: Request) -> Any:
+        return await answer(gateway.store.get_or_open(sid), body, False, request)
 
     @router.post("/v1/chat/completions")
     async def chat(body: ChatRequest, request: Request) -> Any:
         sid = request.headers.get(SESSION_HEADER)
         if sid:
-            return await answer(gateway.store.get_or_open(sid), body, one_call=False)
-        return await answer(gateway.open_session(), body, one_call=True)
+            return await answer(gateway.store.get_or_open(sid), body, False, request)
+        return await answer(gateway.open_session(), body, True, request)
 
     return router

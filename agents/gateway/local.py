@@ -5,12 +5,14 @@ ids reused, never re-tokenised); the engine samples from exactly those ids, and 
 recorded with them, the sampled ids and their logprobs. Concurrent requests of all sessions
 share the engine's batches through :class:`~agents.engines.batching.BatchingEngine`, awaited
 as futures, so a hundred open streams hold no threads. A streamed reply is recorded even
-when its client hangs up half-way: the model sampled those tokens in the session.
+when its client hangs up half-way: the model sampled those tokens in the session (the engine
+stops decoding it at its next step).
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -129,8 +131,9 @@ class LocalBackend:
         started = time.time()
         plan = self._plan(session, request)
         indices = [session.next_index() for _ in range(request.n)]
+        cancel = threading.Event()  # set when this call is cancelled: its client hung up
         try:
-            requests = [GenerationRequest(token_ids=tuple(plan.ids),
+            requests = [GenerationRequest(token_ids=tuple(plan.ids), cancel=cancel,
                                           params=self._params(session, request, index, choice))
                         for choice, index in enumerate(indices)]
             completions = await asyncio.gather(*(asyncio.wrap_future(self.batcher.submit(r)) for r in requests))
@@ -138,6 +141,7 @@ class LocalBackend:
             if failed is not None:
                 raise _engine_error(failed)
         except BaseException:
+            cancel.set()
             for _ in indices:
                 session.abandon()
             raise
@@ -175,13 +179,19 @@ class LocalBackend:
             session.abandon()
             raise
 
+    async def discard_stream(self, session: GatewaySession, plan: PromptPlan, index: int,
+                             params: SamplingParams) -> None:
+        """The client left before the stream started: the prepared call is not in flight."""
+        session.abandon()
+
     async def stream(self, session: GatewaySession, request: ChatRequest, model: str, plan: PromptPlan, index: int,
                      params: SamplingParams) -> AsyncIterator[str]:
         started = time.time()
         loop = asyncio.get_running_loop()
         tokens: asyncio.Queue[tuple[int, float] | None] = asyncio.Queue()
+        cancel = threading.Event()  # set when the client hangs up: the engine stops at its next step
         future = self.batcher.submit(GenerationRequest(
-            token_ids=tuple(plan.ids), params=params,
+            token_ids=tuple(plan.ids), params=params, cancel=cancel,
             on_token=lambda t, lp: loop.call_soon_threadsafe(tokens.put_nowait, (t, lp))))
         job = asyncio.wrap_future(future)
         job.add_done_callback(lambda _: tokens.put_nowait(None))
@@ -241,6 +251,7 @@ class LocalBackend:
             yield SSE_DONE
         finally:
             if not recorded:  # the client left (or the stream failed): keep what was sampled
+                cancel.set()
                 future.add_done_callback(
                     lambda f: self._record_late(f, session, index, request, plan, started, params))
 

@@ -171,6 +171,13 @@ class UpstreamBackend:
             raise _upstream_error(response.status_code, text)
         return response, index
 
+    async def discard_stream(self, session: GatewaySession, response: Any, index: int) -> None:
+        """The client left before the stream started: the upstream reply is closed unread and
+        the call is no longer in flight."""
+        session.abandon()
+        with contextlib.suppress(Exception):
+            await response.aclose()
+
     async def stream(self, session: GatewaySession, request: ChatRequest, model: str, response: Any,
                      index: int) -> AsyncIterator[str]:
         started = time.time()

@@ -28,6 +28,8 @@ Concurrent requests are merged into shared batches by :class:`BatchingEngine`. S
 real: tokens go out as the engine samples them, with their logprobs when asked (text deltas
 are held back while a stop string might still be forming, so a streamed stop string never
 leaks; with ``tools``, the text from the tool-call opener on becomes the ``tool_calls`` delta).
+A client that hangs up (a stream closed early, a JSON reply it stopped waiting for) cancels its
+generation: the engine stops decoding it at the next step (:mod:`agents.http_streams`).
 
 Layout: :mod:`agents.server.app` assembles the app; :mod:`~agents.server.bodies` holds the
 request bodies, :mod:`~agents.server.model` what every route asks of the served model,

@@ -15,9 +15,10 @@ __all__ = ["create_app", "serve_in_thread"]
 def create_app(engine: Engine, tokenizer: Any, model_name: str, aliases: tuple[str, ...] = ()) -> Any:
     """A FastAPI app serving ``engine`` as ``model_name`` (requests may also name it by one of
     ``aliases``); ``tokenizer`` renders chat templates and tokens."""
-    from fastapi import FastAPI
+    from fastapi import FastAPI, Request
 
     from agents.engines.batching import BatchingEngine
+    from agents.http_streams import unless_disconnected
     from agents.server.bodies import ChatBody, CompletionBody
     from agents.server.chat import chat
     from agents.server.completions import completions
@@ -51,12 +52,12 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, aliases: tuple[s
         return {"status": "ok"}
 
     @app.post("/v1/completions")
-    async def completions_route(body: CompletionBody) -> Any:
-        return await completions(served, body)
+    async def completions_route(body: CompletionBody, request: Request) -> Any:
+        return await unless_disconnected(request, completions(served, body))
 
     @app.post("/v1/chat/completions")
-    async def chat_route(body: ChatBody) -> Any:
-        return await chat(served, body)
+    async def chat_route(body: ChatBody, request: Request) -> Any:
+        return await unless_disconnected(request, chat(served, body))
 
     return app
 

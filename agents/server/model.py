@@ -4,6 +4,7 @@ parameters, prompts (raw, token ids or a rendered chat), generation and its usag
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -94,10 +95,17 @@ class ServedModel:
     async def run(self, prompts: list[list[int]], body: CommonBody, default_max: int) -> list[Completion]:
         """``body.n`` completions of each prompt, awaited as futures of the shared batches: a
         request parks no thread, so any number of them merge (a thread each capped them at the
-        default executor's size, 6 on two cores)."""
-        requests = [GenerationRequest(token_ids=tuple(ids), params=self.params_for(body, i, default_max))
+        default executor's size, 6 on two cores). Cancelled (the client hung up), the requests
+        are cancelled too: the engine stops decoding them at its next step."""
+        cancel = threading.Event()
+        requests = [GenerationRequest(token_ids=tuple(ids), params=self.params_for(body, i, default_max),
+                                      cancel=cancel)
                     for ids in prompts for i in range(body.n)]
-        return list(await asyncio.gather(*(asyncio.wrap_future(self.batcher.submit(r)) for r in requests)))
+        try:
+            return list(await asyncio.gather(*(asyncio.wrap_future(self.batcher.submit(r)) for r in requests)))
+        except BaseException:
+            cancel.set()
+            raise
 
     @staticmethod
     def check(completion: Completion) -> None:

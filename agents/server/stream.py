@@ -10,6 +10,7 @@ ends, goes out as ``tool_calls`` (finish reason ``tool_calls``), as the JSON rep
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -29,12 +30,12 @@ __all__ = ["streamed"]
 def streamed(served: ServedModel, ids: list[int], body: Any, kind: str, echo: str = "", prompt_text: str = "") -> Any:
     """The streamed answer; its parameters are checked first, while an error can still be a 400.
     ``prompt_text`` is the rendered chat prompt tool calls are read after."""
-    from fastapi.responses import StreamingResponse
+    from agents.http_streams import event_stream
 
     params = served.params_for(body, 0, 16 if kind == "text_completion" else 512)
     check_prompt_fits(len(ids), served.batcher, "prompt" if kind == "text_completion" else "messages")
     stream = _Stream(served, body, kind, prompt_text)
-    return StreamingResponse(stream.events(ids, params, echo), media_type="text/event-stream")
+    return event_stream(stream.events(ids, params, echo))
 
 
 class _Stream:
@@ -96,11 +97,21 @@ class _Stream:
         served = self.served
         loop = asyncio.get_running_loop()
         tokens: asyncio.Queue[tuple[int, float] | None] = asyncio.Queue()
+        cancel = threading.Event()  # set when the stream ends early: the client hung up
         request = GenerationRequest(
-            token_ids=tuple(ids), params=params,
+            token_ids=tuple(ids), params=params, cancel=cancel,
             on_token=lambda t, lp: loop.call_soon_threadsafe(tokens.put_nowait, (t, lp)))
         job = asyncio.wrap_future(served.batcher.submit(request))
         job.add_done_callback(lambda _: tokens.put_nowait(None))
+        try:
+            async for event in self._events(job, tokens, ids, params, echo):
+                yield event
+        finally:
+            cancel.set()  # a no-op once the reply is complete
+
+    async def _events(self, job: Any, tokens: asyncio.Queue[tuple[int, float] | None], ids: list[int],
+                      params: SamplingParams, echo: str) -> AsyncIterator[str]:
+        served = self.served
         releaser = TextReleaser(served.tokenizer, params.stop, served.eos_text, hold_from=self.opener or None)
         self.prompt_ids = list(ids)
         if echo:
