@@ -32,18 +32,22 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from coa_envs.rewards._math_echo import question_structures, restates_question
+from coa_envs.rewards._math_forms import gold_rounding, refused_form
 from coa_envs.rewards.base import RewardUnavailable
 from coa_envs.types import RewardResult, Task
 
 __all__ = ["VERSION", "MathVerifyReward", "answer_candidates", "build", "normalise_latex"]
 
-VERSION = 6  # bump when the scores this term gives change (reported in reward_details)
+VERSION = 7  # bump when the scores this term gives change (reported in reward_details)
 # 2: one final answer per reply (several distinct candidates are wrong, alternatives form a
 #    set); the string fallback only when math-verify cannot parse (no OR of two verdicts)
 # 3: a value offered in prose beside the answer ("Alternatively, 3") is a second answer
 # 4: the question's own expression handed back ("Simplify sqrt(242)" -> sqrt(242)) is wrong
 # 5: padding (+ 0, \cdot 1, ^1, /1, --x) does not disguise the question's expression
 # 6: an escaped dollar sign inside $...$ ("the answer is $\$18.90$") no longer ends the formula
+# 7: MATH/AIME answer forms (._math_forms): a false equation ("204 = 211"), an unfinished
+#    computation for an integer gold ("99\cdot99+99+1"), a decimal approximation of an exact gold;
+#    a decimal gold is compared to at least its own decimals (0.000067 is not .0000672)
 
 _SPACE_RE = re.compile(r"\s+")
 _WRAPPERS = (r"\left", r"\right", r"\!", r"\,", r"\;", r"\displaystyle", "$")
@@ -265,7 +269,12 @@ def _score(golds: list[str], prediction: str, timeout: int, rounding: int,
                                                  question_structures(question, timeout, _parse)):
         return 0.0, {**details, "reason": "the answer is the question's own expression, not its value"}
     for gold, gold_value in zip(golds, gold_values, strict=True):
-        if _same(gold_value, answer, timeout, rounding):
+        places = gold_rounding(gold, rounding)
+        if _same(gold_value, answer, timeout, places):
+            refusal = None if written_as_gold else refused_form(gold_value[1], answer[1], timeout, places)
+            if refusal:
+                details["reason"] = refusal
+                continue
             method = "math_verify" if gold_value[1] and answer[1] else "string_fallback"
             return 1.0, {**details, "method": method, "matched_gold": gold}
     if not answer[1]:

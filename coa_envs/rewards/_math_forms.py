@@ -1,0 +1,136 @@
+"""Answers math-verify calls equal that the MATH / AIME grading conventions do not accept.
+
+math-verify compares *values*, and reads an equation answer by its last side. Three ways a
+reply earns a value it did not state (each returns the reason, or None when the form is fine):
+
+* **a false equation** (``204 = 211`` for the gold 211): math-verify takes the last side, so
+  a reply could assert two numbers at once. Every equation in the answer whose two sides are
+  both numbers must hold (``200 + 11 = 211``, ``\\sqrt{4} = 2`` and ``x = 211`` are fine).
+* **an unfinished computation for an integer gold** (``99\\cdot99+99+1`` for 9901, ``2^{10}``
+  for 1024, ``3!`` for 6): the PRM800K grader that made MATH-500 requires an integer-written
+  answer when the gold is an integer, and AIME answers are integers. A number, a percentage of
+  one, a unit or ``x =`` in front stay fine (``9{,}901``, ``9901.0``, ``9901\\text{ ways}``).
+* **a decimal approximation of an exact gold** (``1.414214`` for ``\\sqrt{2}``, ``0.333333``
+  for ``\\frac13``): math-verify rounds both to 6 decimals. When the gold has no decimal in it,
+  the answer's decimals are read exactly (``0.5`` still equals ``\\frac12``, ``1.5\\sqrt2``
+  equals ``\\frac{3\\sqrt2}{2}``, ``9901.0`` equals 9901). A gold written as a decimal keeps
+  math-verify's rounding, to at least the gold's own decimals (:func:`gold_rounding`: 0.000067
+  is not ``.0000672``). A gold written ``27.0`` (AMC23's integers) is an integer.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["gold_rounding", "refused_form"]
+
+_DECIMALS = re.compile(r"\.(\d+)")
+
+
+def gold_rounding(gold: str, rounding: int) -> int:
+    """Decimal places to compare at: math-verify's ``rounding``, or more when the gold is written
+    with more (rounding ``.0000672`` to 6 places paid 0.000067 and 0.0000671)."""
+    return max([rounding] + [len(digits) for digits in _DECIMALS.findall(gold)])
+
+
+def _numbers_differ(left: Any, right: Any, timeout: int, rounding: int) -> bool:
+    from math_verify import verify
+
+    if not (getattr(left, "is_number", False) and getattr(right, "is_number", False)):
+        return False  # a side with a variable or an unknown function: an assignment, not a claim
+    try:
+        return not verify(left, right, float_rounding=rounding, timeout_seconds=timeout)
+    except Exception:
+        return False
+
+
+def _false_equation(value: Any, timeout: int, rounding: int) -> bool:
+    from sympy import Basic, Eq
+
+    if not isinstance(value, Basic):
+        return False
+    equations = [value] if isinstance(value, Eq) else []
+    try:
+        equations += list(value.atoms(Eq))
+    except Exception:
+        return False
+    return any(_numbers_differ(eq.lhs, eq.rhs, timeout, rounding) for eq in equations)
+
+
+def _last_side(value: Any) -> Any:
+    """The value math-verify compares for an equation answer: its last right-hand side."""
+    from sympy import And, Eq
+
+    while isinstance(value, And | Eq):
+        value = value._unsorted_args[-1] if isinstance(value, And) else value.rhs
+    return value
+
+
+def _integral_as_integer(value: Any) -> Any:
+    """A gold written ``27.0`` (AMC23 ships its integer answers so) is the integer 27."""
+    from sympy import Float, Integer
+
+    if isinstance(value, Float) and value.is_finite and float(value).is_integer():
+        return Integer(int(value))
+    return value
+
+
+def _is_integer_value(value: Any) -> bool:
+    from math_verify.grader import is_atomic_or_pct_atomic
+    from sympy import Integer
+
+    return is_atomic_or_pct_atomic(value, Integer)
+
+
+def _written_as_a_number(value: Any) -> bool:
+    from math_verify.grader import is_atomic_or_pct_atomic
+    from sympy import Basic, Number
+
+    if not isinstance(value, Basic):
+        return True
+    return bool(value.is_Atom or is_atomic_or_pct_atomic(value, Number))
+
+
+def _floats(value: Any) -> set[Any]:
+    from sympy import Basic, Float
+
+    if not isinstance(value, Basic):
+        return set()
+    try:
+        return set(value.atoms(Float))
+    except Exception:
+        return set()
+
+
+def _approximates(gold: Any, answer: Any, timeout: int) -> bool:
+    """The answer holds decimals, the gold none, and read exactly they are not the gold."""
+    from math_verify import verify
+    from sympy import Rational
+
+    floats = _floats(answer)
+    if not floats or _floats(gold):
+        return False
+    try:
+        exact = answer.xreplace({f: Rational(str(f)) for f in floats})
+        return not verify(gold, exact, float_rounding=15, timeout_seconds=timeout)
+    except Exception:
+        return False
+
+
+def refused_form(gold: list[Any], answer: list[Any], timeout: int, rounding: int) -> str | None:
+    """Why an answer math-verify found equal to ``gold`` does not count (parsed values of both),
+    or None. Only the first parsed value of each is judged, the one math-verify compares first."""
+    if not gold or not answer:
+        return None
+    gold_value, value = _integral_as_integer(gold[0]), answer[0]
+    if _false_equation(value, timeout, rounding):
+        return "the answer states a false equation (two different numbers set equal)"
+    last = _last_side(value)
+    if _is_integer_value(gold_value) and not _written_as_a_number(last):
+        return "the gold is an integer and the answer is an unfinished computation, not an integer"
+    from math_verify.grader import is_relation
+
+    if _approximates(gold_value, value if is_relation(gold_value) else last, timeout):
+        return "the answer is a decimal approximation of an exact gold"
+    return None
