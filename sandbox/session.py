@@ -36,6 +36,9 @@ __all__ = ["RESTART_NOTE", "Session"]
 _log = logging.getLogger(__name__)
 RESTART_NOTE = "[sandbox: the previous cell ended the session; earlier variables are gone]\n"
 _GRACE_S = 10.0
+#: Limits that hold for the whole session, every cell together; ``cpu_s``, ``wall_s`` and
+#: ``max_output_chars`` are each cell's (within ``session_cpu_s``).
+SESSION_WIDE = ("memory_mb", "max_processes", "max_file_mb", "max_open_files")
 _spares: dict[tuple, queue.Queue[WorkerProcess]] = {}
 _spares_lock = threading.Lock()
 
@@ -59,7 +62,9 @@ class Session:
 
     ``jail`` None or True: namespaces (:class:`BackendUnavailable` when the kernel refuses them);
     ``jail=False``: the unisolated mode, an explicit opt-in (logged). ``session_cpu_s`` caps the
-    CPU time of the whole session. ``read_only_paths``/``writable_paths`` are checked here.
+    CPU time of the whole session. ``limits``' :data:`SESSION_WIDE` figures and scratch quotas hold
+    for the whole session: a cell given other ones is refused (``ValueError``), as they could not
+    apply to it. ``read_only_paths``/``writable_paths`` are checked here.
     ``accounting``: as for the pool (one cgroup per session: memory and processes for the
     whole session, CPU per cell; ``process`` is the explicit per-process mode). Every session
     runs as a uid of its own, leased for it alone.
@@ -150,11 +155,7 @@ class Session:
     def run(self, code: str, stdin: str | None = None, limits: Limits | None = None) -> ExecResult:
         """Execute one cell; names it defines stay visible to later cells."""
         limits = limits or self.limits
-        if scratch_profile(limits) != self._profile:
-            raise ValueError(
-                f"a session's scratch quotas are fixed when it starts (disk_mb={self._profile[0]}, "
-                f"max_files={self._profile[1]}); start a new Session for other ones"
-            )
+        self._refuse_other_session_limits(limits)
         if self.jail:
             refuse_unsupported("session", pool_unsupported(limits))
         refuse_unsendable(code, stdin)
@@ -178,6 +179,21 @@ class Session:
                     "", RESTART_NOTE + f"sandbox session worker lost: {exc}\n", None, Status.ERROR, limits.wall_s, 0.0
                 )
         return result_from(response, RESTART_NOTE if response.get("session_restarted") else "")
+
+    def _refuse_other_session_limits(self, limits: Limits) -> None:
+        """A cell's limits may differ from the session's only in its own: ``cpu_s``, ``wall_s``,
+        ``max_output_chars`` (a cell's other figures were silently ignored)."""
+        if scratch_profile(limits) != self._profile:
+            raise ValueError(
+                f"a session's scratch quotas are fixed when it starts (disk_mb={self._profile[0]}, "
+                f"max_files={self._profile[1]}); start a new Session for other ones"
+            )
+        asked = {name: getattr(limits, name) for name in SESSION_WIDE}
+        changed = {name: value for name, value in asked.items() if value != getattr(self.limits, name)}
+        if changed:
+            fixed = ", ".join(f"{name}={getattr(self.limits, name)}" for name in changed)
+            raise ValueError(f"a session's {fixed} hold for every cell together (fixed when it starts); a cell "
+                             f"asked for {changed}: start a new Session for other ones")
 
     async def arun(self, code: str, stdin: str | None = None, limits: Limits | None = None) -> ExecResult:
         """Async :meth:`run`."""

@@ -100,3 +100,17 @@ def test_a_session_never_falls_back_to_the_unisolated_mode_on_its_own(monkeypatc
         Session(Limits(wall_s=2), preload=(), warm_spare=False)
     with Session(Limits(wall_s=2), jail=False, preload=(), warm_spare=False) as unjailed:  # the explicit opt-in
         assert unjailed.run("print(6 * 7)").stdout == "42\n"
+
+
+def test_a_cell_cannot_ask_for_other_session_wide_limits(pool):
+    """``memory_mb``, ``max_processes`` and the per-process rlimits are set for the whole session at
+    its first cell: a later cell's own were silently ignored (a cell given ``memory_mb=64`` held
+    200 MB and read ``ok``). Its own ``cpu_s`` and ``wall_s`` still apply."""
+    with Session(Limits(cpu_s=5, wall_s=20), warm_spare=False) as session:
+        session.run("x = 1")
+        with pytest.raises(ValueError, match="memory_mb"):
+            session.run("block = b'1' * (200 << 20)", limits=Limits(cpu_s=5, wall_s=20, memory_mb=64))
+        with pytest.raises(ValueError, match="max_processes"):
+            session.run("pass", limits=Limits(cpu_s=5, wall_s=20, max_processes=500))
+        kept = session.run("print(x)", limits=Limits(cpu_s=1, wall_s=5))
+        assert (kept.status, kept.stdout) == (Status.OK, "1\n"), kept
