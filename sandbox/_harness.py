@@ -5,15 +5,12 @@ script (``python -I _harness.py CONFIG_JSON``, see :func:`_main`). It must impor
 the project, because it runs inside a jail that may not see the project; under bubblewrap it
 loads :mod:`sandbox._lockdown` from the file bound beside it.
 
-Why a harness instead of ``python -c``: it can tell a *denied* operation (the sandbox said
-no: ``PermissionError``, read-only file system, unreachable network) and a ``MemoryError``
-or a used-up quota (disk, files, file size) from an ordinary crash, and report that on a private
-status descriptor. The code under test
-can write to that descriptor too. A denial or memory tag only makes its own result look worse.
-A forged end record (see :data:`STATUS_END`) makes the pool answer at once with an exit code
-and CPU time of the code's choosing, as ``os._exit`` could, and stop reading its output; the
-worker then kills the run's whole namespace within 50 ms, before it prepares the next run, so
-nothing carries over. The CPU time of a pool run is therefore self-reported.
+Why a harness instead of ``python -c``: it tells a *denied* operation (``PermissionError``, a
+read-only file system, no network, a child the seccomp filter killed), a ``MemoryError`` or a
+used-up quota from an ordinary crash, and reports it on a private status descriptor the code can
+write to as well (a tag only makes its own result look worse). A forged end record (see
+:data:`STATUS_END`) makes the pool answer at once, as ``os._exit`` could; the worker then kills
+the run's namespace within 50 ms, and its CPU time comes from the run's cgroup.
 """
 
 from __future__ import annotations
@@ -21,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 import struct
 import sys
 import types
@@ -46,21 +44,24 @@ _DENIAL_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENETUN
                             errno.EHOSTUNREACH, errno.EAFNOSUPPORT, errno.ESRCH})  # fmt: skip
 
 
-def is_denial(exc: BaseException) -> bool:
-    """True when ``exc`` means the sandbox refused an operation (not a bug in the code)."""
+def _causes(exc: BaseException | None):  # type: ignore[no-untyped-def]
+    """``exc`` and what caused it (``__cause__`` or ``__context__``), each once."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, PermissionError):
-            return True
-        if isinstance(exc, OSError) and exc.errno in _DENIAL_ERRNOS:
-            return True
-        if type(exc).__name__ == "gaierror":  # DNS lookup refused: there is no network
-            return True
-        if _is_process_limit(exc):
-            return True
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
-    return False
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _denied(exc: BaseException) -> bool:
+    errno_denied = isinstance(exc, OSError) and exc.errno in _DENIAL_ERRNOS
+    # gaierror: a DNS lookup refused, there is no network
+    return isinstance(exc, PermissionError) or errno_denied or type(exc).__name__ == "gaierror"
+
+
+def is_denial(exc: BaseException) -> bool:
+    """True when ``exc`` means the sandbox refused an operation (not a bug in the code)."""
+    return any(_denied(cause) or _is_process_limit(cause) for cause in _causes(exc))
 
 
 def _is_process_limit(exc: BaseException) -> bool:
@@ -71,13 +72,7 @@ def _is_process_limit(exc: BaseException) -> bool:
 
 def hit_process_limit(exc: BaseException) -> bool:
     """True when ``exc`` (or what caused it) is a fork or thread refused by the process limit."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if _is_process_limit(exc):
-            return True
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
-    return False
+    return any(_is_process_limit(cause) for cause in _causes(exc))
 
 
 def _scratch_exhausted(quota_dir: str | tuple[str, ...] | None) -> bytes | None:
@@ -97,14 +92,11 @@ def _scratch_exhausted(quota_dir: str | tuple[str, ...] | None) -> bytes | None:
 
 def quota_tag(exc: BaseException, quota_dir: str | tuple[str, ...] | None) -> bytes | None:
     """The quota tag ``exc`` means (a file grew past RLIMIT_FSIZE, the scratch space is full)."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+    for cause in _causes(exc):
+        if isinstance(cause, OSError) and cause.errno == errno.EFBIG:
             return STATUS_FILE_SIZE
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
             return _scratch_exhausted(quota_dir)
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
     return None
 
 
@@ -140,33 +132,51 @@ def _mark_process_limit(function):  # type: ignore[no-untyped-def]
     return wrapper
 
 
+def _wrap(owner: object, names: tuple[str, ...], marker) -> None:  # type: ignore[no-untyped-def]
+    for name in names:
+        if hasattr(owner, name) and not hasattr(getattr(owner, name), "__wrapped__"):
+            setattr(owner, name, marker(getattr(owner, name)))
+
+
 def install_process_limit_markers() -> None:
     """Make hitting the process limit in fork/spawn/thread calls count as a denial and report
-    it at once (idempotent)."""
-    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp"):
-        if hasattr(os, name) and not hasattr(getattr(os, name), "__wrapped__"):
-            setattr(os, name, _mark_process_limit(getattr(os, name)))
+    it at once, and so a child killed by the seccomp filter when it is waited for (idempotent)."""
+    import _posixsubprocess
     import _thread
 
-    for name in ("start_new_thread", "start_joinable_thread"):
-        if hasattr(_thread, name) and not hasattr(getattr(_thread, name), "__wrapped__"):
-            setattr(_thread, name, _mark_process_limit(getattr(_thread, name)))
+    _wrap(os, ("fork", "forkpty", "posix_spawn", "posix_spawnp"), _mark_process_limit)
+    _wrap(_thread, ("start_new_thread", "start_joinable_thread"), _mark_process_limit)
     threading = sys.modules.get("threading")  # imported already: it holds its own reference
     for name in ("_start_new_thread", "_start_joinable_thread"):
         if threading is not None and hasattr(threading, name) and not hasattr(getattr(threading, name), "__wrapped__"):
             setattr(threading, name, getattr(_thread, name.lstrip("_")))
-    try:
-        import _posixsubprocess
-    except ImportError:
-        return
-    if not hasattr(_posixsubprocess.fork_exec, "__wrapped__"):
-        _posixsubprocess.fork_exec = _mark_process_limit(_posixsubprocess.fork_exec)
+    _wrap(_posixsubprocess, ("fork_exec",), _mark_process_limit)
+    _wrap(os, ("wait", "waitpid", "wait3", "wait4", "waitid"), _mark_seccomp_kills)
 
 
-#: The status channel's (device, inode) when the code started, and whether a report was lost: a
-#: run that closed or replaced the descriptor neither hides a limit it hit (:func:`_settle` fails
-#: it) nor gets a tag written into a file of its own.
-_channel: list = [None, False]
+def _mark_seccomp_kills(function):  # type: ignore[no-untyped-def]
+    """Wrap a wait call so that a child the seccomp filter killed (SIGSYS) is reported as a
+    denial: the parent that reaps it and carries on still ran code the sandbox refused."""
+
+    def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+        result = function(*args, **kwargs)
+        if isinstance(result, tuple):  # (pid, status[, rusage])
+            killed = result[0] and os.WIFSIGNALED(result[1]) and os.WTERMSIG(result[1]) == signal.SIGSYS
+        else:  # waitid: None, or who ended (CLD_KILLED 2, CLD_DUMPED 3) and how
+            killed = getattr(result, "si_code", None) in (2, 3) and result.si_status == signal.SIGSYS
+        if killed:
+            _report(_channel[2], STATUS_DENIED)
+        return result
+
+    wrapper.__wrapped__ = function  # type: ignore[attr-defined]
+    return wrapper
+
+
+
+#: The status channel's (device, inode) when the code started, whether a report was lost (a run
+#: that closed or replaced the descriptor neither hides a limit it hit: :func:`_settle` fails it;
+#: nor gets a tag written into a file of its own), and the descriptor.
+_channel: list = [None, False, None]
 
 
 def _report(status_fd: int | None, tag: bytes) -> None:
@@ -182,7 +192,7 @@ def _report(status_fd: int | None, tag: bytes) -> None:
 
 
 def _open_channel(status_fd: int | None) -> None:
-    _channel[:] = [None, False]
+    _channel[:] = [None, False, status_fd]
     with contextlib.suppress(OSError, TypeError):
         _channel[0] = (os.fstat(status_fd).st_dev, os.fstat(status_fd).st_ino)  # type: ignore[arg-type]
 
@@ -206,10 +216,8 @@ def report_end(status_fd: int, rc: int) -> None:
 
 def _exit_code(exc: SystemExit) -> int:
     code = exc.code
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
+    if code is None or isinstance(code, int):
+        return (code or 0) & 0xFF
     with contextlib.suppress(Exception):
         sys.stderr.write(f"{code}\n")
     return 1
@@ -291,6 +299,9 @@ def execute(code: str, status_fd: int | None = None, filename: str = "<sandbox>"
     except BaseException as exc:
         _print_traceback(exc)
     rc = _flush(rc)
+    with contextlib.suppress(OSError):  # children already dead: a seccomp kill among them is reported
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
     exhausted = _scratch_exhausted(quota_dir)
     if exhausted is not None:
         _report(status_fd, exhausted)
@@ -320,25 +331,15 @@ def _load_lockdown():  # type: ignore[no-untyped-def]
     return module
 
 
-def _read_seccomp(config: dict, lockdown):  # type: ignore[no-untyped-def]
-    """The compiled seccomp program handed over on ``config["seccomp_fd"]`` (closed here)."""
-    program = os.pread(config["seccomp_fd"], 1 << 20, 0)
-    os.close(config["seccomp_fd"])
-    return lockdown.CompiledFilter(program)
-
-
 def _main(argv: list[str]) -> None:
     """``_harness.py CONFIG_JSON``: set up, limit self, run the code, clean up.
 
-    The config says where the code is (``code_fd``, read and closed first), where to report
-    (``status_fd``), the five rlimits (CPU, AS, NPROC, FSIZE, NOFILE), and optionally:
-    ``cgroup_fds`` (the run's ``cgroup.procs`` files: joined first, then closed),
-    ``scratch`` (mount the run's quota'd ``/tmp`` and drop to ``uid`` with the seccomp program
-    read from ``seccomp_fd``: the bubblewrap path), ``scratch_dirs`` (only lay out a ``/tmp``
-    a wrapper mounted, and load ``seccomp_fd``'s program on top of the wrapper's: nsjail),
-    ``reap`` (become a subreaper and kill every descendant at the end, daemons included: the
-    unjailed subprocess path). The limits are applied here rather
-    than with ``preexec_fn``, which is unsafe when the parent has threads.
+    The config says where the code is (``code_fd``), where to report (``status_fd``), the five
+    rlimits (CPU, AS, NPROC, FSIZE, NOFILE), and optionally: ``cgroup_fds`` (the run's cgroup,
+    joined first), ``scratch`` (mount the quota'd ``/tmp``, drop to ``uid``, load ``seccomp_fd``'s
+    program: bubblewrap), ``scratch_dirs`` (lay out a ``/tmp`` the wrapper mounted, load the program
+    on top of the wrapper's: nsjail), ``reap`` (a subreaper killing every descendant at the end:
+    the unjailed path). Limits are applied here: ``preexec_fn`` is unsafe in a threaded parent.
     """
     import json
     import resource
@@ -348,13 +349,12 @@ def _main(argv: list[str]) -> None:
         os.write(fd, b"0")
         os.close(fd)
     code_fd, status_fd = config["code_fd"], config["status_fd"]
-    chunks = []
-    while chunk := os.read(code_fd, 1 << 20):
-        chunks.append(chunk)
+    code = b"".join(iter(lambda: os.read(code_fd, 1 << 20), b"")).decode("utf-8")
     os.close(code_fd)
-    code = b"".join(chunks).decode("utf-8")
     quota_dir = None
     lockdown = _load_lockdown() if config.get("scratch") or config.get("scratch_dirs") or config.get("reap") else None
+    if lockdown is not None:  # orphans come to us: a seccomp kill among them is seen (reap: killed at the end)
+        lockdown.become_subreaper()
     if config.get("scratch") or config.get("scratch_dirs"):
         quota_dir = lockdown.SCRATCH
         if config.get("scratch"):
@@ -364,7 +364,8 @@ def _main(argv: list[str]) -> None:
             carry = [(path, writable) for path, writable in scratch.get("carry", [])]
             hide = scratch.get("hide", [])
             lockdown.make_scratch(scratch["disk_mb"], scratch["max_files"], scratch["uid"], carry, hide)
-            seccomp = _read_seccomp(config, lockdown) if config.get("seccomp_fd") is not None else None
+            handed = config.get("seccomp_fd")
+            seccomp = lockdown.CompiledFilter.handed_over(handed) if handed is not None else None
             os.chdir(lockdown.WORKDIR)
             lockdown.drop_privileges(scratch["uid"], seccomp, lockdown.writable_in_jail(scratch.get("writable", [])))
         else:
@@ -372,10 +373,9 @@ def _main(argv: list[str]) -> None:
             if config.get("writable") is not None:  # nsjail dropped privileges (no_new_privs set)
                 lockdown.restrict_writes(lockdown.writable_in_jail(config["writable"]))
             if config.get("seccomp_fd") is not None:  # on top of the wrapper's own policy
-                _read_seccomp(config, lockdown).load()
+                lockdown.CompiledFilter.handed_over(config["seccomp_fd"]).load()
         os.chdir(lockdown.WORKDIR)
     elif config.get("reap"):
-        lockdown.become_subreaper()
         os.chdir(os.environ.get("HOME") or "/")
     names = ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_NOFILE")
     for name, value in zip(names, config["rlimits"], strict=False):

@@ -267,6 +267,13 @@ class CompiledFilter:
         self._instructions = (_SockFilter * count).from_buffer_copy(program)
         self._prog = _SockFprog(count, ctypes.cast(self._instructions, ctypes.POINTER(_SockFilter)))
 
+    @classmethod
+    def handed_over(cls, fd: int) -> CompiledFilter:
+        """The program a harness is handed on ``fd`` (an in-memory file; closed here)."""
+        program = os.pread(fd, 1 << 20, 0)
+        os.close(fd)
+        return cls(program)
+
     def load(self) -> None:
         """Install the filter on the calling thread (no_new_privs must already be set)."""
         check(_libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(self._prog), 0, 0), "seccomp")

@@ -5,7 +5,8 @@ every later tag (an uncaught ``MemoryError`` read ``error``), and a partial end 
 the harness's tag into a forged record that was then dropped. A run that closed the channel, or
 put ``/dev/null`` in its place, used up its disk quota and exited 0 read ``ok``. bwrap and nsjail
 report a death by signal N as exit status 128 + N, so ``sys.exit(130)`` read as SIGINT (-2).
-A run that slept just past its wall limit read ``ok`` when the poll woke for its end.
+A run that slept just past its wall limit read ``ok`` when the poll woke for its end. A child
+the seccomp filter killed went unreported when its parent carried on.
 """
 
 from __future__ import annotations
@@ -71,6 +72,25 @@ def test_a_run_that_ends_just_past_its_wall_limit_is_a_timeout(pool):
     assert pool.run("print(1)", limits=Limits(wall_s=5)).status is Status.OK
 
 
+CHILD_KILLED_BY_SECCOMP = {
+    "waited": "import os, socket\nif os.fork() == 0:\n    socket.socket(socket.AF_INET)\n    os._exit(0)\n"
+              "print(os.wait()[1] & 0x7f)",
+    "subprocess": "import subprocess, sys\nprint(subprocess.run([sys.executable, '-c', "
+                  "'import socket; socket.socket(socket.AF_INET)']).returncode)",
+    "orphan": "import os, socket, time\nif os.fork() == 0:\n    if os.fork() == 0:\n        time.sleep(0.2)\n"
+              "        socket.socket(socket.AF_INET)\n    os._exit(0)\nos.wait()\ntime.sleep(1)\nprint('carried on')",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("attack", sorted(CHILD_KILLED_BY_SECCOMP))
+def test_a_child_killed_by_the_seccomp_filter_is_a_violation_though_its_parent_carries_on(jail, attack):
+    if jail.name == "docker":
+        pytest.skip("docker's seccomp profile is Docker's own")
+    result = jail.run(CHILD_KILLED_BY_SECCOMP[attack], limits=ROOMY)
+    assert result.stdout in ("31\n", "-31\n", "carried on\n"), result
+    assert result.status is Status.VIOLATION, result
+
+
 def test_every_tag_counts_wherever_it_is_and_the_exit_record_is_the_last_thing():
     record = END_RECORD.pack(STATUS_END, 130, 0.25)
     assert STATUS_MEMORY in tags_in(b"Z" + record + b"xM")
@@ -78,3 +98,17 @@ def test_every_tag_counts_wherever_it_is_and_the_exit_record_is_the_last_thing()
     assert take_exit_record(record + b"M") == (record + b"M", None)  # not last: none of the harness's
     partial = record[:12]
     assert split_end_record(partial + STATUS_MEMORY + record) == (partial + STATUS_MEMORY, (130, 0.25))
+
+
+def test_dockers_harness_counts_every_tag_too(tmp_path):
+    """Docker's harness turns the tags into reserved exit statuses; it read only the first byte."""
+    import subprocess
+    import sys
+
+    from sandbox.backends.docker_backend import _BOOT, _MEMORY_EXIT
+
+    boot = _BOOT.replace("'/tmp/work'", repr(str(tmp_path))).replace("'/tmp/.shm'", repr(str(tmp_path / "shm")))
+    for first in (JUNK_FIRST, ""):
+        done = subprocess.run([sys.executable, "-I", "-c", boot, first + "raise MemoryError\n"], cwd=tmp_path,
+                              capture_output=True, timeout=120)  # fmt: skip
+        assert done.returncode == _MEMORY_EXIT, done.stderr
