@@ -206,3 +206,16 @@ def test_a_cell_that_ends_its_interpreter_gets_no_fresh_session_budget(pool):
         second = session.run(SPEND_IN_A_CHILD + end_interpreter)
         assert second.status is Status.TIMEOUT, second
         assert 0.3 <= first.cpu_s + second.cpu_s <= 2.0, (first, second)
+
+
+def test_a_forged_cell_record_buys_no_time_past_the_wall_limit(pool):
+    """A forged record ended the watch early, and the cell's own was then awaited for a second of
+    grace past the wall limit: a cell that ran 1.3 s under ``wall_s=1`` read ``ok``."""
+    late = "import time\ntime.sleep(0.7)\n" + forging('struct.pack("=c16sid", b"C", os.urandom(16), 0, 0.0)',
+                                                      'time.sleep(0.6)\nprint("late", flush=True)\n', fds=16)
+    with Session(Limits(cpu_s=5, wall_s=1), warm_spare=False) as session:
+        session.run("kept = 1")
+        result = session.run(late)
+        assert (result.status, result.limit_hit) == (Status.TIMEOUT, "timeout"), result
+        after = session.run("print(kept)")
+        assert (after.status, after.stdout.splitlines()[-1:]) == (Status.OK, ["1"]), after
