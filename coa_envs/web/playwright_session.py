@@ -25,9 +25,6 @@ class PlaywrightSession:
             self._browser = self._pw.chromium.launch(
                 executable_path=executable, args=[*CHROMIUM_FLAGS, f"--proxy-server={proxy_url}"]
             )
-            self._context = self._browser.new_context(
-                user_agent=DEFAULT_USER_AGENT, service_workers="block", accept_downloads=False
-            )
             self._page: Any = None
             self._last_navigation: Any = None
         except Exception:
@@ -38,11 +35,13 @@ class PlaywrightSession:
         from playwright.sync_api import Error as PlaywrightError
         from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-        # One tab per session, reused: opening and closing a tab costs more than a local page load.
-        if self._page is None or self._page.is_closed():
-            self._page = self._context.new_page()
-            self._page.on("response", self._note_navigation)
-        page = self._page
+        # A fresh context (cookies, storage, cache, service workers) per render: what one episode's
+        # page stored must not be there for the next. A context costs far less than a browser launch.
+        context = self._browser.new_context(
+            user_agent=DEFAULT_USER_AGENT, service_workers="block", accept_downloads=False
+        )
+        page = self._page = context.new_page()
+        page.on("response", self._note_navigation)
         self._last_navigation = None
         try:
             response = page.goto(url, wait_until="load", timeout=self._timeout_ms)
@@ -62,30 +61,19 @@ class PlaywrightSession:
         except PlaywrightError as exc:
             raise BrowserError(f"browser could not load {url}: {exc.message.splitlines()[0]}") from exc
         finally:
-            self._leave_page()
-
-    def _leave_page(self) -> None:
-        """Stop what the page started once it has been read: close the windows it opened and blank
-        the tab. Otherwise its scripts run on between renders, and a popup holding ``opener`` can
-        steer the shared tab while a later render (another episode's) is reading it."""
-        from playwright.sync_api import Error as PlaywrightError
-
-        page = self._page
-        try:
-            for other in self._context.pages:
-                if other is not page:
-                    other.close()
-            page.goto("about:blank", timeout=self._timeout_ms)
-        except PlaywrightError:  # a page that will not leave is closed; the next render opens a fresh tab
+            # Closing the context stops what the page started (timers, the windows it opened, a
+            # popup holding ``opener``) and drops everything it stored; no beforeunload runs.
             with contextlib.suppress(PlaywrightError):
-                page.close()
+                context.close()
+            self._page = None
 
     def _note_navigation(self, response: Any) -> None:
         """Remember the main frame's latest document response (redirects by script included)."""
         from playwright.sync_api import Error as PlaywrightError
 
         with contextlib.suppress(PlaywrightError):  # a response without a frame is no document of ours
-            if response.request.is_navigation_request() and response.frame == self._page.main_frame:
+            page = self._page
+            if page is not None and response.request.is_navigation_request() and response.frame == page.main_frame:
                 self._last_navigation = response
 
     def healthy(self) -> bool:

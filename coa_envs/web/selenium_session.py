@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import time
 import warnings
+from typing import Any
 
 from coa_envs.types import ErrorKind
 from coa_envs.web.chromium import (
@@ -19,6 +22,10 @@ from coa_envs.web.proxy import BLOCKED_MARKER, UNREACHABLE_MARKER
 
 __all__ = ["SeleniumSession"]
 
+_READ_ATTEMPTS = 5
+_QUIET_DIALOGS_JS = ("() => { const answers = {alert: undefined, confirm: false, prompt: null, print: undefined};"
+                     " for (const [name, answer] of Object.entries(answers)) window[name] = () => answer; }")
+
 
 class SeleniumSession:
     def __init__(self, executable: str, driver_path: str, proxy_url: str, timeout_s: float,
@@ -33,64 +40,111 @@ class SeleniumSession:
             options.add_argument(flag)
         # Chromium would save every downloaded response in ~/Downloads: pages could write files to the host.
         options.add_experimental_option("prefs", {"download_restrictions": 3})  # 3: block all downloads
+        # Dialogs (alert, confirm, prompt, beforeunload) are dismissed as they open: left open, one
+        # failed every later WebDriver command (the render, and a repeating one the next render too).
+        options.unhandled_prompt_behavior = "dismiss"
+        # WebDriver BiDi gives each render a user context of its own (see render).
+        options.enable_bidi = True
         with warnings.catch_warnings():  # deprecated, yet the only switch webdriver.Chrome reads (4.51)
             warnings.simplefilter("ignore", DeprecationWarning)
             options.ignore_local_proxy_environment_variables()  # WebDriver commands stay local
         self._driver = webdriver.Chrome(service=Service(driver_path), options=options)
+        # BiDi's WebSocket (websocket-client) would take HTTP_PROXY from the environment too.
+        self._driver._websocket_connection = _direct_bidi_connection(self._driver)
         self._driver.set_page_load_timeout(timeout_s)
+        # Every document of every user context starts with dialogs that return at once (Playwright
+        # dismisses each as it opens); the prompt behaviour above handles a dialog opened otherwise.
+        self._driver.script.add_preload_script(_QUIET_DIALOGS_JS)
+        self._home = self._driver.current_window_handle  # the first tab: idle at about:blank between renders
         self._settle_s = settle_ms / 1000
         self._html_js = DOM_HTML_JS.format(n=int(max_chars))
 
     def render(self, url: str) -> RenderedPage:
         from selenium.common.exceptions import TimeoutException, WebDriverException
 
+        # A user context of its own per render (cookies, storage, cache, service workers), removed
+        # with every window the page opened once it has been read: what one episode's page stored
+        # or started must not be there for the next. A context costs far less than a browser launch.
+        context = self._driver.browser.create_user_context()
         try:
+            self._driver.switch_to.window(self._driver.browsing_context.create("tab", user_context=context))
             self._driver.get(url)
-            if self._driver.current_url in ("about:blank", "data:,"):  # still blank (data:, when new)
-                # Nothing was committed: the response became a download (Playwright raises for it).
+            if self._driver.current_url in ("about:blank", "data:,"):  # still blank: nothing committed
+                # The response became a download (Playwright raises for it).
                 raise BrowserError(f"browser could not load {url}: the response started a download")
-            if self._settle_s > 0:
-                self._driver.execute_async_script(
-                    "const done = arguments[arguments.length - 1]; setTimeout(done, arguments[0]);",
-                    int(self._settle_s * 1000),
-                )
-            # page_source sometimes comes back empty right after a navigation; the DOM does not.
-            html = self._driver.execute_script(self._html_js) or ""
-            final_url = self._driver.current_url
-            content_type = str(self._driver.execute_script("return document.contentType;") or "text/html")
-            # WebDriver has no status codes; Chromium's Navigation Timing entry has (0 = none, e.g. an error page).
-            status = self._driver.execute_script(NAVIGATION_STATUS_JS)
+            if self._settle_s > 0:  # let late XHR-driven rendering finish (a wait in the page would end
+                time.sleep(self._settle_s)  # with the first dialog the page opens)
+            html, final_url, content_type, status = self._read_page()
         except TimeoutException as exc:
             raise BrowserError(f"page load timed out: {url}", ErrorKind.TOOL_TIMEOUT) from exc
         except WebDriverException as exc:
             first = (exc.msg or str(exc)).splitlines()[0]
             raise BrowserError(f"browser could not load {url}: {first}") from exc
         finally:
-            self._leave_page()
+            self._leave(context)
         # WebDriver shows no headers: the proxy's answer pages carry their marker in the body.
         raise_if_proxy_answered(final_url, BLOCKED_MARKER in html, UNREACHABLE_MARKER in html)
         status = int(status) if isinstance(status, int | float) and status > 0 else None
         return RenderedPage(url, final_url, html, status, content_type)
 
-    def _leave_page(self) -> None:
-        """Close the windows the page opened and blank the tab (see the Playwright session)."""
+    def _read_page(self) -> tuple[str, str, str, object]:
+        """The DOM, URL, content type and status of the page shown. A dialog that opens while a
+        read waits fails that read (the dialog is dismissed): a page that keeps opening them is
+        read again, a few times at most."""
+        from selenium.common.exceptions import UnexpectedAlertPresentException
+
+        for attempt in range(_READ_ATTEMPTS):
+            try:
+                # page_source sometimes comes back empty right after a navigation; the DOM does not.
+                html = self._driver.execute_script(self._html_js) or ""
+                content_type = str(self._driver.execute_script("return document.contentType;") or "text/html")
+                # WebDriver has no status codes; Chromium's Navigation Timing entry has (0 = none, e.g. an error page).
+                status = self._driver.execute_script(NAVIGATION_STATUS_JS)
+                return html, self._driver.current_url, content_type, status
+            except UnexpectedAlertPresentException:
+                if attempt == _READ_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _leave(self, context: str) -> None:
+        """Back to the idle first tab; remove the render's user context, which closes its windows
+        without running beforeunload (a broken driver is caught by ``healthy``)."""
         from selenium.common.exceptions import WebDriverException
 
-        with contextlib.suppress(WebDriverException):  # a broken driver is caught by healthy()
-            main = self._driver.current_window_handle
-            for handle in self._driver.window_handles:
-                if handle != main:
-                    self._driver.switch_to.window(handle)
-                    self._driver.close()
-            self._driver.switch_to.window(main)
-            self._driver.get("about:blank")
+        with contextlib.suppress(WebDriverException):
+            self._driver.switch_to.window(self._home)
+        with contextlib.suppress(WebDriverException):
+            self._driver.browser.remove_user_context(context)
 
     def healthy(self) -> bool:
         try:
-            _ = self._driver.window_handles
-            return True
+            return self._home in self._driver.window_handles
         except Exception:  # any driver failure means the session is gone
             return False
 
     def close(self) -> None:
         self._driver.quit()
+
+
+def _direct_bidi_connection(driver: Any) -> Any:
+    """The driver's WebDriver BiDi connection, opened without the environment's proxy settings
+    (what ``ignore_local_proxy_environment_variables`` does for the HTTP commands): the socket
+    goes to the local chromedriver and carries every URL to open."""
+    from selenium.webdriver.remote.websocket_connection import WebSocketConnection
+
+    class DirectConnection(WebSocketConnection):
+        @property
+        def _ws(self) -> Any:
+            return self.__dict__.get("_direct_ws")
+
+        @_ws.setter
+        def _ws(self, app: Any) -> None:  # the app is made, then run on a thread: pin run_forever's proxy
+            if app is not None:
+                # websocket-client reads http_no_proxy only beside an explicit proxy, which it then
+                # skips for every host ("*"): a direct connection, whatever the environment says.
+                app.run_forever = functools.partial(app.run_forever, http_proxy_host="127.0.0.1",
+                                                    http_proxy_port=9, http_no_proxy=["*"], proxy_type="http")
+            self.__dict__["_direct_ws"] = app
+
+    config = driver.command_executor.client_config
+    return DirectConnection(driver.caps["webSocketUrl"], config.websocket_timeout, config.websocket_interval)

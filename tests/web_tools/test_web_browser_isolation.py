@@ -1,0 +1,118 @@
+"""What one render leaves behind must not reach the next (another episode's), and no page can stop
+a render: storage, service workers, the driver's own ports, modal dialogs. Both engines."""
+
+from __future__ import annotations
+
+import pytest
+
+from coa_envs.tools.crawl_page import build
+from coa_envs.types import ErrorKind, ToolContext
+from coa_envs.web.testing import ARTICLE_FACT, serve_test_site
+
+pytestmark = pytest.mark.browser
+CTX = ToolContext()
+ENGINES = ("playwright", "selenium")
+
+# Reads what an earlier render stored (cookie, localStorage, IndexedDB, Cache Storage), then stores
+# its own. The iframe holds the load event back while the asynchronous stores answer.
+_STASH_PAGE = """<html><head><title>Stash</title></head><body><article><h1>Stash page</h1>
+<p>This page reports what an earlier visit left in the browser and then leaves something itself.</p>
+<p id="out">pending</p></article><iframe src="/slow?s=1"></iframe><script>
+const found = [];
+if (document.cookie.includes("stash=")) found.push("cookie");
+if (localStorage.getItem("stash")) found.push("localStorage");
+document.cookie = "stash=answer42; max-age=3600; path=/";
+localStorage.setItem("stash", "answer42");
+const idb = new Promise(done => {
+  const open = indexedDB.open("stash", 1);
+  open.onupgradeneeded = () => open.result.createObjectStore("kv");
+  open.onerror = () => done();
+  open.onsuccess = () => {
+    const tx = open.result.transaction("kv", "readwrite");
+    const get = tx.objectStore("kv").get("k");
+    get.onsuccess = () => { if (get.result) found.push("indexedDB"); tx.objectStore("kv").put("answer42", "k"); };
+    tx.oncomplete = () => done(); tx.onerror = () => done();
+  };
+});
+const cache = caches.open("stash").then(c => c.match("/stash-key").then(hit => {
+  if (hit) found.push("cacheStorage");
+  return c.put("/stash-key", new Response("answer42"));
+})).catch(() => null);
+Promise.all([idb, cache]).then(() => {
+  document.getElementById("out").textContent = "Left by earlier visits: [" + found.join(",") + "] end.";
+});
+</script></body></html>"""
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def crawl(request, require_browser):
+    require_browser(request.param)
+    tool = build(request.param, allow_hosts=["127.0.0.1"], resolve_dns=False, timeout_s=10, settle_ms=300)
+    yield tool
+    tool.close()
+
+
+def test_nothing_one_render_stores_is_there_for_the_next(crawl) -> None:
+    """Every render shared one profile: a page could store the answer (cookie, localStorage,
+    IndexedDB, Cache Storage) in one episode and read it back in another."""
+    with serve_test_site(extra_pages={"/stash.html": ("text/html", _STASH_PAGE.encode())}) as host:
+        first = crawl.run(host.url("/stash.html"), CTX)
+        second = crawl.run(host.url("/stash.html"), CTX)
+    assert first.ok and "Left by earlier visits: [] end." in first.text, first.text
+    assert second.ok and "Left by earlier visits: [] end." in second.text, second.text
+
+
+_DIALOGS = {
+    "alert": "alert('hello');",
+    "confirm": "if (!confirm('go on?')) document.title = 'Declined';",
+    "prompt": "prompt('your name?', 'x');",
+    "repeated": "setInterval(() => alert('again'), 20);",
+    "fresh-frame": "setInterval(() => document.body.appendChild(document.createElement('iframe'))"
+                   ".contentWindow.alert('framed'), 20);",
+    "beforeunload": "window.onbeforeunload = e => { e.preventDefault(); e.returnValue = 'stay'; return 'stay'; };",
+}
+
+
+@pytest.mark.parametrize("dialog", sorted(_DIALOGS))
+def test_modal_dialogs_neither_hang_nor_break_a_render(crawl, site, dialog) -> None:
+    """Selenium failed every render of a page that called alert() (an unexpected alert open);
+    the next render must work too."""
+    page = (f'<html><head><title>Dialogs</title></head><body><article><h1>Dialog page</h1><p>This page '
+            f'opens a modal dialog while it loads and still has readable text for the agent.</p></article>'
+            f'<script>{_DIALOGS[dialog]}</script></body></html>')
+    with serve_test_site(extra_pages={"/dialog.html": ("text/html", page.encode())}) as host:
+        result = crawl.run(host.url("/dialog.html"), CTX)
+    assert result.ok and "readable text for the agent" in result.text, result.text
+    after = crawl.run(site.url("/article.html"), CTX)
+    assert after.ok and ARTICLE_FACT in after.text, after.text
+
+
+def test_a_failed_render_leaves_the_next_one_clean(crawl, site) -> None:
+    """An error page (HTTP 404 here) goes through the same clean-up as a page that loaded."""
+    assert crawl.run(site.url("/missing"), CTX).error_kind == ErrorKind.TOOL_ERROR
+    assert ARTICLE_FACT in crawl.run(site.url("/article.html"), CTX).text
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_clean_renders_reuse_one_browser(engine, site, require_browser, monkeypatch) -> None:
+    """Isolation comes from a fresh context per render, not from a browser launched per render."""
+    import coa_envs.web.browsers as browsers
+
+    require_browser(engine)
+    name = {"playwright": "PlaywrightSession", "selenium": "SeleniumSession"}[engine]
+    launches: list[str] = []
+
+    class Counted(getattr(browsers, name)):  # type: ignore[misc]
+        def __init__(self, *args, **kwargs) -> None:
+            launches.append(engine)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(browsers, name, Counted)
+    tool = build(engine, allow_hosts=["127.0.0.1"], resolve_dns=False, timeout_s=10, settle_ms=0)
+    try:
+        with serve_test_site(extra_pages={"/stash.html": ("text/html", _STASH_PAGE.encode())}) as host:
+            results = [tool.run(host.url("/stash.html"), CTX) for _ in range(3)]
+    finally:
+        tool.close()
+    assert all(r.ok and "Left by earlier visits: [] end." in r.text for r in results), [r.text for r in results]
+    assert launches == [engine]
