@@ -58,7 +58,9 @@ class _HttpSearch:
     def __init__(self, timeout_s: float, retries: int) -> None:
         self.timeout_s = float(timeout_s)
         self.retries = int(retries)
-        self._client = httpx.Client(timeout=self.timeout_s, trust_env=False, follow_redirects=True)
+        # Redirects are followed here, not by httpx: httpx keeps custom headers (X-API-KEY) on a
+        # redirect to another host, so a redirect would hand the key to whoever it names.
+        self._client = httpx.Client(timeout=self.timeout_s, trust_env=False, follow_redirects=False)
 
     def request_json(self, method: str, url: str, **kwargs: Any) -> Any | ToolResult:
         last: ToolResult | None = None
@@ -66,7 +68,10 @@ class _HttpSearch:
             if attempt:
                 time.sleep(min(0.25 * 2 ** (attempt - 1), 4.0))
             try:
-                response = self._client.request(method, url, **kwargs)
+                response = self._send_following_redirects(self._client.build_request(method, url, **kwargs))
+            except _ForeignRedirect as exc:
+                return ToolResult.failure(f"The search API redirected to another site ({exc}); not followed, "
+                                          "so the API key stays with the configured base_url.", ErrorKind.TOOL_ERROR)
             except httpx.TimeoutException:
                 last = ToolResult.failure(f"The search API did not answer within {self.timeout_s:g}s.",
                                           ErrorKind.TOOL_TIMEOUT, transient=True)
@@ -94,8 +99,36 @@ class _HttpSearch:
         assert last is not None
         return last
 
+    def _send_following_redirects(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request``, following redirects within its own origin (an http to https upgrade of
+        the same host too); a redirect elsewhere raises :class:`_ForeignRedirect`."""
+        origin = request.url
+        for _ in range(_MAX_REDIRECTS + 1):
+            response = self._client.send(request)
+            if response.next_request is None:
+                return response
+            target = response.next_request.url
+            same_site = target.host == origin.host and (target.port or _DEFAULT_PORTS.get(target.scheme)) == (
+                origin.port or _DEFAULT_PORTS.get(origin.scheme))
+            upgrade = (target.host == origin.host and origin.scheme == "http" and target.scheme == "https"
+                       and origin.port is None and target.port is None)
+            if not (same_site and target.scheme == origin.scheme) and not upgrade:
+                response.close()
+                raise _ForeignRedirect(f"HTTP {response.status_code} to {target.copy_with(query=None)}")
+            response.close()
+            request = response.next_request
+        raise httpx.TooManyRedirects(f"more than {_MAX_REDIRECTS} redirects from {origin}", request=request)
+
     def close(self) -> None:
         self._client.close()
+
+
+class _ForeignRedirect(Exception):
+    """The search API answered with a redirect to another origin."""
+
+
+_MAX_REDIRECTS = 5
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def _clean(value: Any) -> str:

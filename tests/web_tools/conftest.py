@@ -66,7 +66,7 @@ class Recorded:
         return json.loads(self.body)
 
 
-Reply = tuple[int, str, bytes]  # status, content type, body
+Reply = tuple[int, str, bytes] | tuple[int, str, bytes, dict[str, str]]  # status, content type, body[, headers]
 Behaviour = Callable[[Recorded], Reply]
 
 
@@ -117,8 +117,8 @@ def api_server() -> Iterator[ApiServer]:
             state.requests.append(recorded)
             if state.delay_s:
                 time.sleep(state.delay_s)
-            status, content_type, body = state.behaviour(recorded)
-            self.send_body(status, body, content_type)
+            status, content_type, body, *headers = state.behaviour(recorded)
+            self.send_body(status, body, content_type, *headers)
 
         do_GET = do_POST = _handle
 

@@ -173,3 +173,57 @@ def test_empty_query_and_bad_config(pages_jsonl) -> None:
         build("local")
     with pytest.raises(ValueError, match="unknown web_search backend"):
         build("bing")
+
+
+@pytest.fixture
+def elsewhere():
+    """A second API host (127.0.0.2) that records the headers of whatever reaches it."""
+    from coa_envs.loopback import QuietHandler, Serving, loopback_server
+
+    arrived: list[dict[str, str]] = []
+
+    class Handler(QuietHandler):
+        def _handle(self) -> None:
+            arrived.append({k.lower(): v for k, v in self.headers.items()})
+            self.send_body(200, json.dumps({"organic": [], "results": []}).encode(), "application/json")
+
+        do_GET = do_POST = _handle
+
+    serving = Serving(loopback_server(Handler, "127.0.0.2"))
+    with serving:
+        yield serving.base_url, arrived
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_to_another_host_never_carries_the_api_key(api_server, elsewhere, status) -> None:
+    """httpx followed the API's redirects and kept X-API-KEY (it strips only Authorization), so a
+    redirect handed the key to the host it named."""
+    base, arrived = elsewhere
+    api_server.behaviour = lambda _req: (status, "text/plain", b"moved", {"Location": f"{base}/search"})
+    tool = build("serper", base_url=api_server.base_url, api_key="secret-key", retries=0)
+    result = tool.run("where is the key", CTX)
+    tool.close()
+    assert [h for h in arrived if h.get("x-api-key")] == []
+    assert result.error_kind == ErrorKind.TOOL_ERROR and "redirected to another site" in result.text
+    assert "secret-key" not in result.text
+
+
+@pytest.mark.parametrize("backend", ["serper", "searxng"])
+def test_a_redirect_within_the_api_host_is_followed(api_server, backend) -> None:
+    def behaviour(request):
+        if request.path == "/search":
+            return 308, "text/plain", b"", {"Location": "/v2/search" + ("?" + "&".join(
+                f"{k}={v[0]}" for k, v in request.query.items()) if request.query else "")}
+        return 200, "application/json", json.dumps(
+            {"organic": [{"title": "T", "link": "https://t.example/", "snippet": "s"}],
+             "results": [{"title": "T", "url": "https://t.example/", "content": "s"}]}).encode()
+
+    api_server.behaviour = behaviour
+    tool = build(backend, base_url=api_server.base_url, api_key="secret-key", retries=0)
+    result = tool.run("moved api", CTX)
+    tool.close()
+    assert result.ok and "https://t.example/" in result.text, result.text
+    assert api_server.requests[-1].path == "/v2/search"
+    if backend == "serper":
+        assert api_server.requests[-1].headers["x-api-key"] == "secret-key"
+        assert api_server.requests[-1].json()["q"] == "moved api"
