@@ -27,7 +27,7 @@ import threading
 from collections import deque
 from urllib.parse import urlsplit
 
-from coa_envs.web.ssrf import UrlGuard
+from coa_envs.web.ssrf import UrlGuard, reserve_local_port
 
 __all__ = ["BLOCKED_HEADER", "BLOCKED_MARKER", "UNREACHABLE_HEADER", "UNREACHABLE_MARKER", "GuardedProxy"]
 
@@ -207,6 +207,7 @@ class GuardedProxy:
         return self._server.refusals_since(mark)
 
     def start(self) -> GuardedProxy:
+        reserve_local_port(self._server.server_address[1])  # no page reaches the proxy as a site
         self._thread.start()
         return self
 

@@ -19,6 +19,7 @@ from coa_envs.web.chromium import (
 )
 from coa_envs.web.fetch import DEFAULT_USER_AGENT
 from coa_envs.web.proxy import BLOCKED_MARKER, UNREACHABLE_MARKER
+from coa_envs.web.ssrf import reserve_local_port
 
 __all__ = ["SeleniumSession"]
 
@@ -49,6 +50,12 @@ class SeleniumSession:
             warnings.simplefilter("ignore", DeprecationWarning)
             options.ignore_local_proxy_environment_variables()  # WebDriver commands stay local
         self._driver = webdriver.Chrome(service=Service(driver_path), options=options)
+        # chromedriver's port (it starts browsers with any binary and arguments it is sent) and the
+        # browser's DevTools port stay closed to pages and to the agent, even with 127.0.0.1 allowed.
+        reserve_local_port(self._driver.service.port)
+        debugger = str(self._driver.capabilities.get("goog:chromeOptions", {}).get("debuggerAddress", ""))
+        if debugger.rpartition(":")[2].isdigit():
+            reserve_local_port(int(debugger.rpartition(":")[2]))
         # BiDi's WebSocket (websocket-client) would take HTTP_PROXY from the environment too.
         self._driver._websocket_connection = _direct_bidi_connection(self._driver)
         self._driver.set_page_load_timeout(timeout_s)

@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["ALLOWED_SCHEMES", "METADATA_ADDRESSES", "UrlGuard", "UrlVerdict", "canonical_host", "literal_only_resolver"]
+__all__ = ["ALLOWED_SCHEMES", "METADATA_ADDRESSES", "UrlGuard", "UrlVerdict", "canonical_host", "literal_only_resolver",
+           "reserve_local_port", "reserved_local_ports"]
 
 ALLOWED_SCHEMES = frozenset({"http", "https"})
 METADATA_ADDRESSES = frozenset(
@@ -138,6 +139,31 @@ def _embedded_ipv4(ip: IPAddress) -> IPAddress:
     return ip
 
 
+# Control ports of this process's own machinery (the guarded proxy, chromedriver, Chromium's
+# DevTools): whoever reaches one drives the browser, so no allow-list entry opens them.
+_RESERVED_LOCAL_PORTS: set[int] = set()
+
+
+def reserve_local_port(port: int) -> None:
+    """Refuse ``port`` on every local address (loopback, ``0.0.0.0``, ``::``), for every guard,
+    whatever its allow-list or ``allow_private`` say."""
+    _RESERVED_LOCAL_PORTS.add(int(port))
+
+
+def reserved_local_ports() -> frozenset[int]:
+    return frozenset(_RESERVED_LOCAL_PORTS)
+
+
+def _reserved_endpoint(ip_text: str, port: int | None) -> bool:
+    if port not in _RESERVED_LOCAL_PORTS:
+        return False
+    try:
+        ip = _embedded_ipv4(ipaddress.ip_address(ip_text))
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_unspecified
+
+
 def _blocked_reason(ip: IPAddress) -> str:
     ip = _embedded_ipv4(ip)
     if ip in METADATA_ADDRESSES:
@@ -223,6 +249,8 @@ class UrlGuard:
 
     def check_address(self, host: str, ip_text: str, port: int | None = None) -> str:
         """Return ``""`` if ``ip_text`` (resolved from ``host``) may be contacted, else why not."""
+        if _reserved_endpoint(ip_text, port):
+            return "a control port of the crawler's own browser or proxy"
         if self.allow_private or self._name_allowed(host):
             return ""
         if port is not None and {(host.lower().rstrip("."), port), (ip_text, port)} & self._allowed_endpoints:

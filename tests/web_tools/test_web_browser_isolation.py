@@ -116,3 +116,38 @@ def test_clean_renders_reuse_one_browser(engine, site, require_browser, monkeypa
         tool.close()
     assert all(r.ok and "Left by earlier visits: [] end." in r.text for r in results), [r.text for r in results]
     assert launches == [engine]
+
+
+def test_driver_devtools_and_proxy_ports_stay_closed_with_loopback_allowed(site, require_browser, monkeypatch) -> None:
+    """With 127.0.0.1 opened (as fixtures and the mini-web do), the agent could crawl chromedriver's
+    port (GET /status; a POST /session starts any binary with any arguments), Chromium's DevTools
+    port (/json/list names every open tab and its debugger socket) and the guarded proxy itself."""
+    import coa_envs.web.browsers as browsers
+
+    require_browser("selenium")
+    sessions: list = []
+
+    class Seen(browsers.SeleniumSession):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            sessions.append(self)
+
+    monkeypatch.setattr(browsers, "SeleniumSession", Seen)
+    tool = build("selenium", allow_hosts=["127.0.0.1"], resolve_dns=False, timeout_s=10, settle_ms=0)
+    static = build("httpx", allow_private=True, resolve_dns=False)
+    try:
+        assert tool.run(site.url("/article.html"), CTX).ok  # the browser is up
+        driver = sessions[0]._driver
+        devtools = driver.capabilities["goog:chromeOptions"]["debuggerAddress"].rpartition(":")[2]
+        proxy = tool._renderer._proxy.url.rpartition(":")[2]
+        urls = [f"http://127.0.0.1:{driver.service.port}/status", f"http://127.0.0.1:{devtools}/json/list",
+                f"http://127.0.0.1:{proxy}/", f"http://0.0.0.0:{driver.service.port}/status",
+                f"http://[::ffff:127.0.0.1]:{devtools}/json/version"]
+        for url in urls:
+            for crawler in (tool, static):
+                result = crawler.run(url, CTX)
+                assert result.error_kind == ErrorKind.BLOCKED_URL, (crawler.backend, url, result.text)
+        assert tool.run(site.url("/article.html"), CTX).ok  # other loopback ports stay open
+    finally:
+        tool.close()
+        static.close()

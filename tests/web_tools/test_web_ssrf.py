@@ -259,3 +259,23 @@ def test_arbitrary_crawl_queries_never_raise_and_never_connect() -> None:
 
     check()
     fetcher.close()
+
+
+def test_reserved_control_ports_are_refused_whatever_the_allow_list_says() -> None:
+    """A port reserved for the crawler's own machinery (proxy, chromedriver, DevTools) is closed on
+    every local address, under allow-lists, host:port entries and allow_private alike."""
+    from coa_envs.web.ssrf import reserve_local_port
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()
+    reserve_local_port(port)
+    guards = [UrlGuard(["127.0.0.1"], resolver=literal_only_resolver), UrlGuard([f"127.0.0.1:{port}"]),
+              UrlGuard(["0.0.0.0/0", "::/0"], resolver=literal_only_resolver), UrlGuard(allow_private=True)]
+    for guard in guards:
+        for host in ("127.0.0.1", "127.9.9.9", "0.0.0.0", "[::1]", "[::]", "[::ffff:127.0.0.1]", "0x7f.1"):
+            verdict = guard.check(f"http://{host}:{port}/status")
+            assert verdict.status == "blocked" and "control port" in verdict.reason, (host, verdict)
+    other = port + 1 if port < 65535 else port - 1
+    assert guards[0].check(f"http://127.0.0.1:{other}/").allowed and guards[3].check(f"http://[::1]:{other}/").allowed
