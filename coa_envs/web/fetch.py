@@ -64,6 +64,47 @@ class FetchFailure:
     transient: bool = False
 
 
+_TIMEOUTS = {"connect": httpcore.ConnectTimeout, "read": httpcore.ReadTimeout, "write": httpcore.WriteTimeout}
+# The end of the fetch under way in this thread (time.monotonic()), or None outside a fetch.
+_fetch_deadline = threading.local()
+
+
+def _time_left(timeout: float | None, operation: str) -> float | None:
+    """``timeout`` shortened to what is left of this thread's fetch; none left is a timeout."""
+    deadline = getattr(_fetch_deadline, "at", None)
+    if deadline is None:
+        return timeout
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise _TIMEOUTS[operation]("the fetch ran out of time")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A connection whose every read and write ends by the fetch's deadline. httpx's timeouts
+    bound each socket operation, not a response: a server sending its headers a byte at a time,
+    each byte inside the read timeout, held a fetch for hours (16 kB of headers, 15 s a byte)."""
+
+    def __init__(self, stream: httpcore.NetworkStream) -> None:
+        self._stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, _time_left(timeout, "read"))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, _time_left(timeout, "write"))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
+                  timeout: float | None = None) -> httpcore.NetworkStream:
+        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, _time_left(timeout, "read")))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
 class _GuardedBackend(httpcore.SyncBackend):
     def __init__(self, guard: UrlGuard) -> None:
         self._guard = guard
@@ -84,7 +125,8 @@ class _GuardedBackend(httpcore.SyncBackend):
         error: Exception = httpcore.ConnectError(f"no address of {host} accepted a connection")
         for address in verdict.addresses:
             try:
-                return super().connect_tcp(address, port, timeout, local_address, socket_options)
+                return _DeadlineStream(super().connect_tcp(address, port, _time_left(timeout, "connect"),
+                                                           local_address, socket_options))
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 error = exc
         raise error
@@ -160,6 +202,13 @@ class HttpFetcher:
 
     def fetch(self, url: str) -> FetchedPage | FetchFailure:
         deadline = time.monotonic() + self.timeout_s
+        _fetch_deadline.at = deadline
+        try:
+            return self._fetch_within(url, deadline)
+        finally:
+            _fetch_deadline.at = None
+
+    def _fetch_within(self, url: str, deadline: float) -> FetchedPage | FetchFailure:
         current = url.strip()
         seen = {current}
         redirects: list[str] = []

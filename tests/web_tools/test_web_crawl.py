@@ -215,3 +215,43 @@ def test_pages_in_other_encodings_without_a_declared_charset(crawl) -> None:
         for name, (title, text) in UNDECLARED.items():
             result = crawl.run(host.url(f"/{name}.html"), CTX)
             assert result.ok and f"Title: {title}" in result.text and text[:20] in result.text, (name, result.text)
+
+
+def test_a_server_dribbling_its_headers_cannot_outlast_timeout_s() -> None:
+    """httpx's timeouts bound each socket read: a server sending its response head a byte at a time,
+    each byte well inside the read timeout, held the fetch until the head was complete (16 kB at one
+    byte per 14 s would be 64 hours). timeout_s bounds the whole fetch, headers included."""
+    import socket
+    import time
+
+    from tests.web_tools.listeners import serve_in_background
+
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nX-Slow: " + b"z" * 150 + b"\r\nContent-Length: 2\r\n\r\nok"
+    sent: list[int] = []
+
+    def dribble(sock: socket.socket) -> None:
+        conn, _ = sock.accept()
+        with conn:
+            conn.recv(4096)
+            count = 0
+            try:
+                for byte in head:  # 225 bytes, 0.05 s apart: 11 s in all
+                    conn.sendall(bytes([byte]))
+                    count += 1
+                    time.sleep(0.05)
+            except OSError:  # the client hung up
+                pass
+            sent.append(count)
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    tool = build("httpx", allow_hosts=["127.0.0.1"], resolve_dns=False, timeout_s=1)
+    with serve_in_background(listener, dribble):
+        result = tool.run(f"http://127.0.0.1:{listener.getsockname()[1]}/", CTX)
+        deadline = time.monotonic() + 15
+        while not sent and time.monotonic() < deadline:  # the server notices the hang-up on a later byte
+            time.sleep(0.05)
+    tool.close()
+    assert result.error_kind == ErrorKind.TOOL_TIMEOUT and result.details["transient"] is True, result.text
+    assert sent and sent[0] < len(head)  # the fetch gave up before the head was complete
