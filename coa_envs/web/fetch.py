@@ -14,10 +14,12 @@ Nothing here raises for network trouble: :meth:`HttpFetcher.fetch` returns eithe
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 import threading
 import time
 from dataclasses import dataclass
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 from urllib.parse import urljoin
 
@@ -62,6 +64,16 @@ class FetchFailure:
     message: str
     status: int | None = None
     transient: bool = False
+
+
+class _NoCookies(DefaultCookiePolicy):
+    """Store nothing, send nothing."""
+
+    def set_ok(self, cookie: Any, request: Any) -> bool:
+        return False
+
+    def return_ok(self, cookie: Any, request: Any) -> bool:
+        return False
 
 
 _TIMEOUTS = {"connect": httpcore.ConnectTimeout, "read": httpcore.ReadTimeout, "write": httpcore.WriteTimeout}
@@ -187,6 +199,9 @@ class HttpFetcher:
             transport=_GuardedTransport(self.guard, verify=verify_tls, limits=limits),
             timeout=httpx.Timeout(self.timeout_s, connect=min(connect_timeout_s, self.timeout_s)),
             follow_redirects=False,
+            # The client keeps no cookies: a fetch's cookies live in its own jar (see fetch), or a
+            # site could hand one episode's data to the next (set a cookie now, echo it later).
+            cookies=CookieJar(policy=_NoCookies()),
             trust_env=False,
             headers={"User-Agent": user_agent, "Accept": "text/html,application/pdf,text/*;q=0.9,*/*;q=0.5",
                      "Accept-Encoding": accepted_encodings()},
@@ -209,6 +224,7 @@ class HttpFetcher:
             _fetch_deadline.at = None
 
     def _fetch_within(self, url: str, deadline: float) -> FetchedPage | FetchFailure:
+        cookies = httpx.Cookies()  # this fetch's redirect chain only (sites that set one, then redirect)
         current = url.strip()
         seen = {current}
         redirects: list[str] = []
@@ -220,7 +236,7 @@ class HttpFetcher:
                 return FetchFailure(
                     current, ErrorKind.TOOL_ERROR, verdict.reason, transient=verdict.status == "dns_error"
                 )
-            outcome = self._fetch_one(url, current, deadline, tuple(redirects))
+            outcome = self._fetch_one(url, current, deadline, tuple(redirects), cookies)
             if isinstance(outcome, str):  # a redirect target
                 if outcome in seen:
                     chain = " -> ".join([url, *redirects, outcome])
@@ -235,10 +251,13 @@ class HttpFetcher:
         )
 
     def _fetch_one(
-        self, original: str, url: str, deadline: float, redirects: tuple[str, ...]
+        self, original: str, url: str, deadline: float, redirects: tuple[str, ...], cookies: httpx.Cookies
     ) -> FetchedPage | FetchFailure | str:
         try:
-            with self._client.stream("GET", url) as response:
+            request = self._client.build_request("GET", url)
+            cookies.set_cookie_header(request)
+            with contextlib.closing(self._client.send(request, stream=True)) as response:
+                cookies.extract_cookies(response)
                 status = response.status_code
                 if status in _REDIRECT_CODES and response.headers.get("location"):
                     return urljoin(str(response.url), response.headers["location"].strip())

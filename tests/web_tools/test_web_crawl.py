@@ -255,3 +255,33 @@ def test_a_server_dribbling_its_headers_cannot_outlast_timeout_s() -> None:
     tool.close()
     assert result.error_kind == ErrorKind.TOOL_TIMEOUT and result.details["transient"] is True, result.text
     assert sent and sent[0] < len(head)  # the fetch gave up before the head was complete
+
+
+def test_cookies_live_for_one_fetch_only() -> None:
+    """The httpx client kept every cookie a site set, for every later fetch: a page could store the
+    answer in one episode (a cookie) and have a site echo it back in the next. A cookie still
+    follows its own fetch's redirects (sites that set one, then redirect to check it)."""
+    from coa_envs.loopback import QuietHandler, Serving, loopback_server
+
+    class CookieSite(QuietHandler):
+        def do_GET(self) -> None:
+            cookie = {"Set-Cookie": "stash=answer42; Max-Age=3600; Path=/"}
+            if self.path == "/set":
+                self.send_body(200, b"<html><body><p>stored</p></body></html>", "text/html", cookie)
+            elif self.path == "/set-and-redirect":
+                self.send_body(302, b"", "text/html", {**cookie, "Location": "/echo"})
+            else:
+                echo = f"<html><body><p>Cookie header: [{self.headers.get('Cookie')}]</p></body></html>"
+                self.send_body(200, echo.encode(), "text/html")
+
+    serving = Serving(loopback_server(CookieSite))
+    tool = build("httpx", allow_hosts=["127.0.0.1"], resolve_dns=False)
+    with serving:
+        assert tool.run(serving.base_url + "/set", CTX).ok
+        later = tool.run(serving.base_url + "/echo", CTX)
+        chained = tool.run(serving.base_url + "/set-and-redirect", CTX)
+        after_chain = tool.run(serving.base_url + "/echo", CTX)
+    tool.close()
+    assert "Cookie header: [None]" in later.text, later.text
+    assert "Cookie header: [stash=answer42]" in chained.text, chained.text
+    assert "Cookie header: [None]" in after_chain.text, after_chain.text
