@@ -14,6 +14,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -52,6 +53,19 @@ def _require_browser(engine: str) -> None:
 @pytest.fixture(scope="session")
 def require_browser() -> Callable[[str], None]:
     return _require_browser
+
+
+@contextmanager
+def loopback_browser_crawl(engine: str, **options: Any) -> Iterator[Any]:
+    """A browser-backed crawl_page tool opened to 127.0.0.1 (skips when the engine is missing)."""
+    from coa_envs.tools.crawl_page import build
+
+    _require_browser(engine)
+    tool = build(engine, allow_hosts=["127.0.0.1"], resolve_dns=False, **options)
+    try:
+        yield tool
+    finally:
+        tool.close()
 
 
 @dataclass

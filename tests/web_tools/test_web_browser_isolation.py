@@ -8,6 +8,7 @@ import pytest
 from coa_envs.tools.crawl_page import build
 from coa_envs.types import ErrorKind, ToolContext
 from coa_envs.web.testing import ARTICLE_FACT, serve_test_site
+from tests.web_tools.conftest import loopback_browser_crawl
 
 pytestmark = pytest.mark.browser
 CTX = ToolContext()
@@ -45,11 +46,9 @@ Promise.all([idb, cache]).then(() => {
 
 
 @pytest.fixture(scope="module", params=ENGINES)
-def crawl(request, require_browser):
-    require_browser(request.param)
-    tool = build(request.param, allow_hosts=["127.0.0.1"], resolve_dns=False, timeout_s=10, settle_ms=300)
-    yield tool
-    tool.close()
+def crawl(request):
+    with loopback_browser_crawl(request.param, timeout_s=10, settle_ms=300) as tool:
+        yield tool
 
 
 def test_nothing_one_render_stores_is_there_for_the_next(crawl) -> None:

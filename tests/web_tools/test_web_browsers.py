@@ -13,6 +13,7 @@ from coa_envs.types import ErrorKind, ToolContext
 from coa_envs.web.browsers import BrowserRenderer
 from coa_envs.web.ssrf import UrlGuard, literal_only_resolver
 from coa_envs.web.testing import ARTICLE_FACT, JS_SECRET, PDF_FACT, serve_test_site
+from tests.web_tools.conftest import loopback_browser_crawl
 from tests.web_tools.listeners import serve_in_background
 
 pytestmark = pytest.mark.browser
@@ -21,11 +22,9 @@ ENGINES = ("playwright", "selenium")
 
 
 @pytest.fixture(scope="module", params=ENGINES)
-def browser_crawl(request, require_browser):
-    require_browser(request.param)
-    tool = build(request.param, allow_hosts=["127.0.0.1"], resolve_dns=False, timeout_s=4, settle_ms=200)
-    yield tool
-    tool.close()
+def browser_crawl(request):
+    with loopback_browser_crawl(request.param, timeout_s=4, settle_ms=200) as tool:
+        yield tool
 
 
 def test_javascript_page_is_rendered_only_by_browsers(browser_crawl, site) -> None:
