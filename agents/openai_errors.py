@@ -108,6 +108,8 @@ def refuse_unsupported(given: Mapping[str, Any], *, harmless: Iterable[str],
         if name in neutral:
             if value in neutral[name]:
                 continue
+            if name == "response_format":
+                _refuse_response_format(value)
             raise APIError(400, f"{name}={value!r} is not supported by this server (it would be ignored); "
                                 f"send {name}={neutral[name][0]!r} or leave it out", code="unsupported_value",
                            param=name)
@@ -116,9 +118,11 @@ def refuse_unsupported(given: Mapping[str, Any], *, harmless: Iterable[str],
                        code="unsupported_parameter", param=name)
 
 
-def check_streaming(stream: bool | None, n: int | None, stream_options: Mapping[str, Any] | None) -> None:
+def check_streaming(stream: bool | None, n: int | None, stream_options: Mapping[str, Any] | None, *,
+                    several_choices: bool = False) -> None:
     """Refuse stream options we do not implement (``include_usage`` is the one), stream options
-    without ``stream=true``, and a stream of more than one choice."""
+    without ``stream=true``, and, unless the server interleaves them (``several_choices``), a
+    stream of more than one choice."""
     unknown = sorted(set(stream_options or {}) - {"include_usage"})
     if unknown:
         raise APIError(400, f"stream_options {unknown} are not supported; supported: include_usage",
@@ -126,8 +130,22 @@ def check_streaming(stream: bool | None, n: int | None, stream_options: Mapping[
     if stream_options and not stream:
         raise APIError(400, "stream_options is only allowed with stream=true", code="invalid_value",
                        param="stream_options")
-    if stream and n != 1:
+    if stream and n != 1 and not several_choices:
         raise APIError(400, "stream supports n=1 only; send n=1 or stream=false", code="unsupported_value", param="n")
+
+
+def _refuse_response_format(value: Any) -> None:
+    """Structured output is refused up front, with the way that works here. Honouring it takes
+    constrained decoding (masking every token that would break the schema), which these servers
+    do not do: an unconstrained reply checked afterwards fails after its tokens are spent, and a
+    small model's free text rarely parses. Tools do work (the chat template renders them and the
+    reply's calls come back parsed), which is what LangChain's ``method="function_calling"`` uses."""
+    kind = value.get("type") if isinstance(value, Mapping) else value
+    raise APIError(400, f"response_format type {kind!r} is not supported: this server does not constrain decoding "
+                        "to a JSON schema, so the reply would not be guaranteed to match it. Ask for the structure "
+                        "as a tool call instead (tools=[...]; LangChain: with_structured_output(schema, "
+                        "method='function_calling')), or send response_format={'type': 'text'} or leave it out",
+                   code="unsupported_value", param="response_format")
 
 
 MESSAGE_ROLES = ("system", "developer", "user", "assistant", "tool")

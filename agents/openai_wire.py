@@ -14,8 +14,8 @@ import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-__all__ = ["SSE_DONE", "TextReleaser", "chat_logprobs", "finish_reason", "flat_message", "sse", "sse_lines",
-           "stop_list", "token_bytes", "usage", "visible_text"]
+__all__ = ["SSE_DONE", "Sampled", "TextReleaser", "chat_logprobs", "finish_reason", "flat_message", "sampled", "sse",
+           "sse_lines", "stop_list", "token_bytes", "usage", "visible_text"]
 
 SSE_DONE = "data: [DONE]\n\n"
 
@@ -129,18 +129,35 @@ def token_bytes(tokenizer: Any, token_id: int, kind: str | None = None) -> bytes
     return tokenizer.decode([token_id], skip_special_tokens=False).encode()
 
 
+#: One sampled token as a stream hears it: id, logprob, its step's most likely (id, logprob) pairs.
+Sampled = tuple[int, float, tuple[tuple[int, float], ...]]
+
+
+def sampled(completion: Any) -> list[Sampled]:
+    """Each sampled token of a :class:`~agents.engines.Completion` with its logprob and its
+    step's most likely alternatives (empty unless asked for)."""
+    tops = completion.top_logprobs or ((),) * len(completion.token_ids)
+    return list(zip(completion.token_ids, completion.logprobs, tops, strict=True))
+
+
 def chat_logprobs(tokenizer: Any, token_ids: Sequence[int], logprobs: Sequence[float],
-                  as_ids: bool = False) -> list[dict[str, Any]]:
+                  as_ids: bool = False, tops: Sequence[Sequence[tuple[int, float]]] = ()) -> list[dict[str, Any]]:
     """Chat ``logprobs.content`` entries: ``{token, logprob, bytes, top_logprobs}`` per token
     (``token_id:N`` as the token with vLLM's ``return_tokens_as_token_ids``). ``bytes`` are
     the token's own (:func:`token_bytes`), so joined they are the completion's UTF-8 even
-    where a token holds part of a character; ``token`` is its decoded text, as vLLM sends."""
+    where a token holds part of a character; ``token`` is its decoded text, as vLLM sends.
+    ``tops`` (per token, its step's most likely ``(id, logprob)`` pairs) fill ``top_logprobs``."""
     kind = _decoder_kind(tokenizer)
-    entries = []
-    for token, logprob in zip(token_ids, logprobs, strict=True):
+
+    def entry(token: int, logprob: float) -> dict[str, Any]:
         text = tokenizer.decode([token], skip_special_tokens=False)
-        entries.append({"token": f"token_id:{token}" if as_ids else text, "logprob": float(logprob),
-                        "bytes": list(token_bytes(tokenizer, token, kind)), "top_logprobs": []})
+        return {"token": f"token_id:{token}" if as_ids else text, "logprob": float(logprob),
+                "bytes": list(token_bytes(tokenizer, token, kind))}
+
+    entries = []
+    for position, (token, logprob) in enumerate(zip(token_ids, logprobs, strict=True)):
+        top = tops[position] if position < len(tops) else ()
+        entries.append({**entry(token, logprob), "top_logprobs": [entry(t, lp) for t, lp in top]})
     return entries
 
 

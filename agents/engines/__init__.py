@@ -31,6 +31,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 __all__ = [
     "DEFAULT_STOP",
     "ENGINES",
+    "MAX_TOP_LOGPROBS",
     "Completion",
     "Engine",
     "EngineErrorKind",
@@ -47,6 +48,8 @@ except ImportError:  # pragma: no cover - only before the protocol module exists
         "</web_search>", "</crawl_page>", "</wiki_search>", "</code>", "</visual_inspector>",
         "</answer>",
     )
+
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit for top_logprobs
 
 FinishReason = Literal["stop", "eos", "length", "error", "abort"]
 
@@ -75,6 +78,10 @@ class SamplingParams:
     top_k: int = 0
     stop: tuple[str, ...] = DEFAULT_STOP
     seed: int | None = None
+    top_logprobs: int = 0
+    """How many of the most likely tokens to report at each step, with their logprobs
+    (:attr:`Completion.top_logprobs`; OpenAI's ``top_logprobs``, at most 20). Engines that do not
+    compute them say so with ``supports_top_logprobs = False`` (or no such attribute)."""
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -83,6 +90,8 @@ class SamplingParams:
             raise ValueError(f"temperature={self.temperature}; must be >= 0 (0 = greedy)")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p={self.top_p}; must be in (0, 1]")
+        if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"top_logprobs={self.top_logprobs}; must be in [0, {MAX_TOP_LOGPROBS}]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +101,9 @@ class GenerationRequest:
     ``messages`` is the chat history for chat endpoints; ``prefix`` is the assistant text
     generated so far in this episode (continued, not re-prompted, on chat endpoints).
     ``on_token(token_id, logprob)``, when set, is called for every sampled token as it is
-    sampled (streaming servers); engines that cannot stream call it after the fact.
+    sampled (streaming servers); engines that cannot stream call it after the fact. With
+    ``params.top_logprobs``, it gets a third argument: that step's most likely
+    ``(token_id, logprob)`` pairs.
     ``tools`` (OpenAI ``tools`` list) asks a chat endpoint for native function calling.
     ``resume_ids`` continues a turn that an interruption cut short (``finish_reason ==
     "abort"``, e.g. an RL weight update): they are the ids that turn already sampled, the tail
@@ -135,6 +146,9 @@ class Completion:
     usage: dict[str, Any] = field(default_factory=dict)
     tool_calls: tuple[dict[str, Any], ...] = ()
     """Function calls a chat endpoint returned (OpenAI shape), when ``tools`` were sent."""
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()
+    """Per sampled token, the ``params.top_logprobs`` most likely ``(token_id, logprob)`` pairs
+    of its step, most likely first (empty unless asked for)."""
 
     @property
     def ok(self) -> bool:

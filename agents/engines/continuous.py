@@ -52,11 +52,11 @@ class RunningBatch:
         if not self.rows:
             return
         assert self.cache is not None and self.logits is not None
-        tokens, logprobs = pick_tokens(self.logits, self.rows)
+        tokens, logprobs, tops = pick_tokens(self.logits, self.rows)
         keep = []
-        for index, (row, token, logprob) in enumerate(zip(self.rows, tokens, logprobs,
-                                                          strict=True)):
-            if row.accept(token, logprob, engine.tokenizer, engine.eos_ids):
+        for index, (row, token, logprob, top) in enumerate(zip(self.rows, tokens, logprobs, tops,
+                                                               strict=True)):
+            if row.accept(token, logprob, engine.tokenizer, engine.eos_ids, top):
                 if engine.prefix_cache.enabled:  # the keys/values of exactly its fed ids
                     engine.prefix_cache.put(row.fed_ids, self.cache.extract(index))
                 engine._finish(row)

@@ -66,6 +66,7 @@ class HFEngine:
     """
 
     name = "hf"
+    supports_top_logprobs = True  # SamplingParams.top_logprobs: the most likely tokens of each step
 
     def __init__(
         self,
@@ -339,10 +340,10 @@ class HFEngine:
                     return
                 logits = output.logits[:, -1, :]
                 index = torch.tensor(active, device=logits.device)
-                tokens, logprobs = pick_tokens(logits.index_select(0, index),
-                                               [rows[i] for i in active])
-                for i, token, logprob in zip(active, tokens, logprobs, strict=True):
-                    if rows[i].accept(token, logprob, self.tokenizer, self.eos_ids):
+                tokens, logprobs, tops = pick_tokens(logits.index_select(0, index),
+                                                     [rows[i] for i in active])
+                for i, token, logprob, top in zip(active, tokens, logprobs, tops, strict=True):
+                    if rows[i].accept(token, logprob, self.tokenizer, self.eos_ids, top):
                         self._finish(rows[i])
                 if all(row.finish is not None for row in rows):
                     return

@@ -32,7 +32,7 @@ class RowState:
 
     __slots__ = ("budget", "cached_tokens", "cancel", "deliver", "finish", "generated", "generator",
                  "logprobs", "on_token", "params", "prompt_ids", "stop_hit", "stop_prefix",
-                 "stop_window")
+                 "stop_window", "tops")
 
     def __init__(self, prompt_ids: list[int], params: SamplingParams, budget: int,
                  deliver: Callable[[Completion], None],
@@ -55,6 +55,7 @@ class RowState:
         self.stop_prefix = list(resume_ids)[-self.stop_window:]
         self.generated: list[int] = []
         self.logprobs: list[float] = []
+        self.tops: list[tuple[tuple[int, float], ...]] = []  # params.top_logprobs alternatives per step
         self.finish: str | None = None
         self.stop_hit: str | None = None
         self.cached_tokens = 0  # prompt tokens whose keys/values were reused, not recomputed
@@ -64,7 +65,8 @@ class RowState:
         """The ids whose keys/values the model holds: prompt and all but the last sampled id."""
         return self.prompt_ids + self.generated[:-1]
 
-    def accept(self, token: int, logprob: float, tokenizer: Any, eos_ids: frozenset[int]) -> bool:
+    def accept(self, token: int, logprob: float, tokenizer: Any, eos_ids: frozenset[int],
+               top: tuple[tuple[int, float], ...] = ()) -> bool:
         """Record one sampled token; True when the row is finished (eos, stop, length, or
         ``abort`` once its caller cancelled it).
 
@@ -74,9 +76,14 @@ class RowState:
         """
         self.generated.append(token)
         self.logprobs.append(logprob)
+        if self.params.top_logprobs:
+            self.tops.append(top)
         if self.on_token is not None:
             try:
-                self.on_token(token, logprob)
+                if self.params.top_logprobs:
+                    self.on_token(token, logprob, top)  # type: ignore[call-arg]
+                else:
+                    self.on_token(token, logprob)
             except Exception:  # a gone stream listener must not stop the batch
                 self.on_token = None
         if self.cancel is not None and self.cancel.is_set():  # nobody reads the rest: free the row
@@ -105,14 +112,17 @@ class RowState:
             finish_reason=self.finish or "length",  # type: ignore[arg-type]
             stop_string=self.stop_hit,
             eos_text=eos_text,
+            top_logprobs=tuple(self.tops),
             usage={"prompt_tokens": len(self.prompt_ids),
                    "completion_tokens": len(self.generated),
                    "cached_tokens": self.cached_tokens},
         )
 
 
-def pick_tokens(logits: Any, rows: list[RowState]) -> tuple[list[int], list[float]]:
-    """One token per row from ``logits`` [rows, vocab]; returns (tokens, their logprobs).
+def pick_tokens(logits: Any, rows: list[RowState]
+                ) -> tuple[list[int], list[float], list[tuple[tuple[int, float], ...]]]:
+    """One token per row from ``logits`` [rows, vocab]; returns (tokens, their logprobs, each
+    row's ``top_logprobs`` most likely (token, logprob) pairs: empty where it asked for none).
 
     Greedy rows (temperature 0) take the argmax; sampling rows invert the CDF of their
     (top-k/top-p filtered) distribution at their private uniform draw.
@@ -142,7 +152,18 @@ def pick_tokens(logits: Any, rows: list[RowState]) -> tuple[list[int], list[floa
                                              logp.index_select(0, index),
                                              draws[filtered].to(device))
     chosen = logp.gather(1, tokens.unsqueeze(1)).squeeze(1)
-    return tokens.tolist(), chosen.tolist()
+    return tokens.tolist(), chosen.tolist(), _top_pairs(logp, rows)
+
+
+def _top_pairs(logp: Any, rows: list[RowState]) -> list[tuple[tuple[int, float], ...]]:
+    """The most likely tokens of the rows that ask for them (one ``topk`` for all of them)."""
+    widest = max(r.params.top_logprobs for r in rows)
+    if not widest:
+        return [()] * len(rows)
+    values, indices = logp.topk(min(widest, logp.shape[-1]), dim=-1)
+    values, indices = values.tolist(), indices.tolist()
+    return [tuple(zip(indices[i][:r.params.top_logprobs], values[i][:r.params.top_logprobs], strict=True))
+            for i, r in enumerate(rows)]
 
 
 def _invert_cdf(probs: Any, draws: Any) -> Any:

@@ -30,7 +30,8 @@ def chat_routes(gateway: Gateway, blocking: Callable[..., Awaitable[Any]]) -> An
 
     async def answer(session: GatewaySession, body: ChatRequest, one_call: bool, request: Request) -> Any:
         backend = gateway.backend
-        check_request(body, local=getattr(backend, "source", None) == "engine")
+        check_request(body, local=getattr(backend, "source", None) == "engine",
+                      top_logprobs=getattr(backend, "supports_top_logprobs", False))
         gateway.check_model(body.model)
         session.check_open()
         headers = {SESSION_HEADER: session.session_id}

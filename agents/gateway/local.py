@@ -24,6 +24,7 @@ from agents.gateway.wire import ChatRequest, Chunker
 from agents.openai_errors import APIError, check_prompt_fits, error_body
 from agents.openai_wire import (
     SSE_DONE,
+    Sampled,
     TextReleaser,
     chat_logprobs,
     finish_reason,
@@ -70,6 +71,10 @@ class LocalBackend:
         self.eos_text = tokenizer.eos_token or ""
         self.opener = tool_call_opener(tokenizer)
 
+    @property
+    def supports_top_logprobs(self) -> bool:
+        return bool(getattr(self.batcher, "supports_top_logprobs", False))
+
     def close(self) -> None:
         if self._owns_batcher:
             self.batcher.close()
@@ -95,7 +100,7 @@ class LocalBackend:
             seed = None if request.seed is None else request.seed + choice
         return SamplingParams(max_new_tokens=limit, temperature=1.0 if temperature is None else temperature,
                               top_p=1.0 if top_p is None else top_p, top_k=request.top_k, stop=request.stops,
-                              seed=seed)
+                              seed=seed, top_logprobs=request.top_logprobs or 0)
 
     def _plan(self, session: GatewaySession, request: ChatRequest) -> PromptPlan:
         return build_prompt(self.tokenizer, session, request.messages, request.tools if request.tools_active else None,
@@ -153,7 +158,8 @@ class LocalBackend:
                                      "logprobs": None, "finish_reason": finish, "stop_reason": completion.stop_string}
             if request.logprobs:
                 entry["logprobs"] = {"content": chat_logprobs(self.tokenizer, completion.token_ids,
-                                                              completion.logprobs, request.return_tokens_as_token_ids)}
+                                                              completion.logprobs, request.return_tokens_as_token_ids,
+                                                              completion.top_logprobs)}
             if request.return_token_ids:
                 entry["token_ids"] = list(completion.token_ids)
                 entry["prompt_token_ids"] = list(plan.ids)
@@ -192,20 +198,20 @@ class LocalBackend:
         cancel = threading.Event()  # set when the client hangs up: the engine stops at its next step
         future = self.batcher.submit(GenerationRequest(
             token_ids=tuple(plan.ids), params=params, cancel=cancel,
-            on_token=lambda t, lp: loop.call_soon_threadsafe(tokens.put_nowait, (t, lp))))
+            on_token=lambda t, lp, top=(): loop.call_soon_threadsafe(tokens.put_nowait, (t, lp, top))))
         job = asyncio.wrap_future(future)
         job.add_done_callback(lambda _: tokens.put_nowait(None))
         releaser = TextReleaser(self.tokenizer, params.stop, self.eos_text,
                                 hold_from=self.opener if request.tools_active else None)
         chunker = Chunker(model, request.include_usage)
-        pending: list[tuple[int, float]] = []
+        pending: list[Sampled] = []
         recorded = False
 
-        def logprobs_of(items: list[tuple[int, float]]) -> list[dict[str, Any]] | None:
+        def logprobs_of(items: list[Sampled]) -> list[dict[str, Any]] | None:
             if not request.logprobs:
                 return None
-            return chat_logprobs(self.tokenizer, [t for t, _ in items], [lp for _, lp in items],
-                                 request.return_tokens_as_token_ids)
+            return chat_logprobs(self.tokenizer, [t for t, _, _ in items], [lp for _, lp, _ in items],
+                                 request.return_tokens_as_token_ids, [top for *_, top in items])
 
         try:
             yield sse(chunker.delta({}))

@@ -45,6 +45,7 @@ class UpstreamBackend:
     (None: the client's); ``tokenizer`` (object, path or catalogue name) decodes recorded ids."""
 
     source = "upstream"
+    supports_top_logprobs = True  # passed through: the upstream computes them (or refuses them itself)
 
     def __init__(self, base_url: str, *, model: str | None = None, api_key: str | None = None,
                  token_ids: bool = True, tokenizer: Any = None, timeout_s: float = 600.0) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agents.engines import MAX_TOP_LOGPROBS
 from agents.openai_errors import (
     HARMLESS_FIELDS,
     NEUTRAL_FIELDS,
@@ -72,18 +73,23 @@ class ChatRequest(BaseModel):
         return bool((self.stream_options or {}).get("include_usage"))
 
 
-def check_request(request: ChatRequest, *, local: bool = True) -> None:
+def check_request(request: ChatRequest, *, local: bool = True, top_logprobs: bool = False) -> None:
     """Refuse what the gateway does not implement (each with the field it concerns). A request
     passed through to an upstream (``local=False``) may carry the media parts and tools the
-    upstream takes; it judges them itself."""
+    upstream takes; it judges them itself. ``top_logprobs``: the backend computes them."""
     check_messages(request.messages, text_only=local)
     supported = set(ChatRequest.model_fields) | set(HARMLESS_FIELDS)
     refuse_unsupported(request.model_extra or {}, harmless=HARMLESS_FIELDS, neutral=NEUTRAL_FIELDS,
                        supported=supported)
-    if request.top_logprobs:
+    if request.top_logprobs and not top_logprobs:
         raise APIError(400, f"top_logprobs={request.top_logprobs} asks for the most likely alternatives per token, "
-                            "which the engines do not compute; logprobs=true with top_logprobs=0 returns each "
-                            "sampled token's logprob", code="unsupported_value", param="top_logprobs")
+                            "which this gateway's backend does not compute; logprobs=true with top_logprobs=0 "
+                            "returns each sampled token's logprob", code="unsupported_value", param="top_logprobs")
+    if request.top_logprobs and not request.logprobs:
+        raise APIError(400, "top_logprobs needs logprobs=true", code="invalid_value", param="top_logprobs")
+    if (request.top_logprobs or 0) > MAX_TOP_LOGPROBS:
+        raise APIError(400, f"top_logprobs={request.top_logprobs}; at most {MAX_TOP_LOGPROBS}", code="invalid_value",
+                       param="top_logprobs")
     check_streaming(request.stream, request.n, request.stream_options)
     if local:
         check_tools(request.tools, request.tool_choice)

@@ -20,9 +20,11 @@ Conventions kept (as OpenAI's API and vLLM's server do): every error is
 ``{"error": {"message", "type", "code", "param"}}`` (:mod:`agents.openai_errors`); a request
 naming a model this server does not serve is a 404 (``model_not_found``; ``model`` left out
 means the served one); a request field that is not implemented is refused with a 400 naming
-it, never silently ignored (``top_logprobs`` > 0, ``response_format`` other than text,
-``logit_bias``, penalties, ``n`` with ``stream``...), while ``stream_options.include_usage``,
-``echo`` and ``n`` are implemented.
+it, never silently ignored (``response_format`` other than text, since decoding is not
+constrained to a schema; ``logit_bias``, penalties, ``top_logprobs`` from an engine that does not
+compute them...), while ``stream_options.include_usage``, ``echo``, ``top_logprobs`` (up to 20;
+completions' ``logprobs=k``) and ``n`` (streamed too, interleaved by choice ``index``) are
+implemented.
 
 Concurrent requests are merged into shared batches by :class:`BatchingEngine`. Streaming is
 real: tokens go out as the engine samples them, with their logprobs when asked (text deltas

@@ -26,11 +26,7 @@ async def chat(served: ServedModel, body: ChatBody) -> Any:
     served.checked(body, ChatBody)
     check_messages(body.messages)
     check_tools(body.tools, body.tool_choice)
-    if body.top_logprobs:
-        raise APIError(400, f"top_logprobs={body.top_logprobs} asks for the most likely alternatives per "
-                            "token, which this server does not compute; logprobs=true with top_logprobs=0 "
-                            "returns each sampled token's logprob", code="unsupported_value",
-                       param="top_logprobs")
+    served.check_top_logprobs(body.top_logprobs, "top_logprobs")
     if body.top_logprobs is not None and not body.logprobs:
         raise APIError(400, "top_logprobs needs logprobs=true", code="invalid_value", param="top_logprobs")
     prompt_text, ids = served.chat_prompt(body)
@@ -55,7 +51,8 @@ async def chat(served: ServedModel, body: ChatBody) -> Any:
             "logprobs": None}
         if body.logprobs:
             choice["logprobs"] = {"content": chat_logprobs(
-                served.tokenizer, completion.token_ids, completion.logprobs, body.return_tokens_as_token_ids)}
+                served.tokenizer, completion.token_ids, completion.logprobs, body.return_tokens_as_token_ids,
+                completion.top_logprobs)}
         if body.return_token_ids:
             choice["token_ids"] = list(completion.token_ids)
             choice["prompt_token_ids"] = ids

@@ -23,10 +23,7 @@ async def completions(served: ServedModel, body: CompletionBody) -> Any:
     from fastapi.responses import JSONResponse
 
     served.checked(body, CompletionBody)
-    if body.logprobs:
-        raise APIError(400, f"logprobs={body.logprobs} asks for the {body.logprobs} most likely alternatives "
-                            "per token, which this server does not compute; logprobs=0 returns each sampled "
-                            "token's logprob", code="unsupported_value", param="logprobs")
+    served.check_top_logprobs(body.logprobs, "logprobs")
     if body.best_of not in (None, body.n):
         raise APIError(400, "best_of is not supported (every sampled choice is returned); use n",
                        code="unsupported_parameter", param="best_of")
@@ -57,7 +54,8 @@ async def completions(served: ServedModel, body: CompletionBody) -> Any:
                                   "stop_reason": completion.stop_string, "logprobs": None}
         if body.logprobs is not None:
             choice["logprobs"] = served.completion_logprobs(list(completion.token_ids), list(completion.logprobs),
-                                                            body.return_tokens_as_token_ids)
+                                                            body.return_tokens_as_token_ids,
+                                                            tops=completion.top_logprobs)
         if body.return_token_ids:
             choice["token_ids"] = list(completion.token_ids)
             choice["prompt_token_ids"] = prompts[index // body.n]

@@ -38,30 +38,50 @@ class ServedModel:
         supported = set(declared.model_fields) | set(HARMLESS_FIELDS)
         refuse_unsupported(body.model_extra or {}, harmless=HARMLESS_FIELDS, neutral=NEUTRAL_FIELDS,
                            supported=supported)
-        check_streaming(body.stream, body.n, body.stream_options)
+        check_streaming(body.stream, body.n, body.stream_options, several_choices=True)
 
     def token_str(self, token: int, as_ids: bool) -> str:
         return f"token_id:{token}" if as_ids else self.tokenizer.decode([token])
 
     def completion_logprobs(self, token_ids: list[int], logprobs: list[float], as_ids: bool,
-                            offset: int = 0) -> dict[str, Any]:
-        """``/v1/completions`` logprobs of sampled tokens (``logprobs=0``: the sampled token only,
-        which vLLM also lists in ``top_logprobs``); text offsets start at ``offset``."""
+                            offset: int = 0, tops: Any = ()) -> dict[str, Any]:
+        """``/v1/completions`` logprobs of sampled tokens: ``top_logprobs`` maps, per token, the
+        sampled token and its step's most likely ones (``tops``, ``logprobs=k``) to their logprobs,
+        as vLLM does (``logprobs=0``: the sampled token only); text offsets start at ``offset``."""
         tokens = [self.token_str(t, as_ids) for t in token_ids]
         offsets = []
         for token in tokens:
             offsets.append(offset)
             offset += len(token)
-        return {"tokens": tokens, "token_logprobs": list(logprobs),
-                "top_logprobs": [{t: lp} for t, lp in zip(tokens, logprobs, strict=True)], "text_offset": offsets}
+        top_maps = []
+        for position, (token, logprob) in enumerate(zip(tokens, logprobs, strict=True)):
+            alternatives = tops[position] if position < len(tops) else ()
+            top_maps.append({**{self.token_str(t, as_ids): lp for t, lp in alternatives}, token: logprob})
+        return {"tokens": tokens, "token_logprobs": list(logprobs), "top_logprobs": top_maps, "text_offset": offsets}
+
+    def check_top_logprobs(self, wanted: int | None, param: str) -> int:
+        """How many alternatives per token to compute: 400 when the engine cannot, or past 20."""
+        from agents.engines import MAX_TOP_LOGPROBS
+
+        if not wanted:
+            return 0
+        if wanted > MAX_TOP_LOGPROBS:
+            raise APIError(400, f"{param}={wanted}; at most {MAX_TOP_LOGPROBS}", code="invalid_value", param=param)
+        if not getattr(self.batcher, "supports_top_logprobs", False):
+            raise APIError(400, f"{param}={wanted} asks for the most likely alternatives per token, which the "
+                                f"{self.batcher.name} engine does not compute; {param}=0 returns each sampled token's "
+                                "logprob", code="unsupported_value", param=param)
+        return wanted
 
     def params_for(self, body: CommonBody, index: int, default_max: int) -> SamplingParams:
         limit = body.max_completion_tokens or body.max_tokens or default_max
         seed = None if body.seed is None else body.seed + index
+        # chat: top_logprobs (logprobs is a flag); completions: logprobs is the count
+        wanted = body.top_logprobs if hasattr(body, "top_logprobs") else body.logprobs
         try:
             return SamplingParams(max_new_tokens=limit, temperature=body.temperature,
                                   top_p=body.top_p, top_k=body.top_k,
-                                  stop=stop_list(body.stop), seed=seed)
+                                  stop=stop_list(body.stop), seed=seed, top_logprobs=wanted or 0)
         except ValueError as exc:
             raise APIError(400, str(exc), code="invalid_value") from None
 

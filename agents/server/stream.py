@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents.engines import Completion, GenerationRequest, SamplingParams
 from agents.openai_errors import check_prompt_fits, error_body
-from agents.openai_wire import SSE_DONE, TextReleaser, chat_logprobs, finish_reason, sse, visible_text
+from agents.openai_wire import SSE_DONE, Sampled, TextReleaser, chat_logprobs, finish_reason, sampled, sse, visible_text
 from agents.toolcalls import calls_delta, parse_reply, tool_call_opener, wire_message
 
 if TYPE_CHECKING:
@@ -32,56 +32,100 @@ def streamed(served: ServedModel, ids: list[int], body: Any, kind: str, echo: st
     ``prompt_text`` is the rendered chat prompt tool calls are read after."""
     from agents.http_streams import event_stream
 
-    params = served.params_for(body, 0, 16 if kind == "text_completion" else 512)
+    params = [served.params_for(body, index, 16 if kind == "text_completion" else 512) for index in range(body.n)]
     check_prompt_fits(len(ids), served.batcher, "prompt" if kind == "text_completion" else "messages")
-    stream = _Stream(served, body, kind, prompt_text)
-    return event_stream(stream.events(ids, params, echo))
+    if body.n == 1:
+        return event_stream(_Stream(served, body, kind, prompt_text).events(ids, params[0], echo))
+    first = _Stream(served, body, kind, prompt_text, index=0, trailer=False)
+    streams = [first] + [_Stream(served, body, kind, prompt_text, index=i, trailer=False, like=first)
+                         for i in range(1, body.n)]
+    return event_stream(_interleaved(streams, ids, params, echo))
+
+
+async def _interleaved(streams: list[_Stream], ids: list[int], params: list[SamplingParams],
+                       echo: str) -> AsyncIterator[str]:
+    """``n`` choices of one stream: each choice's chunks (its ``index`` in them) as they come,
+    then one usage chunk for them all and ``[DONE]``. Closed early, every choice is cancelled."""
+    events: asyncio.Queue[str | None] = asyncio.Queue()
+
+    async def pump(stream: _Stream, choice_params: SamplingParams) -> None:
+        try:
+            async for event in stream.events(ids, choice_params, echo):
+                events.put_nowait(event)
+        finally:
+            events.put_nowait(None)
+
+    tasks = [asyncio.create_task(pump(s, p)) for s, p in zip(streams, params, strict=True)]
+    try:
+        running = len(tasks)
+        while running:
+            event = await events.get()
+            if event is None:
+                running -= 1
+            else:
+                yield event
+        for task in tasks:
+            task.result()  # a choice that failed outside its error event
+        head = streams[0]
+        if head.with_usage and all(s.completion is not None for s in streams):
+            yield sse({"id": head.ident, "object": head.kind, "created": head.created,
+                       "model": head.served.model_name, "choices": [],
+                       "usage": head.served.counts([ids], [s.completion for s in streams])})
+        yield SSE_DONE
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 class _Stream:
     """The chunks of one streamed completion (``kind``: ``text_completion`` or
     ``chat.completion.chunk``)."""
 
-    def __init__(self, served: ServedModel, body: Any, kind: str, prompt_text: str) -> None:
+    def __init__(self, served: ServedModel, body: Any, kind: str, prompt_text: str, *, index: int = 0,
+                 trailer: bool = True, like: _Stream | None = None) -> None:
+        """``index``: the choice's; ``trailer``: end with the usage chunk and ``[DONE]`` (one
+        choice; :func:`_interleaved` sends them for several); ``like``: share its id."""
         self.served, self.body, self.kind, self.prompt_text = served, body, kind, prompt_text
+        self.index, self.trailer = index, trailer
+        self.completion: Completion | None = None
         self.chat = kind != "text_completion"
         self.tools = body.tools if self.chat and body.tools and body.tool_choice != "none" else None
         self.opener = tool_call_opener(served.tokenizer) if self.tools else ""
         self.with_logprobs = bool(body.logprobs) if self.chat else body.logprobs is not None
         self.with_usage = bool((body.stream_options or {}).get("include_usage"))
-        self.ident = f"{'chatcmpl' if self.chat else 'cmpl'}-{uuid.uuid4().hex}"
-        self.created = int(time.time())
+        self.ident = like.ident if like else f"{'chatcmpl' if self.chat else 'cmpl'}-{uuid.uuid4().hex}"
+        self.created = like.created if like else int(time.time())
         self.first = True
         self.offset = 0  # text_completion logprobs: where the next token starts
         self.sent_tokens = 0  # sampled tokens whose ids and logprobs went out
         self.prompt_ids: list[int] = []
 
-    def _logprobs(self, items: list[tuple[int, float]]) -> dict[str, Any] | None:
+    def _logprobs(self, items: list[Sampled]) -> dict[str, Any] | None:
         if not self.with_logprobs:
             return None
-        token_ids, logprobs = [t for t, _ in items], [lp for _, lp in items]
+        token_ids, logprobs, tops = [t for t, _, _ in items], [lp for _, lp, _ in items], [top for *_, top in items]
         as_ids = self.body.return_tokens_as_token_ids
         if self.chat:
-            return {"content": chat_logprobs(self.served.tokenizer, token_ids, logprobs, as_ids)}
-        entries = self.served.completion_logprobs(token_ids, logprobs, as_ids, self.offset)
+            return {"content": chat_logprobs(self.served.tokenizer, token_ids, logprobs, as_ids, tops)}
+        entries = self.served.completion_logprobs(token_ids, logprobs, as_ids, self.offset, tops)
         self.offset += sum(len(t) for t in entries["tokens"])
         return entries
 
     def chunk(self, delta: dict[str, Any], finish: str | None = None, stop_reason: str | None = None,
-              items: list[tuple[int, float]] | None = None) -> str:
+              items: list[Sampled] | None = None) -> str:
         items = items or []
         self.sent_tokens += len(items)
         logprobs = self._logprobs(items) if items else None
         if self.chat:
             if self.first:
                 delta = {"role": "assistant", **delta}
-            choice = {"index": 0, "delta": delta, "finish_reason": finish, "stop_reason": stop_reason,
+            choice = {"index": self.index, "delta": delta, "finish_reason": finish, "stop_reason": stop_reason,
                       "logprobs": logprobs}
         else:
-            choice = {"index": 0, "text": delta.get("content", ""), "finish_reason": finish,
+            choice = {"index": self.index, "text": delta.get("content", ""), "finish_reason": finish,
                       "stop_reason": stop_reason, "logprobs": logprobs}
         if self.body.return_token_ids:  # vLLM's extension: each chunk's sampled ids, the prompt's first
-            choice["token_ids"] = [t for t, _ in items]
+            choice["token_ids"] = [t for t, *_ in items]
             if self.first:
                 choice["prompt_token_ids"] = self.prompt_ids
         self.first = False
@@ -96,11 +140,11 @@ class _Stream:
         last with the finish reason, a usage chunk if ``stream_options.include_usage``, ``[DONE]``."""
         served = self.served
         loop = asyncio.get_running_loop()
-        tokens: asyncio.Queue[tuple[int, float] | None] = asyncio.Queue()
+        tokens: asyncio.Queue[Sampled | None] = asyncio.Queue()
         cancel = threading.Event()  # set when the stream ends early: the client hung up
         request = GenerationRequest(
             token_ids=tuple(ids), params=params, cancel=cancel,
-            on_token=lambda t, lp: loop.call_soon_threadsafe(tokens.put_nowait, (t, lp)))
+            on_token=lambda t, lp, top=(): loop.call_soon_threadsafe(tokens.put_nowait, (t, lp, top)))
         job = asyncio.wrap_future(served.batcher.submit(request))
         job.add_done_callback(lambda _: tokens.put_nowait(None))
         try:
@@ -109,14 +153,14 @@ class _Stream:
         finally:
             cancel.set()  # a no-op once the reply is complete
 
-    async def _events(self, job: Any, tokens: asyncio.Queue[tuple[int, float] | None], ids: list[int],
+    async def _events(self, job: Any, tokens: asyncio.Queue[Sampled | None], ids: list[int],
                       params: SamplingParams, echo: str) -> AsyncIterator[str]:
         served = self.served
         releaser = TextReleaser(served.tokenizer, params.stop, served.eos_text, hold_from=self.opener or None)
         self.prompt_ids = list(ids)
         if echo:
             yield self.chunk({"content": echo})
-        pending: list[tuple[int, float]] = []
+        pending: list[Sampled] = []
         while (item := await tokens.get()) is not None:
             pending.append(item)
             delta = releaser.push(item[0])
@@ -126,9 +170,13 @@ class _Stream:
         completion = await job
         if not completion.ok:
             yield sse(error_body(500, f"{completion.error_kind}: {completion.error}", code=str(completion.error_kind)))
-            yield SSE_DONE
+            if self.trailer:
+                yield SSE_DONE
             return
+        self.completion = completion
         yield self._last_chunk(completion, releaser)
+        if not self.trailer:
+            return
         if self.with_usage:
             yield sse({"id": self.ident, "object": self.kind, "created": self.created, "model": served.model_name,
                        "choices": [], "usage": served.counts([ids], [completion])})
@@ -137,8 +185,7 @@ class _Stream:
     def _last_chunk(self, completion: Completion, releaser: TextReleaser) -> str:
         """The rest of the reply with its finish reason: the tool calls the model wrote, or the
         text still held back, with the ids and logprobs of every sampled token not sent yet."""
-        pending = list(zip(completion.token_ids[self.sent_tokens:], completion.logprobs[self.sent_tokens:],
-                           strict=True))
+        pending = sampled(completion)[self.sent_tokens:]
         if self.tools:
             reply = wire_message(parse_reply(self.served.tokenizer, completion.text, self.prompt_text, self.tools))
             if reply.get("tool_calls"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("fastapi", reason="needs the [serve] extra")
-pytest.importorskip("langchain_openai", reason="needs langchain-openai")
+pytest.importorskip("langchain_openai", reason="needs langchain-openai (the [clients] extra)")
 
 from agents.engines.hf import HFEngine
 from agents.server import create_app, serve_in_thread

@@ -41,7 +41,7 @@ def test_errors_use_openais_schema_and_statuses(gateway):
         client.chat.completions.create(model="tiny", messages=HELLO, frequency_penalty=0.5)
     assert refused.value.body["param"] == "frequency_penalty"
     with pytest.raises(openai.BadRequestError) as alternatives:
-        client.chat.completions.create(model="tiny", messages=HELLO, logprobs=True, top_logprobs=3)
+        client.chat.completions.create(model="tiny", messages=HELLO, logprobs=True, top_logprobs=21)
     assert alternatives.value.body["param"] == "top_logprobs"
     with pytest.raises(openai.BadRequestError) as unknown:
         client.chat.completions.create(model="tiny", messages=HELLO, extra_body={"mirostat": 2})
