@@ -136,8 +136,10 @@ def _silence_dataset_version_warnings() -> None:
     sets), not a revision of the env; Gymnasium would tell users of v4 to "upgrade" to v5."""
     import warnings
 
-    for env_id in _load():
+    for env_id, item in _load().items():
         name = env_id.rpartition("-v")[0]
+        if item.get("family") != "code":
+            continue  # elsewhere -vN is a revision: the warning for an old one is the policy's
         if any(other.startswith(f"{name}-v") and other != env_id for other in _load()):
             warnings.filterwarnings(
                 "ignore", message=rf".*environment {env_id} is out of date", category=DeprecationWarning

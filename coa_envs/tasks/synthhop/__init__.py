@@ -13,8 +13,13 @@ Task options: ``seed`` (world), ``hops`` (int or list, 1-4) or ``difficulty``
 (easy/medium/hard/mixed), ``num_tasks``, ``split`` (all/train/test: a fixed 80/20 split of
 one question pool: every fifth generated question is held out; questions come in a fixed
 order, so task ``i`` and its side do not depend on ``num_tasks``; the partition holds within
-one ``seed`` and hop setting, so train and evaluate with the same ones), ``cache_dir``
-(where the index goes; default ``$COA_CACHE_DIR/synthhop`` or ``~/.cache/coa_envs/synthhop``).
+one ``seed`` and hop setting, so train and evaluate with the same ones), ``split_rule``
+(:func:`held_out`: ``entity``, the default, keeps a question on the side of an earlier
+question with the same start entity and answer, so a held-out answer was never trained on;
+``index`` is every fifth question alone, ``coa/SynthHop-v0``'s rule, under which 2 of the 100
+held-out questions of the default pool repeated a training question's entity and answer),
+``cache_dir`` (where the index goes; default ``$COA_CACHE_DIR/synthhop`` or
+``~/.cache/coa_envs/synthhop``).
 """
 
 from __future__ import annotations
@@ -28,14 +33,36 @@ from pathlib import Path
 
 from coa_envs.tasks.hygiene import refuse_empty_golds, squad
 from coa_envs.tasks.split import check_split
-from coa_envs.tasks.synthhop.questions import DIFFICULTY_HOPS, generate_questions, parse_hops
+from coa_envs.tasks.synthhop.questions import DIFFICULTY_HOPS, Question, generate_questions, parse_hops
 from coa_envs.tasks.synthhop.world import World, generate_world
 from coa_envs.types import Task
 
-__all__ = ["DIFFICULTY_HOPS", "SPLIT_NOTE", "build_world_index", "generate_world", "load_tasks"]
+__all__ = ["DIFFICULTY_HOPS", "SPLIT_NOTE", "SPLIT_RULES", "build_world_index", "generate_world", "held_out",
+           "load_tasks"]
 
 SPLIT_NOTE = "train/test 80/20"
 """What ``coa list`` says about this family's ``split`` option (:mod:`coa_envs.tasks.split`)."""
+
+
+SPLIT_RULES = ("entity", "index")
+
+
+def held_out(questions: list[Question], rule: str = "entity") -> list[bool]:
+    """Which questions are held out (the test side). Every fifth question is; under ``entity``
+    a question whose start entity and answer an earlier question already has takes that
+    question's side instead, so no held-out answer about an entity is a training answer about
+    it ("Where is Lorcan Waegor's employer?" -> Vitha held out while "Where was Lorcan Waegor
+    born?" -> Vitha is trained on). The side of question ``i`` depends only on questions 0..i,
+    so it does not change with ``num_tasks``."""
+    if rule not in SPLIT_RULES:
+        raise ValueError(f"synthhop: split_rule must be one of {list(SPLIT_RULES)}, not {rule!r}")
+    sides: dict[tuple[str, str], bool] = {}
+    flags = []
+    for number, question in enumerate(questions):
+        by_index = number % 5 == 4
+        key = (question.support[0], squad(question.answer))
+        flags.append(by_index if rule == "index" else sides.setdefault(key, by_index))
+    return flags
 
 
 def _cache_root(cache_dir: str | Path | None) -> Path:
@@ -83,12 +110,14 @@ def load_tasks(
     difficulty: str | None = None,
     num_tasks: int = 500,
     split: str = "all",
+    split_rule: str = "entity",
     cache_dir: str | None = None,
 ) -> list[Task]:
     """Generate the tasks of one SynthHop world (and make sure its search index exists)."""
     if path is not None:
         raise ValueError("synthhop generates its own data; use task_options seed/hops/difficulty, not a path")
     check_split(split, "synthhop")
+    held_out([], split_rule)  # an unknown rule is refused before the world is built
     if num_tasks < 1:
         raise ValueError("synthhop: num_tasks must be >= 1")
     allowed = parse_hops(hops, difficulty)
@@ -96,8 +125,7 @@ def load_tasks(
     index, corpus = build_world_index(world, cache_dir)
     questions = generate_questions(world, num_tasks, allowed)
     tasks = []
-    for number, question in enumerate(questions):
-        in_test = number % 5 == 4
+    for number, (question, in_test) in enumerate(zip(questions, held_out(questions, split_rule), strict=True)):
         if (split == "train" and in_test) or (split == "test" and not in_test):
             continue
         hop_tag = "-".join(str(h) for h in allowed)
