@@ -160,10 +160,11 @@ def _mark_seccomp_kills(function):  # type: ignore[no-untyped-def]
 
     def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
         result = function(*args, **kwargs)
-        if isinstance(result, tuple):  # (pid, status[, rusage])
-            killed = result[0] and os.WIFSIGNALED(result[1]) and os.WTERMSIG(result[1]) == signal.SIGSYS
-        else:  # waitid: None, or who ended (CLD_KILLED 2, CLD_DUMPED 3) and how
-            killed = getattr(result, "si_code", None) in (2, 3) and result.si_status == signal.SIGSYS
+        if hasattr(result, "si_code"):  # waitid (a tuple too): who ended (CLD_KILLED 2, CLD_DUMPED 3) and how
+            killed = result.si_code in (2, 3) and result.si_status == signal.SIGSYS
+        else:  # (pid, status[, rusage]), or waitid's None
+            status = result[1] if result and result[0] else 0
+            killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGSYS
         if killed:
             _report(_channel[2], STATUS_DENIED)
         return result

@@ -75,6 +75,8 @@ def test_a_run_that_ends_just_past_its_wall_limit_is_a_timeout(pool):
 CHILD_KILLED_BY_SECCOMP = {
     "waited": "import os, socket\nif os.fork() == 0:\n    socket.socket(socket.AF_INET)\n    os._exit(0)\n"
               "print(os.wait()[1] & 0x7f)",
+    "waitid": "import os, socket\npid = os.fork()\nif pid == 0:\n    socket.socket(socket.AF_INET)\n    os._exit(0)\n"
+              "print(os.waitid(os.P_PID, pid, os.WEXITED).si_status)",
     "subprocess": "import subprocess, sys\nprint(subprocess.run([sys.executable, '-c', "
                   "'import socket; socket.socket(socket.AF_INET)']).returncode)",
     "orphan": "import os, socket, time\nif os.fork() == 0:\n    if os.fork() == 0:\n        time.sleep(0.2)\n"
