@@ -45,7 +45,7 @@ HOW_TO_GET: dict[str, str] = {
         "--local-dir $COA_DATA_DIR/GAIA\n"
         "Then either set COA_DATA_DIR (the loader looks for "
         "$COA_DATA_DIR/GAIA/2023/validation/metadata.jsonl and its attached files) or pass "
-        "gym.make('coa/GAIA-v0', data_path='/path/to/GAIA'). With a token and the internet the "
+        "gym.make('coa/GAIA-v1', data_path='/path/to/GAIA'). With a token and the internet the "
         "loader downloads the validation split itself. A JSON list "
         "[{\"question\": ..., \"answer\": ...}] also works as data_path."
     ),

@@ -38,12 +38,12 @@ def test_a_data_file_given_to_a_benchmark_is_played_whole_and_the_summary_says_s
 
 
 def test_gaia_from_a_data_file_plays_every_task(tmp_path):
-    data = MAKE_KWARGS["coa/GAIA-v0"]["data_path"]
-    code, output, summary = _eval("coa/GAIA-v0", "--agent", "oracle", "--data", data, "--n", "1000",
+    data = MAKE_KWARGS["coa/GAIA-v1"]["data_path"]
+    code, output, summary = _eval("coa/GAIA-v1", "--agent", "oracle", "--data", data, "--n", "1000",
                                   out=tmp_path / "gaia")
     import gymnasium as gym
 
-    env = gym.make("coa/GAIA-v0", data_path=data)
+    env = gym.make("coa/GAIA-v1", data_path=data)
     total = len(env.unwrapped.tasks)
     env.close()
     assert code == 0, output

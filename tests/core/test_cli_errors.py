@@ -28,7 +28,7 @@ def _coa(*args: str, **env: str) -> subprocess.CompletedProcess:
 
 def test_gaia_without_data_is_one_message_saying_where_to_get_it(tmp_path, monkeypatch):
     monkeypatch.delenv("COA_DATA_DIR", raising=False)
-    result = runner.invoke(app, ["eval", "coa/GAIA-v0", "--n", "1", "--out", str(tmp_path)])
+    result = runner.invoke(app, ["eval", "coa/GAIA-v1", "--n", "1", "--out", str(tmp_path)])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "Invalid value for --data" in result.output
     assert "huggingface.co/datasets/gaia-benchmark/GAIA" in result.output

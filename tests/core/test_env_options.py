@@ -13,7 +13,7 @@ from coa_envs.errors import OptionError, UserError
 from coa_envs.options import Schema, closest
 from tests.env_fixtures import MAKE_KWARGS
 
-GAIA = MAKE_KWARGS["coa/GAIA-v0"]
+GAIA = MAKE_KWARGS["coa/GAIA-v1"]
 
 
 @pytest.mark.parametrize("env_id, kwargs, fragment", [
@@ -30,13 +30,13 @@ GAIA = MAKE_KWARGS["coa/GAIA-v0"]
     ("coa/MATH500-v1", {"tools": {"code": {"cpu_sec": 3}}}, "unknown option 'cpu_sec' (did you mean 'cpu_s'?)"),
     ("coa/MATH500-v1", {"tools": {"code": {"memory_mb": "lots"}}}, "tools.code.memory_mb='lots' is not valid"),
     ("coa/MATH500-v1", {"tools": {"code": {"preset": "nsjail_sed"}}}, "(did you mean 'nsjail_seed'?)"),
-    ("coa/GAIA-v0", {**GAIA, "tools": {"crawl_page": {"max_url": 3}}}, "(did you mean 'max_urls'?)"),
-    ("coa/GAIA-v0", {**GAIA, "tools": {"web_search": {"top_k": 0}}}, "tools.web_search.top_k=0 is not valid"),
-    ("coa/GAIA-v0", {**GAIA, "tools": {"visual_inspector": {"max_token": 5}}}, "(did you mean 'max_tokens'?)"),
-    ("coa/GAIA-v0", {**GAIA, "tools": {"web_search": {"cache": {"mode": "replay", "pth": "x"}}}},
+    ("coa/GAIA-v1", {**GAIA, "tools": {"crawl_page": {"max_url": 3}}}, "(did you mean 'max_urls'?)"),
+    ("coa/GAIA-v1", {**GAIA, "tools": {"web_search": {"top_k": 0}}}, "tools.web_search.top_k=0 is not valid"),
+    ("coa/GAIA-v1", {**GAIA, "tools": {"visual_inspector": {"max_token": 5}}}, "(did you mean 'max_tokens'?)"),
+    ("coa/GAIA-v1", {**GAIA, "tools": {"web_search": {"cache": {"mode": "replay", "pth": "x"}}}},
      "(did you mean 'path'?)"),
     # settings a constructor checks: the tool is built at make, so they fail make too
-    ("coa/GAIA-v0", {**GAIA, "tools": {"web_search": {"backend": "searxng"}}}, "searxng' needs base_url"),
+    ("coa/GAIA-v1", {**GAIA, "tools": {"web_search": {"backend": "searxng"}}}, "searxng' needs base_url"),
     ("coa/SynthHop-v0", {"tools": {"wiki_search": {"index": "/nonexistent/index"}}}, "index not found"),
     # env settings and task options
     ("coa/SynthHop-v0", {"max_turn": 3}, "unknown option 'max_turn' (did you mean 'max_turns'?)"),
@@ -56,7 +56,7 @@ def test_a_bad_option_fails_make_naming_it_with_a_suggestion(env_id, kwargs, fra
 
 
 def test_good_options_of_every_tool_are_accepted():
-    env = gym.make("coa/GAIA-v0", **GAIA, tools={
+    env = gym.make("coa/GAIA-v1", **GAIA, tools={
         "web_search": {"top_k": 3, "timeout_s": 5, "cache": {"mode": "off"}},
         "crawl_page": {"max_urls": 2, "allow_hosts": ["127.0.0.1"], "verify_tls": False},
         "visual_inspector": {"max_tokens": 64}})
@@ -69,7 +69,7 @@ def test_good_options_of_every_tool_are_accepted():
 
 @pytest.mark.parametrize("mistyped, meant", [
     ("coa/math500-v0", "coa/MATH500-v1"), ("coa/Math500-v0", "coa/MATH500-v1"), ("coa/synthhop-v0", "coa/SynthHop-v0"),
-    ("coa/HotPotQA-v0", "coa/HotpotQA-v1"), ("coa/MATH500-v3", "coa/MATH500-v1"), ("coa/gaia-v0", "coa/GAIA-v0"),
+    ("coa/HotPotQA-v0", "coa/HotpotQA-v1"), ("coa/MATH500-v3", "coa/MATH500-v1"), ("coa/gaia-v0", "coa/GAIA-v1"),
 ])
 def test_a_mistyped_id_gets_a_suggestion_from_gym_make(mistyped, meant):
     with pytest.raises(gym.error.Error) as caught:

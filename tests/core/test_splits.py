@@ -91,7 +91,7 @@ def _sizes(env_id: str, **kwargs) -> dict[str, int]:
 
 
 def test_a_data_file_given_to_a_benchmark_id_is_a_test_set_played_whole(tmp_path):
-    """`coa eval coa/GAIA-v0 --data gaia_dev.jsonl` played 21 of 103 tasks: a benchmark's file
+    """`coa eval coa/GAIA-v1 --data gaia_dev.jsonl` played 21 of 103 tasks: a benchmark's file
     was split 80/20 like a training pool. It is a test set: test and all give every task."""
     assert _sizes("coa/MATH500-v1", data_path=_math_file(tmp_path)) == {"test": 200, "all": 200}
     for env_id, kwargs in MAKE_KWARGS.items():

@@ -2,7 +2,7 @@
 never a connection off the machine (every socket connect in the test is checked).
 
 Hypothesis writes arbitrary turns (tool tags around junk, URLs with odd schemes and hosts,
-attachment names, control characters, unclosed and unknown tags) into ``coa/GAIA-v0`` (with
+attachment names, control characters, unclosed and unknown tags) into ``coa/GAIA-v1`` (with
 attachments) and ``coa/MiniWeb-v0`` (real search and crawl against the served mini-web).
 """
 
@@ -150,7 +150,7 @@ def test_miniweb_env_survives_arbitrary_turns(loopback_only):
 
 
 def test_gaia_env_with_attachments_survives_arbitrary_turns(loopback_only):
-    env = gym.make("coa/GAIA-v0", data_path=str(FIXTURES / "gaia"), max_turns=6,
+    env = gym.make("coa/GAIA-v1", data_path=str(FIXTURES / "gaia"), max_turns=6,
                    tools={"crawl_page": {"resolve_dns": False, "timeout_s": 2.0}})
     try:
         _fuzz(env, _actions("http://127.0.0.1:9"), examples=60, fixed=_fixed_turns("http://127.0.0.1:9"))

@@ -172,7 +172,7 @@ def test_simple_list_without_dataset_and_bad_options(tmp_path):
 @pytest.mark.parametrize(
     ("env_id", "must_mention"),
     [
-        ("coa/GAIA-v0", ["huggingface.co/datasets/gaia-benchmark/GAIA", "COA_DATA_DIR", "data_path"]),
+        ("coa/GAIA-v1", ["huggingface.co/datasets/gaia-benchmark/GAIA", "COA_DATA_DIR", "data_path"]),
         ("coa/BrowseComp-v1", ["browse_comp_test_set.csv", "COA_DATA_DIR", "data_path"]),
         ("coa/HLE-v1", ["huggingface.co/datasets/cais/hle", "COA_DATA_DIR", "data_path"]),
     ],

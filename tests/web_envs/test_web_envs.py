@@ -25,7 +25,7 @@ def _hermetic(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("data", ["gaia", "gaia_simple.json"])
 def test_coa_eval_gaia_oracle_scores_one_on_both_layouts(tmp_path, data):
-    result = CliRunner().invoke(app, ["eval", "coa/GAIA-v0", "--data", str(FIXTURES / data), "--split", "all",
+    result = CliRunner().invoke(app, ["eval", "coa/GAIA-v1", "--data", str(FIXTURES / data), "--split", "all",
                                       "--agent", "oracle", "--n", "10", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -33,7 +33,7 @@ def test_coa_eval_gaia_oracle_scores_one_on_both_layouts(tmp_path, data):
 
 
 def test_gaia_env_exposes_attachments_to_the_file_tool():
-    env = gym.make("coa/GAIA-v0", data_path=str(FIXTURES / "gaia"), task_options={"level": 2})
+    env = gym.make("coa/GAIA-v1", data_path=str(FIXTURES / "gaia"), task_options={"level": 2})
     try:
         prompt, info = env.reset(seed=0)
         assert "Attached files: c0a1f1x7-0002.csv" in prompt
