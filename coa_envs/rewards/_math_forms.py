@@ -85,8 +85,10 @@ def _is_integer_value(value: Any) -> bool:
 
 def _written_as_a_number(value: Any) -> bool:
     from math_verify.grader import is_atomic_or_pct_atomic
-    from sympy import Basic, Number
+    from sympy import Basic, FiniteSet, Number, Tuple
 
+    while isinstance(value, FiniteSet | Tuple) and len(value) == 1:
+        value = next(iter(value))  # a one-element set or tuple ("\\{211\\}") is that element
     if not isinstance(value, Basic):
         return True
     return bool(value.is_Atom or is_atomic_or_pct_atomic(value, Number))

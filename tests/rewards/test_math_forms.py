@@ -47,7 +47,7 @@ def test_an_unfinished_computation_does_not_pay_an_integer_gold(answer):
 
 
 @pytest.mark.parametrize("answer", ["9901", "9{,}901", "9,901", "9901.0", "x = 9901", "9901 \\text{ ways}",
-                                    "99 \\cdot 99 + 100 = 9901", "\\$9901"])
+                                    "99 \\cdot 99 + 100 = 9901", "\\$9901", "\\{9901\\}", "(9901)"])
 def test_an_integer_written_as_one_still_pays(answer):
     assert score(answer, "9901") == 1.0
 
