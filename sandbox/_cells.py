@@ -113,12 +113,13 @@ def run_cell(worker: Worker, request: dict[str, Any]) -> dict[str, Any]:
         write_frame(child.req_w, {**request, "nonce": nonce.hex(), "kill_leftovers": cgroup is None})
     collected = worker.collect_from(child, child.done_r, started, limits, cpu_watch=watch)
     done = None
-    if not (collected.wall_killed or collected.output_killed or collected.cpu_killed):
+    killed = (collected.wall_killed and not collected.ended_late) or collected.output_killed or collected.cpu_killed
+    if not killed:  # its own record is due (a cell that merely ended late keeps the session's state)
         deadline = max(started + limits.wall_s, time.monotonic() + _DONE_GRACE_S)
         done = _read_done(child.done_r, nonce, deadline, watch)
         # A forged record ended the watch early and the cell's own came past its wall limit: it
         # ran past the limit all the same (it read ok, up to the second of grace later).
-        collected.wall_killed = done is not None and time.monotonic() >= started + limits.wall_s
+        collected.wall_killed |= done is not None and time.monotonic() >= started + limits.wall_s
         outputs = {child.out_r: bytearray(collected.stdout), child.err_r: bytearray(collected.stderr)}
         for fd, kept in outputs.items():
             _drain(fd, kept, hard_output_cap(limits))

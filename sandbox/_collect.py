@@ -66,7 +66,8 @@ class Collected:
     stdout: bytes = b""
     stderr: bytes = b""
     tags: bytes = b""
-    wall_killed: bool = False
+    wall_killed: bool = False  # the run passed its wall limit (killed for it, or see ``ended_late``)
+    ended_late: bool = False  # it ended by itself, only as its wall limit passed: nothing was killed
     output_killed: bool = False
     cpu_killed: bool = False  # the run's CPU time (all its processes) passed its budget
     output_bytes: int = 0
@@ -200,6 +201,8 @@ def collect(
     while not done:  # until the process exits (or has said it is done), even with its pipes closed
         now = time.monotonic()
         if not killed and now >= deadline:
+            if select.select([done_fd], [], [], 0)[0]:
+                break  # it has ended already (a late look at it): nothing to kill, see below
             result.wall_killed = killed = True
             kill()
         elif not killed and cpu_watch is not None and now >= check_cpu_at:
@@ -224,7 +227,7 @@ def collect(
     if not killed and time.monotonic() >= deadline:
         # It ended (or said so) only as the deadline passed: the poll woke for its end, not for
         # the deadline, and it ran past its wall limit all the same (a sleep just past it read ok).
-        result.wall_killed = True
+        result.wall_killed = result.ended_late = True
     for fd in list(open_fds):  # the process is gone: take what is already buffered
         for _ in range(64):
             before = len(open_fds)

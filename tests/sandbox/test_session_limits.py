@@ -219,3 +219,4 @@ def test_a_forged_cell_record_buys_no_time_past_the_wall_limit(pool):
         assert (result.status, result.limit_hit) == (Status.TIMEOUT, "timeout"), result
         after = session.run("print(kept)")
         assert (after.status, after.stdout.splitlines()[-1:]) == (Status.OK, ["1"]), after
+

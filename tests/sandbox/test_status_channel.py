@@ -11,10 +11,13 @@ the seccomp filter killed went unreported when its parent carried on.
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 from sandbox import Limits, Status
-from sandbox._collect import END_RECORD, split_end_record, tags_in, take_exit_record
+from sandbox._collect import END_RECORD, collect, split_end_record, tags_in, take_exit_record
 from sandbox._harness import STATUS_END, STATUS_MEMORY
 from tests.sandbox.jails import forging
 
@@ -91,6 +94,22 @@ def test_a_child_killed_by_the_seccomp_filter_is_a_violation_though_its_parent_c
     result = jail.run(CHILD_KILLED_BY_SECCOMP[attack], limits=ROOMY)
     assert result.stdout in ("31\n", "-31\n", "carried on\n"), result
     assert result.status is Status.VIOLATION, result
+
+
+def test_a_run_found_ended_at_its_deadline_is_a_timeout_with_nothing_killed():
+    """A watcher that looks only past the deadline (a loaded host) and finds the run ended reports a
+    timeout but kills nothing: a session cell that merely ended late keeps the session's state
+    (it was killed, and the session's variables were lost)."""
+    pipes = [os.pipe() for _ in range(3)]
+    (out_r, _), (err_r, _), (done_r, done_w) = pipes
+    os.write(done_w, b"!")
+    kills: list[int] = []
+    try:
+        collected = collect(out_r, err_r, None, done_r, time.monotonic() - 1, 1 << 20, lambda: kills.append(1))
+    finally:
+        for fd in (fd for pair in pipes for fd in pair):
+            os.close(fd)
+    assert kills == [] and collected.wall_killed and collected.ended_late
 
 
 def test_every_tag_counts_wherever_it_is_and_the_exit_record_is_the_last_thing():
