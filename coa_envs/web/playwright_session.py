@@ -23,7 +23,9 @@ class PlaywrightSession:
         self._pw = sync_playwright().start()
         try:
             self._browser = self._pw.chromium.launch(
-                executable_path=executable, args=[*CHROMIUM_FLAGS, f"--proxy-server={proxy_url}"]
+                executable_path=executable, args=[*CHROMIUM_FLAGS, f"--proxy-server={proxy_url}"],
+                # Playwright turns Chromium's popup blocker off: a page could open windows without end.
+                ignore_default_args=["--disable-popup-blocking"],
             )
             self._page: Any = None
             self._last_navigation: Any = None

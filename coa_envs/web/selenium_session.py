@@ -41,6 +41,8 @@ class SeleniumSession:
             options.add_argument(flag)
         # Chromium would save every downloaded response in ~/Downloads: pages could write files to the host.
         options.add_experimental_option("prefs", {"download_restrictions": 3})  # 3: block all downloads
+        # chromedriver turns Chromium's popup blocker off: a page opened hundreds of windows a second.
+        options.add_experimental_option("excludeSwitches", ["disable-popup-blocking"])
         # Dialogs (alert, confirm, prompt, beforeunload) are dismissed as they open: left open, one
         # failed every later WebDriver command (the render, and a repeating one the next render too).
         options.unhandled_prompt_behavior = "dismiss"
