@@ -61,6 +61,7 @@ class SeleniumSession:
         # BiDi's WebSocket (websocket-client) would take HTTP_PROXY from the environment too.
         self._driver._websocket_connection = _direct_bidi_connection(self._driver)
         self._driver.set_page_load_timeout(timeout_s)
+        self._driver.set_script_timeout(timeout_s)  # a page that never yields holds a read this long (30 s by default)
         # Every document of every user context starts with dialogs that return at once (Playwright
         # dismisses each as it opens); the prompt behaviour above handles a dialog opened otherwise.
         self._driver.script.add_preload_script(_QUIET_DIALOGS_JS)

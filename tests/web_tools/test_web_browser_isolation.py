@@ -164,3 +164,20 @@ def test_a_page_cannot_open_windows(crawl) -> None:
     with serve_test_site(extra_pages={"/windows.html": ("text/html", page.encode())}) as host:
         result = crawl.run(host.url("/windows.html"), CTX)
     assert result.ok and "Windows granted: 0 of " in result.text, result.text
+
+
+@pytest.mark.slow  # 12-17 s: a browser launch, a page that uses up its budget, a second render
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_page_that_never_yields_times_out_and_the_next_render_works(engine, site) -> None:
+    """page.evaluate has no timeout: with Playwright, a page spinning in a loop after load held the
+    worker's read forever, and every later render on that worker failed ("browser did not answer",
+    65 s each). The render now has a budget after which its context is closed."""
+    page = ('<html><head><title>Busy</title></head><body><article><h1>Busy</h1><p>This page spins forever '
+            'once it has loaded.</p></article><script>window.addEventListener("load",'
+            ' () => setTimeout(() => { while (true) {} }, 50));</script></body></html>')
+    with loopback_browser_crawl(engine, timeout_s=3, settle_ms=300) as tool:
+        with serve_test_site(extra_pages={"/busy.html": ("text/html", page.encode())}) as host:
+            busy = tool.run(host.url("/busy.html"), CTX)
+        after = tool.run(site.url("/article.html"), CTX)
+    assert busy.error_kind == ErrorKind.TOOL_TIMEOUT and busy.details["transient"] is True, busy.text
+    assert after.ok and ARTICLE_FACT in after.text, after.text
