@@ -20,7 +20,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = ["HARMLESS_FIELDS", "MESSAGE_ROLES", "NEUTRAL_FIELDS", "APIError", "check_messages", "check_prompt_fits",
-           "check_streaming", "check_tools", "error_body", "install_error_handlers", "refuse_unsupported"]
+           "check_streaming", "check_tools", "error_body", "install_error_handlers", "refuse_unpaired_surrogates",
+           "refuse_unsupported"]
 
 # Request fields that never change an answer: accepted and not acted on.
 HARMLESS_FIELDS: tuple[str, ...] = ("user", "metadata", "store", "service_tier", "safety_identifier",
@@ -132,6 +133,27 @@ def check_streaming(stream: bool | None, n: int | None, stream_options: Mapping[
                        param="stream_options")
     if stream and n != 1 and not several_choices:
         raise APIError(400, "stream supports n=1 only; send n=1 or stream=false", code="unsupported_value", param="n")
+
+
+def refuse_unpaired_surrogates(body: Any) -> None:
+    """A 400 naming the first string of a request body that holds a lone UTF-16 surrogate (JSON
+    allows ``"\\ud800"``; it is no character, and the tokenizer, which needs UTF-8, failed on it
+    with a 500). Walks dicts and lists without recursing (a body nests as deep as JSON lets it)."""
+    pending: list[tuple[str, Any]] = [("", body)]
+    while pending:
+        param, value = pending.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")  # fails exactly on a surrogate (a JSON pair decodes to one character)
+            except UnicodeEncodeError:
+                raise APIError(400, f"{param or 'the request'} holds an unpaired UTF-16 surrogate (a \\ud800-"
+                                    "\\udfff escape that is not half of a pair), which is not a character; send "
+                                    "valid Unicode", code="invalid_value", param=param or None) from None
+        elif isinstance(value, Mapping):
+            for key, item in value.items():
+                pending += [(param, key), (f"{param}.{key}" if param else str(key), item)]
+        elif isinstance(value, list | tuple):
+            pending += [(f"{param}[{index}]", item) for index, item in enumerate(value)]
 
 
 def _refuse_response_format(value: Any) -> None:

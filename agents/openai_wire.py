@@ -44,10 +44,20 @@ async def sse_lines(response: Any) -> AsyncIterator[str]:
         yield buffer.decode("utf-8", errors="replace")
 
 
+MAX_STOPS, MAX_STOP_CHARS = 64, 1024  # each decode step searches every stop in a tail as long as the longest
+
+
 def stop_list(stop: str | Sequence[str] | None) -> tuple[str, ...]:
+    """A request's ``stop`` as a tuple; ValueError past ``MAX_STOPS`` strings or ``MAX_STOP_CHARS``
+    characters in one. The engine checks every stop string against the decoded tail after each
+    token, so 100,000 stop strings (or one of 100,000 characters) made one request hold the
+    shared decode loop for minutes."""
     if stop is None:
         return ()
-    return (stop,) if isinstance(stop, str) else tuple(stop)
+    stops = (stop,) if isinstance(stop, str) else tuple(stop)
+    if len(stops) > MAX_STOPS or any(len(s) > MAX_STOP_CHARS for s in stops):
+        raise ValueError(f"stop: at most {MAX_STOPS} strings of at most {MAX_STOP_CHARS} characters each")
+    return stops
 
 
 def visible_text(completion_text: str, stop: str | None, include_stop: bool) -> str:

@@ -22,6 +22,7 @@ This module is stdlib only; backends import their heavy libraries lazily.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ except ImportError:  # pragma: no cover - only before the protocol module exists
     )
 
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit for top_logprobs
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what a torch generator takes
 
 FinishReason = Literal["stop", "eos", "length", "error", "abort"]
 
@@ -86,8 +88,10 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={self.max_new_tokens}; must be >= 1")
-        if self.temperature < 0:
-            raise ValueError(f"temperature={self.temperature}; must be >= 0 (0 = greedy)")
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise ValueError(f"temperature={self.temperature}; must be a finite number >= 0 (0 = greedy)")
+        if self.seed is not None and not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]:
+            raise ValueError(f"seed={self.seed}; must be in [{SEED_RANGE[0]}, {SEED_RANGE[1]}] (64 bits)")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p={self.top_p}; must be in (0, 1]")
         if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:

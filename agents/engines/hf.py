@@ -268,8 +268,12 @@ class HFEngine:
                     f"prompt has {len(ids)} tokens; the context limit is {self.max_context}"))
             else:
                 budget = min(params.max_new_tokens, self.max_context - len(ids))
-                rows.append(RowState(ids, params, budget, deliver, request.on_token,
-                                     request.resume_ids, request.cancel))
+                try:
+                    rows.append(RowState(ids, params, budget, deliver, request.on_token,
+                                         request.resume_ids, request.cancel))
+                except Exception as exc:  # a setting torch refuses fails its request, never the worker
+                    deliver(Completion.failure(EngineErrorKind.BAD_RESPONSE,
+                                               f"cannot start the request: {type(exc).__name__}: {exc}"))
         return rows
 
     def _guard(self, rows: list, run: Callable[[list], None]) -> None:

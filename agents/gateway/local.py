@@ -98,9 +98,12 @@ class LocalBackend:
             seed = call_seed(forced.seed, call_index)
         else:
             seed = None if request.seed is None else request.seed + choice
-        return SamplingParams(max_new_tokens=limit, temperature=1.0 if temperature is None else temperature,
-                              top_p=1.0 if top_p is None else top_p, top_k=request.top_k, stop=request.stops,
-                              seed=seed, top_logprobs=request.top_logprobs or 0)
+        try:
+            return SamplingParams(max_new_tokens=limit, temperature=1.0 if temperature is None else temperature,
+                                  top_p=1.0 if top_p is None else top_p, top_k=request.top_k, stop=request.stops,
+                                  seed=seed, top_logprobs=request.top_logprobs or 0)
+        except ValueError as exc:  # NaN temperature, a seed past 64 bits...: the client's to fix
+            raise APIError(400, str(exc), code="invalid_value") from None
 
     def _plan(self, session: GatewaySession, request: ChatRequest) -> PromptPlan:
         return build_prompt(self.tokenizer, session, request.messages, request.tools if request.tools_active else None,

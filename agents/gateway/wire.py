@@ -26,6 +26,7 @@ from agents.openai_errors import (
     check_messages,
     check_streaming,
     check_tools,
+    refuse_unpaired_surrogates,
     refuse_unsupported,
 )
 from agents.openai_wire import stop_list
@@ -77,6 +78,7 @@ def check_request(request: ChatRequest, *, local: bool = True, top_logprobs: boo
     """Refuse what the gateway does not implement (each with the field it concerns). A request
     passed through to an upstream (``local=False``) may carry the media parts and tools the
     upstream takes; it judges them itself. ``top_logprobs``: the backend computes them."""
+    refuse_unpaired_surrogates(request.model_dump())
     check_messages(request.messages, text_only=local)
     supported = set(ChatRequest.model_fields) | set(HARMLESS_FIELDS)
     refuse_unsupported(request.model_extra or {}, harmless=HARMLESS_FIELDS, neutral=NEUTRAL_FIELDS,

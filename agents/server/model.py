@@ -9,7 +9,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from agents.engines import Completion, GenerationRequest, SamplingParams
-from agents.openai_errors import HARMLESS_FIELDS, NEUTRAL_FIELDS, APIError, check_streaming, refuse_unsupported
+from agents.openai_errors import (
+    HARMLESS_FIELDS,
+    NEUTRAL_FIELDS,
+    APIError,
+    check_streaming,
+    refuse_unpaired_surrogates,
+    refuse_unsupported,
+)
 from agents.openai_wire import flat_message, stop_list, usage
 from agents.toolcalls import render_prompt, supports_tools
 
@@ -35,6 +42,7 @@ class ServedModel:
             raise APIError(404, f"The model `{body.model}` does not exist. This server serves "
                                 f"{', '.join(f'`{n}`' for n in self.served_names)} (GET /v1/models).",
                            code="model_not_found", param="model")
+        refuse_unpaired_surrogates(body.model_dump())
         supported = set(declared.model_fields) | set(HARMLESS_FIELDS)
         refuse_unsupported(body.model_extra or {}, harmless=HARMLESS_FIELDS, neutral=NEUTRAL_FIELDS,
                            supported=supported)
