@@ -36,7 +36,8 @@ def _is_plain(value: Any) -> bool:
     """An integer, a letter or a constant (``\\pi``): what a question may mention and an answer be."""
     if not value.is_Atom:
         return False
-    return bool(value.is_Integer or not value.is_Number or (value.is_Float and value.is_finite and value == int(value)))
+    integral_float = value.is_Float and value.is_finite and float(value).is_integer()  # sympy: Float(13) != 13
+    return bool(value.is_Integer or not value.is_Number or integral_float)
 
 
 def _without_padding(expr: Any) -> Any:

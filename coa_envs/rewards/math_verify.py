@@ -38,7 +38,7 @@ from coa_envs.types import RewardResult, Task
 
 __all__ = ["VERSION", "MathVerifyReward", "answer_candidates", "build", "normalise_latex"]
 
-VERSION = 7  # bump when the scores this term gives change (reported in reward_details)
+VERSION = 8  # bump when the scores this term gives change (reported in reward_details)
 # 2: one final answer per reply (several distinct candidates are wrong, alternatives form a
 #    set); the string fallback only when math-verify cannot parse (no OR of two verdicts)
 # 3: a value offered in prose beside the answer ("Alternatively, 3") is a second answer
@@ -48,6 +48,8 @@ VERSION = 7  # bump when the scores this term gives change (reported in reward_d
 # 7: MATH/AIME answer forms (._math_forms): a false equation ("204 = 211"), an unfinished
 #    computation for an integer gold ("99\cdot99+99+1"), a decimal approximation of an exact gold;
 #    a decimal gold is compared to at least its own decimals (0.000067 is not .0000672)
+# 8: an integer written with a decimal point that the question mentions ("13.0") may be the answer,
+#    as an integer may (sympy's Float == int is False, so it read as the question's expression)
 
 _SPACE_RE = re.compile(r"\s+")
 _WRAPPERS = (r"\left", r"\right", r"\!", r"\,", r"\;", r"\displaystyle", "$")

@@ -74,3 +74,10 @@ def test_the_env_pays_nothing_for_the_echo():
 def test_the_audit_policy_that_boxes_the_questions_formula_earns_nothing():
     report = audit_env("coa/MATH500-v1", n_tasks=60, policies=["copy_question_expression"])
     assert report.results and not report.leaks, [(r.name, r.best_primary) for r in report.results]
+
+
+def test_an_integer_with_a_decimal_point_the_question_mentions_may_be_the_answer():
+    """math_verify v8: sympy's ``Float == int`` is always false, so ``13.0`` read as an expression."""
+    task = Task("t", "A rope is $13.0$ m long and is not cut. How long is it, in metres?", gold=("13",))
+    assert reward("\\boxed{13.0}", task).score == 1.0
+    assert reward("\\boxed{13}", task).score == 1.0
