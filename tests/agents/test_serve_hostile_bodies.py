@@ -43,12 +43,16 @@ def _still_answers(client) -> None:
     assert reply.choices[0].finish_reason in ("stop", "length")
 
 
+def _refused_then_answers(servers, match: str, **args) -> None:
+    for _name, _url, client in servers:
+        with pytest.raises(openai.BadRequestError, match=match):
+            client.chat.completions.create(model="tiny", messages=HI, max_tokens=2, **args)
+        _still_answers(client)
+
+
 @pytest.mark.parametrize("seed", [2**64, -(2**63) - 1])
 def test_a_seed_past_64_bits_is_a_400_and_the_engine_lives(servers, seed):
-    for _name, _url, client in servers:
-        with pytest.raises(openai.BadRequestError, match="seed"):
-            client.chat.completions.create(model="tiny", messages=HI, max_tokens=2, seed=seed)
-        _still_answers(client)
+    _refused_then_answers(servers, "seed", seed=seed)
 
 
 def test_the_largest_seed_with_n_choices(servers):
@@ -97,10 +101,7 @@ def test_a_surrogate_pair_is_one_character(servers):
 
 @pytest.mark.parametrize("stop", [["x"] * 100_000, ["x" * 100_000]])
 def test_stop_strings_are_bounded(servers, stop):
-    for _name, _url, client in servers:
-        with pytest.raises(openai.BadRequestError, match="stop"):
-            client.chat.completions.create(model="tiny", messages=HI, max_tokens=2, stop=stop)
-        _still_answers(client)
+    _refused_then_answers(servers, "stop", stop=stop)
 
 
 def test_a_request_the_engine_cannot_start_fails_alone(tiny_dir):
