@@ -65,16 +65,21 @@ def _read_done(fd: int, nonce: bytes, deadline: float, watch: CpuWatch) -> tuple
     return None
 
 
-def _drain(fd: int, into: bytearray, cap: int) -> None:
-    """What ``fd`` holds now (the cell's output written after a forged record), up to ``cap``."""
+def _drain(fd: int, into: bytearray, cap: int) -> bool:
+    """What ``fd`` holds now (the cell's output written after a forged record), up to ``cap``; False
+    when it holds more (processes the cell left running flood it: it was read for as long as they
+    kept it full, the worker's own CPU and the session's call spent on it)."""
     while select.select([fd], [], [], 0)[0]:
+        if len(into) >= cap:
+            return False
         try:
             data = os.read(fd, 1 << 16)
         except OSError:
-            return
+            return True
         if not data:
-            return
+            return True
         into += data[: max(0, cap - len(into))]
+    return True
 
 
 def _since(now: RunUsage, then: RunUsage) -> RunUsage:
@@ -122,7 +127,7 @@ def run_cell(worker: Worker, request: dict[str, Any]) -> dict[str, Any]:
         collected.wall_killed |= done is not None and time.monotonic() >= started + limits.wall_s
         outputs = {child.out_r: bytearray(collected.stdout), child.err_r: bytearray(collected.stderr)}
         for fd, kept in outputs.items():
-            _drain(fd, kept, hard_output_cap(limits))
+            collected.output_killed |= not _drain(fd, kept, hard_output_cap(limits))
         collected.stdout, collected.stderr = bytes(outputs[child.out_r]), bytes(outputs[child.err_r])
     usage = _since(cgroup.usage(), child.counted) if cgroup is not None and child.counted else None
     worker.session_cpu_spent += max(0.0, watch.used())  # before a dead child's figures are gone

@@ -220,3 +220,23 @@ def test_a_forged_cell_record_buys_no_time_past_the_wall_limit(pool):
         after = session.run("print(kept)")
         assert (after.status, after.stdout.splitlines()[-1:]) == (Status.OK, ["1"]), after
 
+
+
+def test_output_after_a_cells_record_is_read_up_to_the_cap_not_for_as_long_as_it_flows():
+    """The worker read what followed a cell's record for as long as the pipe held any: processes
+    the cell left running could keep it full (the worker spinning, the session's call running out)."""
+    import fcntl
+    import select
+
+    from sandbox._cells import _drain
+
+    read_end, write_end = os.pipe()
+    try:
+        fcntl.fcntl(write_end, 1031, 256 << 10)  # F_SETPIPE_SZ (any user, up to fs.pipe-max-size: 1 MB)
+        os.write(write_end, b"x" * (200 << 10))  # a flood, written in advance: more than one read takes
+        kept = bytearray()
+        assert _drain(read_end, kept, 4096) is False
+        assert len(kept) == 4096 and select.select([read_end], [], [], 0)[0]  # the rest was left unread
+    finally:
+        os.close(read_end)
+        os.close(write_end)
