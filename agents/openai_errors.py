@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = ["HARMLESS_FIELDS", "MESSAGE_ROLES", "NEUTRAL_FIELDS", "APIError", "check_messages", "check_prompt_fits",
-           "check_streaming", "check_tools", "error_body", "install_error_handlers", "refuse_unpaired_surrogates",
-           "refuse_unsupported"]
+           "check_streaming", "check_tools", "error_body", "install_error_handlers", "limit_body",
+           "refuse_unpaired_surrogates", "refuse_unsupported"]
 
 # Request fields that never change an answer: accepted and not acted on.
 HARMLESS_FIELDS: tuple[str, ...] = ("user", "metadata", "store", "service_tier", "safety_identifier",
@@ -62,6 +62,23 @@ def _location(loc: Iterable[Any]) -> str:
             continue
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text
+
+
+MAX_BODY_BYTES = 64 << 20  # a request body past this is a 413 before it is parsed
+
+
+def limit_body(app: Any, limit: int = MAX_BODY_BYTES) -> None:
+    """Refuse a request body over ``limit`` bytes with a 413 in OpenAI's shape before anything
+    reads it into memory or parses it (a client could otherwise send gigabytes of JSON)."""
+    import json
+
+    from coa_envs.service.guards import BodyLimit
+
+    def refusal(bytes_allowed: int) -> bytes:
+        return json.dumps(error_body(413, f"the request body is over this server's limit of {bytes_allowed} bytes",
+                                     code="request_too_large")).encode()
+
+    app.add_middleware(BodyLimit, limit=limit, refusal=refusal)
 
 
 def install_error_handlers(app: Any) -> None:

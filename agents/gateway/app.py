@@ -26,15 +26,15 @@ from typing import Any
 from agents.gateway.chat_routes import SESSION_HEADER, chat_routes
 from agents.gateway.core import Gateway
 from agents.gateway.session_routes import session_routes
-from agents.openai_errors import install_error_handlers
+from agents.openai_errors import MAX_BODY_BYTES, install_error_handlers, limit_body
 
 __all__ = ["SESSION_HEADER", "create_gateway_app"]
 
 
 def create_gateway_app(gateway: Gateway, *, public_url: str | None = None, close_on_shutdown: bool = True,
-                       blocking_threads: int = 64) -> Any:
+                       blocking_threads: int = 64, max_body_bytes: int = MAX_BODY_BYTES) -> Any:
     """A FastAPI app over ``gateway``; ``public_url`` is the base the session URLs are built on
-    (default: the URL each request came to).
+    (default: the URL each request came to). A request body over ``max_body_bytes`` is a 413.
 
     Blocking session work (env tools, opening env sessions, finishing, which waits for calls
     in flight) runs on the app's own ``blocking_threads`` threads: on asyncio's default
@@ -63,6 +63,7 @@ def create_gateway_app(gateway: Gateway, *, public_url: str | None = None, close
 
     app = FastAPI(title="coa gateway", version="1", lifespan=lifespan)
     install_error_handlers(app)
+    limit_body(app, max_body_bytes)
     app.state.gateway = gateway
 
     def base(request: Request) -> str:

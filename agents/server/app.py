@@ -7,14 +7,16 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from agents.engines import Engine
-from agents.openai_errors import APIError, install_error_handlers
+from agents.openai_errors import MAX_BODY_BYTES, APIError, install_error_handlers, limit_body
 
 __all__ = ["create_app", "serve_in_thread"]
 
 
-def create_app(engine: Engine, tokenizer: Any, model_name: str, aliases: tuple[str, ...] = ()) -> Any:
+def create_app(engine: Engine, tokenizer: Any, model_name: str, aliases: tuple[str, ...] = (), *,
+               max_body_bytes: int = MAX_BODY_BYTES) -> Any:
     """A FastAPI app serving ``engine`` as ``model_name`` (requests may also name it by one of
-    ``aliases``); ``tokenizer`` renders chat templates and tokens."""
+    ``aliases``); ``tokenizer`` renders chat templates and tokens. A request body over
+    ``max_body_bytes`` is a 413."""
     from fastapi import FastAPI, Request
 
     from agents.engines.batching import BatchingEngine
@@ -36,6 +38,7 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, aliases: tuple[s
     app = FastAPI(title="coa serve", version="1", lifespan=lifespan)
     app.state.engine = batcher
     install_error_handlers(app)
+    limit_body(app, max_body_bytes)
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:

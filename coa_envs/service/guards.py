@@ -24,10 +24,12 @@ def authorized(headers: Mapping[str, str], token: str | None) -> bool:
 
 
 class BodyLimit:
-    """ASGI middleware: a request body over ``limit`` bytes gets 413 before anything parses it."""
+    """ASGI middleware: a request body over ``limit`` bytes gets 413 before anything parses it.
+    ``refusal(limit)`` is the 413's JSON body (default: this service's error shape; the OpenAI
+    servers pass theirs)."""
 
-    def __init__(self, app: Any, limit: int):
-        self.app, self.limit = app, limit
+    def __init__(self, app: Any, limit: int, refusal: Callable[[int], bytes] | None = None):
+        self.app, self.limit, self.refusal = app, limit, refusal
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -63,8 +65,11 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def _refuse(self, send: Callable) -> None:
-        error = ServiceError(ErrorCode.TOO_LARGE, f"the request body is over the server's limit of {self.limit} bytes")
-        payload = dumps(error.body()).encode()
+        if self.refusal is not None:
+            payload = self.refusal(self.limit)
+        else:
+            message = f"the request body is over the server's limit of {self.limit} bytes"
+            payload = dumps(ServiceError(ErrorCode.TOO_LARGE, message).body()).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
         await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": payload})

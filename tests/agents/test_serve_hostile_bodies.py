@@ -120,3 +120,28 @@ def test_a_request_the_engine_cannot_start_fails_alone(tiny_dir):
         assert fine.result(timeout=60).finish_reason in ("length", "eos", "stop")
     finally:
         engine.close()
+
+
+def test_a_body_over_the_limit_is_a_413_before_it_is_read(tiny_dir):
+    """Both servers refuse a body past ``max_body_bytes`` (64 MiB by default) in OpenAI's shape,
+    declared or sent chunked; a 200 MB body was read, parsed and answered."""
+    from agents.engines.hf import HFEngine
+    from agents.gateway.app import create_gateway_app
+    from agents.gateway.core import Gateway
+    from agents.gateway.local import LocalBackend
+    from agents.server import create_app, serve_in_thread
+    from coa_envs.service.running import serve_in_thread as serve_app
+
+    engine = HFEngine(str(tiny_dir))
+    gateway = Gateway(LocalBackend(HFEngine(str(tiny_dir))), "tiny")
+    with serve_in_thread(create_app(engine, engine.tokenizer, "tiny", max_body_bytes=4096)) as serve_url, \
+            serve_app(create_gateway_app(gateway, max_body_bytes=4096)) as gateway_url:
+        for url in (serve_url, f"{gateway_url}/v1"):
+            client = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=60)
+            with pytest.raises(openai.APIStatusError) as raised:
+                client.chat.completions.create(model="tiny", messages=HI, max_tokens=2, user="u" * 5000)
+            assert raised.value.status_code == 413 and "limit of 4096 bytes" in raised.value.message
+            chunked = httpx.post(f"{url}/chat/completions", content=iter([b'{"messages": "', b"x" * 5000, b'"}']),
+                                 headers={"content-type": "application/json"}, timeout=60)
+            assert chunked.status_code == 413 and chunked.json()["error"]["code"] == "request_too_large"
+            _still_answers(client)
