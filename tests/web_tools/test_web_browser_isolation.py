@@ -181,3 +181,30 @@ def test_a_page_that_never_yields_times_out_and_the_next_render_works(engine, si
         after = tool.run(site.url("/article.html"), CTX)
     assert busy.error_kind == ErrorKind.TOOL_TIMEOUT and busy.details["transient"] is True, busy.text
     assert after.ok and ARTICLE_FACT in after.text, after.text
+
+
+_SW_SCRIPT = b"""self.addEventListener("install", () => self.skipWaiting());
+self.addEventListener("activate", event => event.waitUntil(self.clients.claim()));
+self.addEventListener("fetch", event => {
+  if (new URL(event.request.url).pathname === "/page/7")
+    event.respondWith(new Response("<html><body><p>INTERCEPTED by an earlier render's worker</p></body></html>",
+                                   {headers: {"Content-Type": "text/html"}}));
+});"""
+_SW_PAGE = b"""<html><head><title>Worker</title></head><body><article><h1>Worker page</h1><p id="state">This page
+installs a service worker that answers for another page of the site.</p></article>
+<iframe src="/slow?s=1.5"></iframe><script>
+if (navigator.serviceWorker) navigator.serviceWorker.register("/sw.js", {scope: "/"}).then(() =>
+  navigator.serviceWorker.ready).then(() => document.getElementById("state").textContent = "Worker active.")
+  .catch(e => document.getElementById("state").textContent = "Worker refused: " + e);
+</script></body></html>"""
+
+
+def test_a_service_worker_does_not_outlive_its_render(crawl) -> None:
+    """Selenium let a page's service worker stay registered in the shared profile, answering later
+    renders' requests for its scope (another episode's page showed what the worker chose)."""
+    pages = {"/sw.html": ("text/html", _SW_PAGE), "/sw.js": ("text/javascript", _SW_SCRIPT)}
+    with serve_test_site(extra_pages=pages) as host:
+        crawl.run(host.url("/sw.html"), CTX)
+        later = crawl.run(host.url("/page/7"), CTX)
+    assert later.ok and "magic number of this page is 49." in later.text, later.text
+    assert "INTERCEPTED" not in later.text
