@@ -15,9 +15,10 @@ from typing import Any, Protocol
 from coa_envs.types import ErrorKind
 from coa_envs.web.proxy import BLOCKED_MARKER, UNREACHABLE_MARKER
 
-__all__ = ["CHROMEDRIVER_CANDIDATES", "CHROMIUM_CANDIDATES", "CHROMIUM_FLAGS", "DOM_HTML_JS", "NAVIGATION_STATUS_JS",
+__all__ = ["CHROMEDRIVER_CANDIDATES", "CHROMIUM_CANDIDATES", "CHROMIUM_FLAGS", "DOM_HTML_JS", "ERROR_PAGE_JS",
+           "NAVIGATION_STATUS_JS",
            "BrowserError", "BrowserSession", "RenderedPage", "close_quietly", "find_chromedriver", "find_chromium",
-           "raise_if_proxy_answered"]
+           "raise_if_error_page", "raise_if_proxy_answered"]
 
 CHROMIUM_CANDIDATES = ("/usr/lib/chromium/chromium", "/usr/bin/chromium", "/usr/bin/chromium-browser",
                        "/usr/bin/google-chrome")
@@ -39,6 +40,11 @@ CHROMIUM_FLAGS = (
 # The DOM as HTML, cut in the page: a script can build a DOM of hundreds of MB for free, and the
 # whole of it crossed into this process (and the driver) before the size cap applied.
 DOM_HTML_JS = "const root = document.documentElement; return root ? root.outerHTML.slice(0, {n}) : '';"
+# Chromium shows a failed navigation (an unsafe redirect, a certificate error) as a page of its own
+# at chrome-error://chromewebdata/; it is no page of the site. The error code, or "" for a real page.
+ERROR_PAGE_JS = ("if (!document.URL.startsWith('chrome-error:')) return '';"
+                 "const code = document.querySelector('.error-code');"
+                 "return (code && code.textContent.trim()) || 'the browser showed an error page';")
 NAVIGATION_STATUS_JS = (
     "const entry = performance.getEntriesByType('navigation')[0];"
     "return entry && entry.responseStatus ? entry.responseStatus : 0;"
@@ -85,6 +91,13 @@ class BrowserSession(Protocol):
     def render(self, url: str) -> RenderedPage: ...
     def healthy(self) -> bool: ...
     def close(self) -> None: ...
+
+
+def raise_if_error_page(url: str, error_code: object) -> None:
+    """The render ended on Chromium's own error page (see :data:`ERROR_PAGE_JS`)."""
+    if error_code:
+        code = str(error_code).strip()
+        raise BrowserError(f"browser could not load {url}: {'net::' if code.startswith('ERR_') else ''}{code}")
 
 
 def raise_if_proxy_answered(url: str, blocked: object, unreachable: object) -> None:

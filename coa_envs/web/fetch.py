@@ -303,6 +303,9 @@ class HttpFetcher:
         except httpx.HTTPError as exc:
             message = f"could not fetch {url}: {type(exc).__name__}: {exc}"
             return FetchFailure(url, ErrorKind.TOOL_ERROR, message, transient=True)
+        except httpx.InvalidURL as exc:  # httpx parses a redirect's Location before returning the response
+            message = f"could not fetch {url}: invalid URL or redirect target ({exc})"
+            return FetchFailure(url, ErrorKind.TOOL_ERROR, message)
         except (ValueError, UnicodeError) as exc:  # malformed URLs that slipped past urlsplit
             return FetchFailure(url, ErrorKind.TOOL_ERROR, f"could not fetch {url}: {exc}")
         except RuntimeError as exc:  # client closed while a thread was still using it

@@ -12,7 +12,15 @@ import contextlib
 from typing import Any
 
 from coa_envs.types import ErrorKind
-from coa_envs.web.chromium import CHROMIUM_FLAGS, DOM_HTML_JS, BrowserError, RenderedPage, raise_if_proxy_answered
+from coa_envs.web.chromium import (
+    CHROMIUM_FLAGS,
+    DOM_HTML_JS,
+    ERROR_PAGE_JS,
+    BrowserError,
+    RenderedPage,
+    raise_if_error_page,
+    raise_if_proxy_answered,
+)
 from coa_envs.web.fetch import DEFAULT_USER_AGENT
 from coa_envs.web.proxy import BLOCKED_HEADER, UNREACHABLE_HEADER
 
@@ -69,6 +77,7 @@ class PlaywrightSession:
                     await page.wait_for_load_state("networkidle", timeout=self._settle_ms)
             html = str(await page.evaluate(self._html_js))
             content_type = str(await page.evaluate("document.contentType") or "text/html")
+            raise_if_error_page(url, await page.evaluate("() => { " + ERROR_PAGE_JS + " }"))
             # A meta refresh or script may have navigated on: judge the document now shown.
             final = self._last_navigation or response
             if final is not None:

@@ -12,9 +12,11 @@ from coa_envs.types import ErrorKind
 from coa_envs.web.chromium import (
     CHROMIUM_FLAGS,
     DOM_HTML_JS,
+    ERROR_PAGE_JS,
     NAVIGATION_STATUS_JS,
     BrowserError,
     RenderedPage,
+    raise_if_error_page,
     raise_if_proxy_answered,
 )
 from coa_envs.web.fetch import DEFAULT_USER_AGENT
@@ -110,6 +112,7 @@ class SeleniumSession:
                 content_type = str(self._driver.execute_script("return document.contentType;") or "text/html")
                 # WebDriver has no status codes; Chromium's Navigation Timing entry has (0 = none, e.g. an error page).
                 status = self._driver.execute_script(NAVIGATION_STATUS_JS)
+                raise_if_error_page(self._driver.current_url, self._driver.execute_script(ERROR_PAGE_JS))
                 return html, self._driver.current_url, content_type, status
             except UnexpectedAlertPresentException:
                 if attempt == _READ_ATTEMPTS - 1:

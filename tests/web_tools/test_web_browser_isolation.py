@@ -208,3 +208,18 @@ def test_a_service_worker_does_not_outlive_its_render(crawl) -> None:
         later = crawl.run(host.url("/page/7"), CTX)
     assert later.ok and "magic number of this page is 49." in later.text, later.text
     assert "INTERCEPTED" not in later.text
+
+
+@pytest.mark.parametrize("how", ["redirect", "script"])
+def test_chromiums_own_error_page_is_a_failed_render_not_the_page(crawl, site, how) -> None:
+    """A navigation Chromium refuses (here a redirect to a data: URL) ends on its own error page at
+    chrome-error://chromewebdata/; Selenium (and Playwright, after a navigation by script) returned that
+    page as the site's text ("This site can't be reached")."""
+    unsafe = "/to?u=data%3Atext/html%2C%3Cp%3Einline%3C/p%3E"
+    page = ('<html><head><title>Mover</title></head><body><article><h1>Mover</h1><p>This page moves on by '
+            f'script to an address the browser refuses to open.</p></article><script>setTimeout(() => '
+            f'location.href = "{unsafe}", 30);</script></body></html>')
+    with serve_test_site(extra_pages={"/mover.html": ("text/html", page.encode())}) as host:
+        result = crawl.run(host.url(unsafe if how == "redirect" else "/mover.html"), CTX)
+    assert result.error_kind == ErrorKind.TOOL_ERROR, result.text
+    assert "ERR_UNSAFE_REDIRECT" in result.text and "can’t be reached" not in result.text, result.text

@@ -285,3 +285,20 @@ def test_cookies_live_for_one_fetch_only() -> None:
     assert "Cookie header: [None]" in later.text, later.text
     assert "Cookie header: [stash=answer42]" in chained.text, chained.text
     assert "Cookie header: [None]" in after_chain.text, after_chain.text
+
+
+@pytest.mark.parametrize("location", ["javascript:alert(1)", "http://[::1", "http://exa mple.org/"])
+def test_a_redirect_to_an_unparseable_target_is_an_observation(site, location) -> None:
+    """httpx parses a redirect's Location while it sends the request: HttpFetcher.fetch raised
+    InvalidURL for 'javascript:alert(1)' (crawl_page showed 'crawler error: InvalidURL')."""
+    from urllib.parse import quote
+
+    from coa_envs.web.fetch import FetchFailure, HttpFetcher
+    from coa_envs.web.ssrf import UrlGuard, literal_only_resolver
+
+    fetcher = HttpFetcher(UrlGuard(["127.0.0.1"], resolver=literal_only_resolver), timeout_s=5)
+    try:
+        outcome = fetcher.fetch(site.url("/to?u=" + quote(location)))
+    finally:
+        fetcher.close()
+    assert isinstance(outcome, FetchFailure) and outcome.kind in (ErrorKind.TOOL_ERROR, ErrorKind.BLOCKED_URL)
