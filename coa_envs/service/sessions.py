@@ -307,8 +307,11 @@ class SessionManager:
                                         or not isinstance(options["task_index"], int)):
             raise ServiceError(ErrorCode.VALIDATION_ERROR, "task_index must be an integer")
         episode_id = data.get("episode_id")
-        if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > 255):
-            raise ServiceError(ErrorCode.VALIDATION_ERROR, "episode_id must be a string of at most 255 characters")
+        if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > 255
+                                       or not _encodable(episode_id)):
+            # a lone surrogate ("\ud800" in JSON) was kept, and every later state reply failed (500)
+            raise ServiceError(ErrorCode.VALIDATION_ERROR, "episode_id must be a string of at most 255 characters "
+                                                           "of valid Unicode")
         async with self._busy(session):
             try:
                 observation, info = await self._run(lambda: session.env.reset(seed=seed, options=options))
@@ -357,6 +360,15 @@ class SessionManager:
 
     def _busy(self, session: Session) -> _BusySession:
         return _BusySession(session)
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` is valid Unicode (no lone surrogate), so a JSON reply can carry it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class _BusySession:
