@@ -98,3 +98,11 @@ def test_shipped_integer_golds_pay_written_and_refuse_unfinished(dataset):
         assert reward(f"\\boxed{{{task.gold[0]}}}", task).score == 1.0, task.task_id
         assert reward(f"The final answer is ${value}$.", task).score == 1.0, task.task_id
         assert reward(f"\\boxed{{{value - 1} + 1}}", task).score == 0.0, task.task_id
+
+
+@pytest.mark.parametrize("env_id", ["coa/AIME25-v1", "coa/AMC23-v1"])
+def test_the_audit_policies_for_these_forms_earn_nothing(env_id):
+    from coa_envs.audit import audit_env
+
+    report = audit_env(env_id, n_tasks=40, policies=["copy_question_arithmetic", "hedge_false_equation"])
+    assert len(report.results) == 2 and not report.leaks, [(r.name, r.best_primary) for r in report.results]
