@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.gateway.core import Gateway
-from agents.openai_errors import APIError
+from agents.openai_errors import APIError, refuse_unpaired_surrogates
 
 __all__ = ["FinishBody", "OpenBody", "ToolBody", "session_routes"]
 
@@ -55,6 +55,7 @@ def session_routes(gateway: Gateway, base: Callable[[Any], str], blocking: Calla
 
     @router.post("/sessions")
     async def open_session(body: OpenBody, request: Request) -> Any:
+        refuse_unpaired_surrogates(body.model_dump())
         session = await blocking(
             gateway.open_session, session_id=body.session_id, env_id=body.env_id, task_id=body.task_id,
             task_index=body.task_index, env_kwargs=body.env_kwargs, seed=body.seed,
@@ -73,6 +74,7 @@ def session_routes(gateway: Gateway, base: Callable[[Any], str], blocking: Calla
     async def call_tool(sid: str, name: str, body: ToolBody) -> dict[str, Any]:
         from agents.gateway.envtask import ToolCallError
 
+        refuse_unpaired_surrogates(body.model_dump())
         session = gateway.session(sid)
         session.check_open()
         if session.task is None:
@@ -85,6 +87,7 @@ def session_routes(gateway: Gateway, base: Callable[[Any], str], blocking: Calla
 
     @router.post("/sessions/{sid}/finish")
     async def finish(sid: str, body: FinishBody) -> dict[str, Any]:
+        refuse_unpaired_surrogates(body.model_dump())  # kept, it failed the session's JSON (500s, its JSONL line)
         session = gateway.session(sid)
         trajectories = await blocking(gateway.finish, session, answer=body.answer, reward=body.reward,
                                                failed=body.error)

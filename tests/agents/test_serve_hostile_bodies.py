@@ -145,3 +145,29 @@ def test_a_body_over_the_limit_is_a_413_before_it_is_read(tiny_dir):
                                  headers={"content-type": "application/json"}, timeout=60)
             assert chunked.status_code == 413 and chunked.json()["error"]["code"] == "request_too_large"
             _still_answers(client)
+
+
+def test_gateway_session_bodies_with_a_lone_surrogate_are_refused(tiny_dir, tmp_path):
+    """Metadata, a finish's answer or error, a tool's arguments: each is a 400 naming the field.
+    Kept, they failed the session's finish and its trajectories with 500s."""
+    from agents.engines.hf import HFEngine
+    from tests.agents.gateway.conftest import served_gateway
+
+    engine = HFEngine(str(tiny_dir))
+    with served_gateway(engine, engine.tokenizer, "tiny", out=tmp_path / "t.jsonl",
+                        allow_client_reward=True) as (url, _gateway), httpx.Client(base_url=url, timeout=60) as http:
+        def post(path: str, body: bytes) -> httpx.Response:
+            return http.post(path, content=body, headers={"content-type": "application/json"})
+
+        refused = post("/sessions", b'{"session_id": "a", "metadata": {"k": "\\ud800"}}')
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "metadata.k"
+        assert post("/sessions", b'{"session_id": "a"}').status_code == 201
+        for body, param in ((b'{"answer": "\\ud800", "reward": 1}', "answer"), (b'{"error": "x\\udc00"}', "error")):
+            reply = post("/sessions/a/finish", body)
+            assert reply.status_code == 400 and reply.json()["error"]["param"] == param
+        tool = post("/sessions/a/tools/code", b'{"arguments": {"code": "\\ud800"}}')
+        assert tool.status_code == 400 and tool.json()["error"]["param"] == "arguments.code"
+        finished = post("/sessions/a/finish", b'{"answer": "ok \\ud83d\\ude00", "reward": 1}')
+        assert finished.status_code == 200 and finished.json()["reward"] == 1.0
+        assert http.get("/sessions/a/trajectories").status_code == 200
+    assert "ok \U0001f600" in (tmp_path / "t.jsonl").read_text(encoding="utf-8")
