@@ -15,6 +15,7 @@ _WEB = FIXTURES / "web_envs" / "fixtures"  # invented tasks in each benchmark's 
 _CODE = FIXTURES / "sandbox" / "fixtures" / "livecodebench_oracle.jsonl"  # official jsonl format
 MAKE_KWARGS: dict[str, dict] = {
     "coa/GAIA-v1": {"data_path": str(_WEB / "gaia")},
+    "coa/GAIA-v0": {"data_path": str(_WEB / "gaia")},
     "coa/BrowseComp-v1": {"data_path": str(_WEB / "browse_comp_test_set.csv")},
     "coa/HLE-v1": {"data_path": str(_WEB / "hle")},
     # No reference solutions ship with LiveCodeBench: four of its problems with our own.

@@ -28,4 +28,29 @@ def test_an_id_names_every_changed_term_it_carries(env_id):
 
 
 def test_gaia_carries_its_scorer_change_in_a_bumped_id():
-    assert "coa/GAIA-v1" in ids() and "coa/GAIA-v0" not in ids()
+    assert "coa/GAIA-v1" in ids()
+
+
+def test_gaia_v0_still_makes_the_same_env_and_says_it_is_out_of_date():
+    """``gym.make("coa/GAIA-v0")`` is the call the project's users write (the README and the
+    CoA docs name it): removing the id broke it with DeprecatedEnv. It is kept for one minor
+    release with v1's scorer (a scorer that paid any non-number against an infinite gold is
+    not worth keeping) and Gymnasium's out-of-date warning naming v1."""
+    import gymnasium as gym
+
+    from tests.env_fixtures import MAKE_KWARGS
+
+    kwargs = MAKE_KWARGS["coa/GAIA-v1"]
+    with pytest.warns(DeprecationWarning, match="GAIA-v0 is out of date"):
+        old = gym.make("coa/GAIA-v0", **kwargs)
+    new = gym.make("coa/GAIA-v1", **kwargs)
+    try:
+        old_item, new_item = entry("coa/GAIA-v0"), entry("coa/GAIA-v1")
+        for key in ("family", "tasks", "tools", "reward", "prompt", "max_turns"):
+            assert old_item[key] == new_item[key], key
+        first_old, _ = old.reset(seed=0)
+        first_new, _ = new.reset(seed=0)
+        assert first_old == first_new
+    finally:
+        old.close()
+        new.close()
