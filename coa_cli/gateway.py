@@ -88,6 +88,9 @@ def gateway_command(
     env: list[str] = typer.Option(None, "--env", help="Env ids sessions may play (repeatable; default: all)."),
     env_option: list[str] = ENV_OPTION,
     public_url: str | None = typer.Option(None, help="Base of the session URLs handed out (behind a proxy)."),
+    admin_token: str | None = typer.Option(None, envvar="COA_GATEWAY_ADMIN_TOKEN", show_default=False,
+                                           help="GET /sessions (every live session's id) needs this bearer token "
+                                                "(set $COA_GATEWAY_ADMIN_TOKEN; unset: anyone may list)."),
     device: str = typer.Option("cpu", help="hf engine: cpu | cuda | cuda:N"),
     dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16 | auto"),
     max_batch_size: int = typer.Option(32, help="Rows per forward pass (hf)."),
@@ -112,7 +115,7 @@ def gateway_command(
     gateway = Gateway(backend, name, reward_fn=reward_fn, out=out, allow_client_reward=client_rewards,
                       env_overrides=env_options(env_option), env_ids=list(env) if env else None,
                       accept_any_model=accept_any_model)
-    app = create_gateway_app(gateway, public_url=public_url)
+    app = create_gateway_app(gateway, public_url=public_url, admin_token=admin_token)
 
     def ready(url: str) -> None:
         typer.echo(f"coa gateway: {name} at {url}/v1 (one session: {url}/sessions/ID/v1, or header "

@@ -11,7 +11,8 @@ Routes (``{sid}`` is a session id):
   ``base_url``, the question, the env's prompt messages and its tools;
 * ``POST /sessions/{sid}/tools/{name}`` ``{"arguments": {...}}`` runs an env tool;
 * ``POST /sessions/{sid}/finish`` ``{answer, reward, error}`` scores and closes it;
-* ``GET /sessions``, ``GET /sessions/{sid}``, ``GET /sessions/{sid}/trajectories``.
+* ``GET /sessions`` (with an admin token set, only with ``Authorization: Bearer <token>``),
+  ``GET /sessions/{sid}``, ``GET /sessions/{sid}/trajectories``.
 
 A session named in a URL or header that does not exist yet is opened on first use (not
 for env tasks, which need ``POST /sessions``). Errors use OpenAI's schema everywhere.
@@ -32,9 +33,11 @@ __all__ = ["SESSION_HEADER", "create_gateway_app"]
 
 
 def create_gateway_app(gateway: Gateway, *, public_url: str | None = None, close_on_shutdown: bool = True,
-                       blocking_threads: int = 64, max_body_bytes: int = MAX_BODY_BYTES) -> Any:
+                       blocking_threads: int = 64, max_body_bytes: int = MAX_BODY_BYTES,
+                       admin_token: str | None = None) -> Any:
     """A FastAPI app over ``gateway``; ``public_url`` is the base the session URLs are built on
     (default: the URL each request came to). A request body over ``max_body_bytes`` is a 413.
+    With ``admin_token``, ``GET /sessions`` (every live session's id) needs it as a bearer token.
 
     Blocking session work (env tools, opening env sessions, finishing, which waits for calls
     in flight) runs on the app's own ``blocking_threads`` threads: on asyncio's default
@@ -92,5 +95,5 @@ def create_gateway_app(gateway: Gateway, *, public_url: str | None = None, close
         return models_body()["data"][0]
 
     app.include_router(chat_routes(gateway, blocking))
-    app.include_router(session_routes(gateway, base, blocking))
+    app.include_router(session_routes(gateway, base, blocking, admin_token))
     return app

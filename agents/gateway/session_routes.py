@@ -45,13 +45,30 @@ class FinishBody(BaseModel):
     error: str | None = None
 
 
-def session_routes(gateway: Gateway, base: Callable[[Any], str], blocking: Callable[..., Awaitable[Any]]) -> Any:
+def session_routes(gateway: Gateway, base: Callable[[Any], str], blocking: Callable[..., Awaitable[Any]],
+                   admin_token: str | None = None) -> Any:
     """An ``APIRouter`` with the sessions API over ``gateway``; ``base(request)`` is the URL
-    the session URLs are built on; ``blocking(fn, ...)`` runs blocking work off the event loop."""
+    the session URLs are built on; ``blocking(fn, ...)`` runs blocking work off the event loop.
+
+    A session's id (122 random bits unless the client chose it) is what lets a caller use it,
+    so the one route that hands out other sessions' ids, ``GET /sessions``, needs
+    ``Authorization: Bearer <admin_token>`` when an ``admin_token`` is set: in an RL group the
+    agents play the same task at once, and one that could list its siblings could read the
+    answer a finished sibling was paid for, or finish a sibling with a wrong one."""
+    import secrets
+
     from fastapi import APIRouter, Request
     from fastapi.responses import JSONResponse
 
     router = APIRouter()
+
+    def check_admin(request: Request) -> None:
+        if admin_token is None:
+            return
+        given = request.headers.get("authorization", "")
+        if not secrets.compare_digest(given.encode(), f"Bearer {admin_token}".encode()):
+            raise APIError(401, "listing sessions needs the gateway's admin token (Authorization: Bearer "
+                                "<token>); a session's own routes need only its id", code="invalid_api_key")
 
     @router.post("/sessions")
     async def open_session(body: OpenBody, request: Request) -> Any:
@@ -63,7 +80,8 @@ def session_routes(gateway: Gateway, base: Callable[[Any], str], blocking: Calla
         return JSONResponse(gateway.describe_session(session, base(request)), status_code=201)
 
     @router.get("/sessions")
-    def list_sessions() -> dict[str, Any]:
+    def list_sessions(request: Request) -> dict[str, Any]:
+        check_admin(request)
         return {"object": "list", "data": [s.describe() for s in gateway.store.live()]}
 
     @router.get("/sessions/{sid}")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import queue
+import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
@@ -63,8 +64,10 @@ class ExternalRollouts:
         # Finished sessions are in the output file: keep few in memory (each holds its token ids).
         self.gateway = Gateway(backend, MODEL_NAME, out=out, keep_finished=rollout.episodes_in_flight)
         self._stack = contextlib.ExitStack()
-        self.url = self._stack.enter_context(serve_in_thread(create_gateway_app(self.gateway,
-                                                                                close_on_shutdown=False)))
+        # The agents of a group play one task at once: none may list the others' sessions (and so
+        # read a finished sibling's paid answer, or finish it). The loop needs no listing itself.
+        app = create_gateway_app(self.gateway, close_on_shutdown=False, admin_token=secrets.token_urlsafe(32))
+        self.url = self._stack.enter_context(serve_in_thread(app))
         self._pool = ThreadPoolExecutor(max_workers=rollout.episodes_in_flight,
                                         thread_name_prefix=f"rollout{worker.worker_index}-agent")
 

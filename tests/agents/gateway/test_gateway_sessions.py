@@ -210,3 +210,27 @@ def test_finishes_waiting_for_their_calls_leave_other_sessions_served(tiny_token
         assert (opened.status_code, finished.status_code) == (201, 200)
         assert [c.result().status_code for c in calls] == [200] * 8
         assert [f.result().json()["segments"] for f in finishes] == [1] * 8
+
+
+def test_listing_sessions_needs_the_admin_token_when_one_is_set(engine, tiny_tokenizer):
+    """An agent knows its own session's id from its base URL; with an admin token it cannot list
+    the others (an RL group's siblings play its task: a finished one's outcome holds the answer
+    it was paid for). Its own session's routes still need only the id."""
+    from agents.gateway.app import create_gateway_app
+    from agents.gateway.core import Gateway
+    from agents.gateway.local import LocalBackend
+    from coa_envs.service.running import serve_in_thread
+
+    gateway = Gateway(LocalBackend(engine, tiny_tokenizer), "tiny")
+    with serve_in_thread(create_gateway_app(gateway, admin_token="s3cret")) as url:
+        mine = httpx.post(f"{url}/sessions", json={}).json()["session_id"]
+        sibling = httpx.post(f"{url}/sessions", json={}).json()["session_id"]
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+            refused = httpx.get(f"{url}/sessions", headers=headers)
+            assert refused.status_code == 401 and sibling not in refused.text, refused.text
+            assert refused.json()["error"]["code"] == "invalid_api_key"
+        listed = httpx.get(f"{url}/sessions", headers={"Authorization": "Bearer s3cret"}).json()
+        assert {s["session_id"] for s in listed["data"]} == {mine, sibling}
+        assert httpx.get(f"{url}/sessions/{mine}").json()["session_id"] == mine
+        assert httpx.post(f"{url}/sessions/{mine}/finish", json={"answer": "x"}).status_code == 200
+

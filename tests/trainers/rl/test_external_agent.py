@@ -66,6 +66,31 @@ def test_rl_trains_the_openai_react_example_through_the_gateway(tmp_path):
     assert all(len(row["info"]["gateway"]["calls"]) >= 2 for row in rows)
 
 
+def snooping_agent(task, record: str, **_: object) -> str:
+    """An agent program that looks for its group's siblings before it answers (``record``: a
+    file it appends what it saw to: the loop loads this file as a module of its own)."""
+    import httpx
+
+    listed = httpx.get(f"{task.gateway_url}/sessions")
+    with open(record, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps([listed.status_code, listed.text]) + "\n")
+    return "a guess"
+
+
+def test_an_agent_in_the_rl_loop_cannot_list_its_siblings_sessions(tmp_path):
+    """The group's agents play one task at once through one gateway: listing the sessions would
+    show the siblings' ids, and a finished sibling's outcome holds the answer it was paid for
+    (the loop serves the gateway with an admin token no agent holds)."""
+    record = tmp_path / "snooped.jsonl"
+    config = _train("react", tmp_path / "snoop", **{
+        "rollout.agent": f"{Path(__file__)}:snooping_agent", "rollout.agent_kwargs": f"{{record: '{record}'}}",
+        "algorithm.total_steps": 1, "algorithm.prompts_per_step": 1, "algorithm.group_size": 2,
+        "algorithm.minibatch_size": 2, "resources.micro_batch_size": 2})
+    snooped = [json.loads(line) for line in record.read_text().splitlines()]
+    assert len(snooped) >= config.algorithm.group_size
+    assert all(status == 401 and "sess-" not in text for status, text in snooped), snooped
+
+
 def test_rl_trains_the_smolagents_example_through_the_gateway(tmp_path):
     config = _train("smolagents", tmp_path / "smol", **{
         "algorithm.total_steps": 1, "algorithm.prompts_per_step": 1, "algorithm.group_size": 2,
