@@ -56,6 +56,6 @@ def test_bad_entries_are_config_errors(raw, message):
 
 def test_unknown_env_ids_name_the_closest_registered_ones():
     with pytest.raises(ConfigError, match=r"unknown env id 'coa/SynthHop-v9' \(did you mean "
-                                          r"'coa/SynthHop-v0'\?\)"):
+                                          r"'coa/SynthHop-v1'\?\)"):
         check_env_ids(_entries(("coa/SynthHop-v9", 1)), "envs")
     check_env_ids(_entries(("coa/SynthHop-v0", 1), ("coa/MATH500-v1", 1)), "envs")
