@@ -55,18 +55,15 @@ def session_routes(gateway: Gateway, base: Callable[[Any], str], blocking: Calla
     ``Authorization: Bearer <admin_token>`` when an ``admin_token`` is set: in an RL group the
     agents play the same task at once, and one that could list its siblings could read the
     answer a finished sibling was paid for, or finish a sibling with a wrong one."""
-    import secrets
-
     from fastapi import APIRouter, Request
     from fastapi.responses import JSONResponse
+
+    from coa_envs.service.guards import authorized
 
     router = APIRouter()
 
     def check_admin(request: Request) -> None:
-        if admin_token is None:
-            return
-        given = request.headers.get("authorization", "")
-        if not secrets.compare_digest(given.encode(), f"Bearer {admin_token}".encode()):
+        if not authorized(request.headers, admin_token):
             raise APIError(401, "listing sessions needs the gateway's admin token (Authorization: Bearer "
                                 "<token>); a session's own routes need only its id", code="invalid_api_key")
 
