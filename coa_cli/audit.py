@@ -37,7 +37,7 @@ def _print(report: dict) -> None:
 
 
 def audit_reward_command(
-    env_id: str = typer.Argument(..., help="A registered id, e.g. coa/SynthHop-v0"),
+    env_id: str = typer.Argument(..., help="A registered id, e.g. coa/SynthHop-v1"),
     n: int = typer.Option(5, help="Tasks to play each policy on (the first N of the split)."),
     policy: list[str] = typer.Option(None, "--policy", "-p", help="Only these policies (repeatable)."),
     split: str = typer.Option("test", help="test | train | all: which tasks (see `coa list`)."),

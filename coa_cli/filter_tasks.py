@@ -81,7 +81,7 @@ def _print_bands(title: str, counts: dict[str, int], histogram: dict[int, int], 
 
 @flag_errors
 def filter_tasks_command(
-    env_id: str = typer.Argument(..., help="A registered id, e.g. coa/SynthHop-v0"),
+    env_id: str = typer.Argument(..., help="A registered id, e.g. coa/SynthHop-v1"),
     model: str | None = shared.MODEL,
     samples: int = typer.Option(8, "--samples", "-k", help="Samples per task (K)."),
     keep: str = typer.Option("0.1-0.9", help="Pass-rate band to keep, LOW-HIGH (inclusive)."),

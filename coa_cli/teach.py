@@ -64,7 +64,7 @@ def _teacher_summary(trajectories: list[Any]) -> dict[str, Any]:
 
 
 def teach_command(
-    env_id: str = typer.Argument(..., help="Registered env id, e.g. coa/SynthHop-v0."),
+    env_id: str = typer.Argument(..., help="Registered env id, e.g. coa/SynthHop-v1."),
     system: Path = typer.Option(..., "--system", exists=True, dir_okay=False,
                                 help="Teacher system YAML (see examples/teacher_*.yaml)."),
     n: int = typer.Option(20, help="Number of tasks (taken in order)."),

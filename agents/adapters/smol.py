@@ -21,7 +21,7 @@ Pointing it at a model::
     from smolagents import OpenAIServerModel
     model = OpenAIServerModel(model_id="tiny", api_base="http://127.0.0.1:8000/v1",
                               api_key="EMPTY")   # `coa serve`, vLLM, or a hosted API
-    trajectory = run_smolagents_episode(gym.make("coa/SynthHop-v0"), model)
+    trajectory = run_smolagents_episode(gym.make("coa/SynthHop-v1"), model)
 
 ``oracle_tool_model(task)`` is a deterministic smolagents ``Model`` that replays a task's
 scripted solution as tool calls; it exists to show the wiring end to end without a model

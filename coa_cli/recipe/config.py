@@ -142,7 +142,7 @@ class RecipeConfig:
     """Catalogue name, HF directory or hub id of the model the recipe starts from."""
 
     # -- the task every stage uses -----------------------------------------------------
-    env_id: str = "coa/SynthHop-v0"
+    env_id: str = "coa/SynthHop-v1"
     env_options: dict[str, Any] = field(default_factory=dict)
     """``gym.make`` options shared by every stage (task options, tools, system prompt); the
     recipe sets ``task_options.split`` per stage."""

@@ -26,10 +26,10 @@ def test_every_stage_uses_the_same_task_settings_and_only_the_split_differs(tmp_
     assert list(by_name) == ["baseline", "teacher", "distill", "sft", "sft_eval", "pool", "rl", "export",
                              "rl_eval"]
     teacher = by_name["teacher"].commands
-    assert [c[1] for c in teacher] == ["coa/SynthHop-v0", "coa/MiniWebLarge-v0"]  # both trained envs
+    assert [c[1] for c in teacher] == ["coa/SynthHop-v1", "coa/MiniWebLarge-v0"]  # both trained envs
     assert all(c[c.index("--split") + 1] == "train" for c in teacher)
     assert all(c[c.index("--agent") + 1] == "agents.teachers.scripted:ScriptedTeam" for c in teacher)
-    primary = [c for c in by_name["baseline"].commands if c[1] == "coa/SynthHop-v0"]
+    primary = [c for c in by_name["baseline"].commands if c[1] == "coa/SynthHop-v1"]
     assert len(primary) == 2 and all(c[c.index("--split") + 1] == "test" for c in primary)
     assert {c[c.index("--seed") + 1] for c in primary} == {"0", "1"}
     prompt = f"system_prompt={json.dumps(cfg.env_options['system_prompt'])}"
@@ -62,7 +62,7 @@ def test_every_stage_uses_the_same_task_settings_and_only_the_split_differs(tmp_
     replay_env = json.loads(distill[distill.index("--env-kwargs") + 1])  # replayed on the teacher's tasks
     assert replay_env["task_options"]["split"] == "train" and replay_env["max_turns"] == 4
     pool = by_name["pool"].commands
-    assert [c[:2] for c in pool] == [["filter-tasks", "coa/SynthHop-v0"], ["filter-tasks", "coa/MiniWebLarge-v0"]]
+    assert [c[:2] for c in pool] == [["filter-tasks", "coa/SynthHop-v1"], ["filter-tasks", "coa/MiniWebLarge-v0"]]
     for command, skipped in zip(pool, (cfg.teacher_tasks, cfg.envs[0].teacher_tasks), strict=True):
         # candidates come after the tasks the teacher played for SFT, sampled like RL samples
         assert command[command.index("--skip") + 1] == str(skipped)
@@ -274,3 +274,27 @@ def test_lanes_of_a_stage_run_at_once_and_each_lane_in_order(tmp_path, monkeypat
         stages_mod._run_stage(stage, tmp_path, {}, lanes=2)
     assert _config(tmp_path).parallel_lanes == 2
     assert all(len(s.lanes) in (0, len(s.commands)) for s in plan(_config(tmp_path), tmp_path))
+
+
+def test_the_recipe_plays_the_same_synthhop_tasks_as_the_shipped_agents_v0_run(tmp_path):
+    """The recipe moved to ``coa/SynthHop-v1``; the shipped agent's run used v0. Its figures stay
+    comparable only if every task the recipe plays (held-out, teacher and pool) is the same."""
+    import warnings
+
+    import gymnasium as gym
+
+    cfg = _config(tmp_path)
+    options = dict(cfg.env_options)
+    task_options = dict(options.pop("task_options"))
+
+    def questions(env_id: str, split: str) -> list[str]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # v0 is kept one release and says so
+            env = gym.make(env_id, task_options={**task_options, "split": split}, **options)
+        return [task.question for task in env.unwrapped.tasks]
+
+    assert cfg.env_id == "coa/SynthHop-v1"
+    played = {"test": cfg.heldout_tasks, "train": cfg.teacher_tasks + cfg.pool.tasks}
+    for split, count in played.items():
+        old, new = questions("coa/SynthHop-v0", split), questions(cfg.env_id, split)
+        assert len(new) >= count and old[:count] == new[:count], split

@@ -17,7 +17,7 @@ SYNTHHOP_DEMO: dict[str, Any] = {
 }
 
 
-def tiny_warm_start(out: str | Path, env_id: str = "coa/SynthHop-v0", env_kwargs: dict[str, Any] | None = None,
+def tiny_warm_start(out: str | Path, env_id: str = "coa/SynthHop-v1", env_kwargs: dict[str, Any] | None = None,
                     max_steps: int = 80) -> Path:
     """A tiny model SFT'd on ``env_id``'s oracle episodes (~20-40 s on 2 CPU cores); returns its dir."""
     from trainers.rl.config import load_config

@@ -10,7 +10,7 @@ included, local or served by ``coa serve-env``), recorded token-exactly. The com
 every turn and observation of the episode in order; ``env_mask`` is the trajectory's loss
 mask; the reward is the env's, handed to TRL by :func:`coa_env_reward` (``rollout.reward``).
 
-    rollout = CoARollout("coa/SynthHop-v0", env_kwargs={...})
+    rollout = CoARollout("coa/SynthHop-v1", env_kwargs={...})
     trainer = GRPOTrainer(model=..., args=GRPOConfig(...), train_dataset=rollout.dataset(),
                           reward_funcs=rollout.reward, rollout_func=rollout)
 

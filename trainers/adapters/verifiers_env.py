@@ -39,7 +39,7 @@ class CoATasksetConfig(vf.TasksetConfig):
     """Which coa env, with which ``gym.make`` overrides, and which tasks."""
 
     id: str = PLUGIN_ID
-    env_id: str = "coa/SynthHop-v0"
+    env_id: str = "coa/SynthHop-v1"
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
     """gym.make overrides (``task_options``, ``tools``, ``reward``, ``max_turns``...)."""
     env_url: str | None = None

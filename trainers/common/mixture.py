@@ -2,8 +2,8 @@
 
 A mixture is a list of entries ``{id, weight, env_kwargs, name}``; the RL trainer draws each
 prompt group's env by weight, the SFT trainer each packed row's. Every entry gets a short
-``name`` (the id without ``coa/``: ``SynthHop-v0``) that keys its metrics
-(``rollout/SynthHop-v0/reward_mean``, ``eval/SynthHop-v0/heldout_reward_mean``).
+``name`` (the id without ``coa/``: ``SynthHop-v1``) that keys its metrics
+(``rollout/SynthHop-v1/reward_mean``, ``eval/SynthHop-v1/heldout_reward_mean``).
 
 The draw is a pure function of ``(seed, step, slot)`` (:func:`choose`), not a stream: a run
 is reproducible, and a resumed run draws what the uninterrupted one would have without any
@@ -45,7 +45,7 @@ class MixtureEntry:
     def __post_init__(self) -> None:
         check_fields(self, f"envs[{self.name or self.id}].")
         if not self.id:
-            raise ConfigError("an envs entry needs an id, e.g. {id: coa/SynthHop-v0, weight: 1}")
+            raise ConfigError("an envs entry needs an id, e.g. {id: coa/SynthHop-v1, weight: 1}")
         if self.weight < 0 or self.weight != self.weight:
             raise ConfigError(f"envs entry {self.id}: weight={self.weight} must be a number >= 0")
         if not self.name:
@@ -64,7 +64,7 @@ def mixture_entries(raw: Sequence[Any], where: str, entry_cls: type[MixtureEntry
             entries.append(item)
             continue
         if not isinstance(item, Mapping):
-            raise ConfigError(f"{where}[{index}] must be a mapping like {{id: coa/SynthHop-v0, "
+            raise ConfigError(f"{where}[{index}] must be a mapping like {{id: coa/SynthHop-v1, "
                               f"weight: 0.5}}, not {item!r}")
         entries.append(build_section(entry_cls, item, prefix=f"{where}[{index}]."))
     if not entries:

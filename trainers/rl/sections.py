@@ -231,13 +231,13 @@ class ModelSection(CommonModelSection):
 class EnvSection:
     """The gymnasium env the episodes run in, or several mixed by weight (``envs``)."""
 
-    id: str = "coa/SynthHop-v0"
+    id: str = "coa/SynthHop-v1"
     """A registered env id (``coa list``)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of ``gymnasium.make`` (task_options, tools, reward, ...). Training
     plays the tasks of ``task_options.split`` (default ``train``)."""
     envs: list[MixtureEntry] = field(default_factory=list)
-    """Several envs instead of ``id``/``kwargs``: ``[{id: coa/SynthHop-v0, weight: 0.5,
+    """Several envs instead of ``id``/``kwargs``: ``[{id: coa/SynthHop-v1, weight: 0.5,
     env_kwargs: {...}}, {id: coa/NQ-v1, weight: 0.5}]``. Each prompt group's env is drawn by
     weight (seeded by step and group, so a resumed run draws the same); a group is always
     ``group_size`` samples of one task of one env. Metrics per env: ``rollout/<name>/...``
@@ -278,7 +278,7 @@ class EnvSection:
 
     @property
     def label(self) -> str:
-        """The env(s) in words, for titles: ``coa/SynthHop-v0`` or ``SynthHop-v0 + NQ-v1``."""
+        """The env(s) in words, for titles: ``coa/SynthHop-v1`` or ``SynthHop-v1 + NQ-v1``."""
         return " + ".join(e.name for e in self.envs) if self.envs else self.id
 
     @property

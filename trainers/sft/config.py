@@ -52,7 +52,7 @@ class SFTData:
     train_path: str = ""
     """Trajectory JSONL, or the seed's ShareGPT/messages/alpaca JSON(L); file or directory."""
     envs: list[SFTMixtureEntry] = field(default_factory=list)
-    """Several envs mixed by weight instead of ``train_path``: ``[{id: coa/SynthHop-v0,
+    """Several envs mixed by weight instead of ``train_path``: ``[{id: coa/SynthHop-v1,
     weight: 0.7, path: a.jsonl}, {id: coa/NQ-v1, weight: 0.3, path: b.jsonl}]``. Each
     optimiser step draws the env of each packed row by weight (seeded by step, so a resumed
     run draws the same); each env's rows keep their own epoch order. Metrics per env:
@@ -64,7 +64,7 @@ class SFTData:
     eval_fraction: float = 0.0
     """Hold out this share of ``train_path`` samples for eval when ``eval_path`` is unset."""
     generate: dict[str, Any] | None = None
-    """Make ``train_path`` when it is missing: ``{env_id: coa/SynthHop-v0, agent: oracle,
+    """Make ``train_path`` when it is missing: ``{env_id: coa/SynthHop-v1, agent: oracle,
     n: 300, seed: 0}`` runs the agent through the env and writes trajectories. With ``envs``
     leave out ``env_id``: each entry's missing ``path`` gets ``n`` episodes of its env."""
     min_reward: float | None = None
