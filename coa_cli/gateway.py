@@ -15,6 +15,7 @@ from typing import Any
 import typer
 
 from coa_cli.options import ENV_OPTION
+from coa_cli.serve import MAX_BODY_MB, body_limit
 
 __all__ = ["gateway_command"]
 
@@ -90,11 +91,12 @@ def gateway_command(
     public_url: str | None = typer.Option(None, help="Base of the session URLs handed out (behind a proxy)."),
     admin_token: str | None = typer.Option(None, envvar="COA_GATEWAY_ADMIN_TOKEN", show_default=False,
                                            help="GET /sessions (every live session's id) needs this bearer token "
-                                                "(set $COA_GATEWAY_ADMIN_TOKEN; unset: anyone may list)."),
+                                                "(set $COA_GATEWAY_ADMIN_TOKEN; unset: listing is refused)."),
     device: str = typer.Option("cpu", help="hf engine: cpu | cuda | cuda:N"),
     dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16 | auto"),
     max_batch_size: int = typer.Option(32, help="Rows per forward pass (hf)."),
     tiny: Path | None = typer.Option(None, help="Write the tiny test model to this dir and serve it."),
+    max_body_mb: float = MAX_BODY_MB,
 ) -> None:
     """Serve MODEL (or --upstream) at http://HOST:PORT, recording sessions at /sessions/{id}/v1."""
     from agents.gateway.app import create_gateway_app
@@ -103,6 +105,7 @@ def gateway_command(
     from coa_cli.options import env_options
     from coa_envs.service.running import run_server
 
+    max_body_bytes = body_limit(max_body_mb)
     reward_fn = None
     if reward:
         try:
@@ -115,7 +118,8 @@ def gateway_command(
     gateway = Gateway(backend, name, reward_fn=reward_fn, out=out, allow_client_reward=client_rewards,
                       env_overrides=env_options(env_option), env_ids=list(env) if env else None,
                       accept_any_model=accept_any_model)
-    app = create_gateway_app(gateway, public_url=public_url, admin_token=admin_token)
+    app = create_gateway_app(gateway, public_url=public_url, admin_token=admin_token,
+                             max_body_bytes=max_body_bytes)
 
     def ready(url: str) -> None:
         typer.echo(f"coa gateway: {name} at {url}/v1 (one session: {url}/sessions/ID/v1, or header "

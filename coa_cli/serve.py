@@ -12,7 +12,18 @@ import typer
 
 from coa_cli.options import DEVICE
 
-__all__ = ["serve_command"]
+__all__ = ["MAX_BODY_MB", "body_limit", "serve_command"]
+
+# The request body limit of the OpenAI-compatible servers (coa serve, coa gateway).
+MAX_BODY_MB = typer.Option(64.0, help="Largest request body in MiB; a larger one is a 413 before it is read "
+                                      "(raise it for long multimodal or many-turn histories).")
+
+
+def body_limit(max_body_mb: float) -> int:
+    """``--max-body-mb`` in bytes; a limit that cannot hold a request is a usage error."""
+    if not max_body_mb >= 0.001:  # NaN too
+        raise typer.BadParameter(f"{max_body_mb} MiB holds no request; give at least 0.001", param_hint="--max-body-mb")
+    return int(max_body_mb * (1 << 20))
 
 
 def serve_command(
@@ -29,12 +40,14 @@ def serve_command(
     max_batch_size: int = typer.Option(32, help="Rows per forward pass (hf)."),
     tiny: Path | None = typer.Option(None, help="Write the tiny test model to this dir and "
                                                 "serve it."),
+    max_body_mb: float = MAX_BODY_MB,
 ) -> None:
     """Serve MODEL at http://HOST:PORT/v1 (models, completions, chat/completions)."""
     import uvicorn
 
     from agents.server import create_app
 
+    max_body_bytes = body_limit(max_body_mb)
     if tiny is not None:
         from agents.tiny import save_tiny
 
@@ -54,6 +67,6 @@ def serve_command(
                                  param_hint="--engine")
     names = list(served_model_name) or [Path(model).name or model, model]
     name = names[0]
-    app = create_app(backend, backend.tokenizer, name, aliases=tuple(names[1:]))
+    app = create_app(backend, backend.tokenizer, name, aliases=tuple(names[1:]), max_body_bytes=max_body_bytes)
     typer.echo(f"coa serve: {name} ({engine}) at http://{host}:{port}/v1")
     uvicorn.run(app, host=host, port=port, log_level="info")

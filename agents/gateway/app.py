@@ -11,7 +11,7 @@ Routes (``{sid}`` is a session id):
   ``base_url``, the question, the env's prompt messages and its tools;
 * ``POST /sessions/{sid}/tools/{name}`` ``{"arguments": {...}}`` runs an env tool;
 * ``POST /sessions/{sid}/finish`` ``{answer, reward, error}`` scores and closes it;
-* ``GET /sessions`` (with an admin token set, only with ``Authorization: Bearer <token>``),
+* ``GET /sessions`` (only with an admin token set, and ``Authorization: Bearer <token>``),
   ``GET /sessions/{sid}``, ``GET /sessions/{sid}/trajectories``.
 
 A session named in a URL or header that does not exist yet is opened on first use (not
@@ -37,7 +37,8 @@ def create_gateway_app(gateway: Gateway, *, public_url: str | None = None, close
                        admin_token: str | None = None) -> Any:
     """A FastAPI app over ``gateway``; ``public_url`` is the base the session URLs are built on
     (default: the URL each request came to). A request body over ``max_body_bytes`` is a 413.
-    With ``admin_token``, ``GET /sessions`` (every live session's id) needs it as a bearer token.
+    ``GET /sessions`` (every live session's id) needs ``admin_token`` as a bearer token; without
+    one it is refused.
 
     Blocking session work (env tools, opening env sessions, finishing, which waits for calls
     in flight) runs on the app's own ``blocking_threads`` threads: on asyncio's default

@@ -54,7 +54,9 @@ def session_routes(gateway: Gateway, base: Callable[[Any], str], blocking: Calla
     so the one route that hands out other sessions' ids, ``GET /sessions``, needs
     ``Authorization: Bearer <admin_token>`` when an ``admin_token`` is set: in an RL group the
     agents play the same task at once, and one that could list its siblings could read the
-    answer a finished sibling was paid for, or finish a sibling with a wrong one."""
+    answer a finished sibling was paid for, or finish a sibling with a wrong one. Without an
+    admin token listing is refused (403 ``listing_disabled``): any local process, a
+    code-running agent's included, could otherwise read every session id."""
     from fastapi import APIRouter, Request
     from fastapi.responses import JSONResponse
 
@@ -63,6 +65,10 @@ def session_routes(gateway: Gateway, base: Callable[[Any], str], blocking: Calla
     router = APIRouter()
 
     def check_admin(request: Request) -> None:
+        if admin_token is None:
+            raise APIError(403, "listing sessions is off: the gateway was started without an admin token "
+                                "(coa gateway --admin-token / $COA_GATEWAY_ADMIN_TOKEN); a session's own routes "
+                                "need only its id", code="listing_disabled")
         if not authorized(request.headers, admin_token):
             raise APIError(401, "listing sessions needs the gateway's admin token (Authorization: Bearer "
                                 "<token>); a session's own routes need only its id", code="invalid_api_key")
