@@ -144,6 +144,7 @@ def run_cell(worker: Worker, request: dict[str, Any]) -> dict[str, Any]:
     response = timed_outcome(RunEnd(collected, returncode, cpu_s, usage), limits, started)
     response["session_restarted"] = restarted
     response["session_alive"] = worker.current is not None
+    response["session_cpu_spent"] = worker.session_cpu_spent  # kept by the session if this worker is lost
     return response
 
 

@@ -103,6 +103,11 @@ class Session:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._closed = False
+        #: CPU seconds of the session's lost workers (what each had counted, and the cell it was
+        #: lost in charged its whole budget), and what the current worker has counted so far: a
+        #: replacement worker counts from zero, and would have given the session its budget again.
+        self._cpu_of_lost_workers = 0.0
+        self._cpu_of_worker = 0.0
         self.jail = jail
         self._worker = self._start()
         self.isolation = tuple(self._worker.isolation)
@@ -164,20 +169,22 @@ class Session:
             "code": code,
             "stdin": stdin or "",
             "limits": asdict(limits),
-            "session_cpu_s": self.session_cpu_s,
         }
         with self._lock:
             if self._closed:
                 raise RuntimeError("session is closed")
             request["id"] = next(self._ids)
+            # What is left of the session's budget once lost workers are counted (the worker adds
+            # what it spent itself); Limits' smallest time, so that a spent session reads timeout.
+            request["session_cpu_s"] = max(0.01, self.session_cpu_s - self._cpu_of_lost_workers)
             try:
                 response = self._worker.call(request, limits.wall_s + _GRACE_S)
             except WorkerLost as exc:
-                self._worker.kill()
-                self._worker = self._start()
+                self._replace_lost_worker(charge=min(limits.cpu_s, request["session_cpu_s"]))
                 return ExecResult(
                     "", RESTART_NOTE + f"sandbox session worker lost: {exc}\n", None, Status.ERROR, limits.wall_s, 0.0
                 )
+            self._cpu_of_worker = float(response.get("session_cpu_spent", self._cpu_of_worker))
         return result_from(response, RESTART_NOTE if response.get("session_restarted") else "")
 
     def _refuse_other_session_limits(self, limits: Limits) -> None:
@@ -207,8 +214,15 @@ class Session:
             try:
                 self._worker.call({"op": "reset", "id": next(self._ids)}, _GRACE_S)
             except WorkerLost:
-                self._worker.kill()
-                self._worker = self._start()
+                self._replace_lost_worker(charge=0.0)
+
+    def _replace_lost_worker(self, charge: float) -> None:
+        """A new worker for a lost one, the CPU the lost one counted kept against the session's
+        budget, plus ``charge`` (the budget of the cell it was lost in: what it used is unknown)."""
+        self._cpu_of_lost_workers += self._cpu_of_worker + charge
+        self._cpu_of_worker = 0.0
+        self._worker.kill()
+        self._worker = self._start()
 
     def close(self) -> None:
         with self._lock:
