@@ -86,9 +86,9 @@ class RowState:
                     self.on_token(token, logprob)
             except Exception:  # a gone stream listener must not stop the batch
                 self.on_token = None
-        if self.cancel is not None and self.cancel.is_set():  # nobody reads the rest: free the row
-            self.finish = "abort"
-        elif token in eos_ids:
+        # A reply that ended by itself on this token is finished, cancelled or not: ``abort``
+        # (nobody reads the rest: free the row) says the text was cut, and a recorder takes it so.
+        if token in eos_ids:
             self.finish = "eos"
         elif self.params.stop and (hit := find_stop(
                 tokenizer.decode(self._stop_tail(), skip_special_tokens=False),
@@ -96,6 +96,8 @@ class RowState:
             self.finish, self.stop_hit = "stop", hit[1]
         elif len(self.generated) >= self.budget:
             self.finish = "length"
+        elif self.cancel is not None and self.cancel.is_set():
+            self.finish = "abort"
         return self.finish is not None
 
     def _stop_tail(self) -> list[int]:

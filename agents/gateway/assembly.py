@@ -9,7 +9,9 @@ ids, exactly as the engine was fed them. So a session is one trajectory when its
 is append-only, and several, each token-exact, when it is not (a template that drops
 earlier reasoning, an edited or truncated history, a branch back to an earlier turn);
 ``info["gateway"]`` says which, and why each later segment started. Nothing is ever
-re-tokenised here.
+re-tokenised here. ``info["gateway"]["finish_reasons"]`` has each call's finish reason;
+``cut_calls`` the calls whose client hung up mid-reply (``abort``: the text ends where the
+engine stopped, not where the model did), and a segment ending on one is ``truncated``.
 
 Calls without token ids (a pass-through upstream that returned none) are assembled the same
 way on messages instead of ids: text spans, no ids (trainers then tokenise span by span).
@@ -184,15 +186,20 @@ def session_trajectories(session: GatewaySession, tokenizer: Any = None,
     segments = _exact(calls, tokenizer, session) if exact else _text_only(calls, session)
     layout = "append_only" if len(segments) == 1 else "split"
     out = []
+    finish = {call.index: call.finish_reason for call in calls}
     for number, segment in enumerate(segments):
         trajectory = segment.trajectory
         _apply_outcome(trajectory, outcome, session)
+        cut = [index for index in segment.calls if finish[index] == "abort"]
+        if cut and cut[-1] == segment.calls[-1]:  # it ends on a reply its client never let finish
+            trajectory.truncated = True
         trajectory.info["gateway"] = {
             "session_id": session.session_id, "segment": number, "segments": len(segments), "layout": layout,
             "tokens": "exact" if exact else "text_only", "calls": segment.calls,
             "split_reason": segment.reason, "common_prefix": segment.common_prefix,
             "reused_prompt_tokens": sum(c.reused_prompt_tokens for c in calls if c.index in segment.calls),
             "source": calls[0].source,
+            "finish_reasons": [finish[index] for index in segment.calls], "cut_calls": cut,
         }
         response = trajectory.response_ids()
         trajectory.info["response_tokens"] = len(response) if response else None

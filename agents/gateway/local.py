@@ -6,7 +6,8 @@ recorded with them, the sampled ids and their logprobs. Concurrent requests of a
 share the engine's batches through :class:`~agents.engines.batching.BatchingEngine`, awaited
 as futures, so a hundred open streams hold no threads. A streamed reply is recorded even
 when its client hangs up half-way: the model sampled those tokens in the session (the engine
-stops decoding it at its next step).
+stops decoding it at its next step); its finish reason is ``abort``, and the trajectory
+says which calls were cut (:mod:`agents.gateway.assembly`).
 """
 
 from __future__ import annotations
@@ -271,4 +272,6 @@ class LocalBackend:
             session.abandon()
             return
         reply, finish = self._reply(completion, plan, request)
+        if completion.finish_reason == "abort":  # cut when its client left: never a finished reply
+            finish = "abort"
         self._record(session, index, request, plan, completion, reply, finish, started, params)
