@@ -6,12 +6,11 @@ the wire format is :mod:`coa_envs.service.wire`'s.
 """
 
 # No ``from __future__ import annotations``: FastAPI inspects the route signatures' types.
-import json
 from typing import Any
 
 from coa_envs.service.guards import authorized
 from coa_envs.service.sessions import SessionManager
-from coa_envs.service.wire import ErrorCode, ServiceError
+from coa_envs.service.wire import ErrorCode, ServiceError, loads_or_refuse
 
 __all__ = ["SCHEMA", "http_routes"]
 
@@ -33,10 +32,7 @@ def http_routes(manager: SessionManager, token: str | None) -> Any:
         raw = await request.body()
         if not raw.strip():
             return {}
-        try:
-            data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ServiceError(ErrorCode.INVALID_JSON, f"the body is not JSON: {exc}") from None
+        data = loads_or_refuse(raw, "body")
         if not isinstance(data, dict):
             raise ServiceError(ErrorCode.VALIDATION_ERROR, "the body must be a JSON object")
         return data

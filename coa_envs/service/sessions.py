@@ -303,6 +303,8 @@ class SessionManager:
         for key in ("task_id", "task_index"):
             if data.get(key) is not None:
                 options[key] = data[key]
+        if "task_id" in options and not isinstance(options["task_id"], str):  # a list was a 500 (unhashable)
+            raise ServiceError(ErrorCode.VALIDATION_ERROR, "task_id must be a string")
         if "task_index" in options and (isinstance(options["task_index"], bool)
                                         or not isinstance(options["task_index"], int)):
             raise ServiceError(ErrorCode.VALIDATION_ERROR, "task_index must be an integer")

@@ -57,6 +57,7 @@ __all__ = [
     "dumps",
     "error_frame",
     "jsonable",
+    "loads_or_refuse",
 ]
 
 
@@ -150,3 +151,16 @@ def jsonable(value: Any) -> Any:
 
 def dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def loads_or_refuse(raw: str | bytes, what: str) -> Any:
+    """A request body or frame parsed, or ``INVALID_JSON`` saying why. JSON nested past the
+    parser's recursion limit (``[[[...]]]``, a few hundred kB) is refused like any bad JSON: as
+    a ``RecursionError`` it was a bare 500, and on a WebSocket it dropped the connection and
+    its session."""
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ServiceError(ErrorCode.INVALID_JSON, f"the {what} is not JSON: {exc}") from None
+    except RecursionError:
+        raise ServiceError(ErrorCode.INVALID_JSON, f"the {what} is JSON nested too deeply to parse") from None

@@ -10,13 +10,12 @@ closes; the session closes with its connection.
 # No ``from __future__ import annotations``: FastAPI inspects the route signatures' types.
 import asyncio
 import contextlib
-import json
 from collections.abc import Callable
 from typing import Any
 
 from coa_envs.service.guards import authorized
 from coa_envs.service.sessions import Session, SessionManager
-from coa_envs.service.wire import HANGUP_ERRORS, ErrorCode, ServiceError, dumps, error_frame
+from coa_envs.service.wire import HANGUP_ERRORS, ErrorCode, ServiceError, dumps, error_frame, loads_or_refuse
 
 __all__ = ["ws_routes"]
 
@@ -113,10 +112,7 @@ async def _answer(raw: str, manager: SessionManager, max_request_bytes: int, ens
     if len(raw) > max_request_bytes or len(raw.encode("utf-8", "surrogatepass")) > max_request_bytes:
         raise ServiceError(ErrorCode.TOO_LARGE,
                            f"the frame is over the server's limit of {max_request_bytes} bytes")
-    try:
-        message = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ServiceError(ErrorCode.INVALID_JSON, f"the frame is not JSON: {exc}") from None
+    message = loads_or_refuse(raw, "frame")
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
         raise ServiceError(ErrorCode.VALIDATION_ERROR, 'a frame is {"type": ..., "data": {...}}')
     kind, data = message["type"], message.get("data") or {}
