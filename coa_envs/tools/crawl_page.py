@@ -237,7 +237,11 @@ class CrawlPageTool:
             header += f" (redirected from {outcome.url})"
         if page.title:
             header += f"\nTitle: {page.title}"
+        if page.note:
+            header += f"\n[{page.note}]"
         info.update(ok=True, kind=page.kind, chars=len(page.text), truncated_body=outcome.truncated_body)
+        if page.note:
+            info["extraction_note"] = page.note
         if self._summary is not None:
             summary, error = self._summarise(outcome, goal)
             if summary is not None:
