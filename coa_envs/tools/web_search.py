@@ -14,6 +14,8 @@ Transient API trouble (timeouts, 429, 5xx) is retried with backoff, then reporte
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import threading
 import time
@@ -25,6 +27,7 @@ import httpx
 
 from coa_envs.options import Schema
 from coa_envs.types import ErrorKind, ToolContext, ToolResult, ToolSpec
+from coa_envs.web.decoding import BodyTooLarge, accepted_encodings, read_capped
 
 __all__ = ["BACKENDS", "SPEC", "SearchHit", "WebSearchTool", "build", "option_schema", "render_hits"]
 
@@ -55,12 +58,14 @@ def render_hits(query: str, hits: list[SearchHit]) -> str:
 class _HttpSearch:
     """Shared JSON-over-HTTP plumbing for the serper and searxng backends."""
 
-    def __init__(self, timeout_s: float, retries: int) -> None:
+    def __init__(self, timeout_s: float, retries: int, max_response_bytes: int = 2_000_000) -> None:
         self.timeout_s = float(timeout_s)
         self.retries = int(retries)
+        self.max_response_bytes = int(max_response_bytes)
         # Redirects are followed here, not by httpx: httpx keeps custom headers (X-API-KEY) on a
         # redirect to another host, so a redirect would hand the key to whoever it names.
-        self._client = httpx.Client(timeout=self.timeout_s, trust_env=False, follow_redirects=False)
+        self._client = httpx.Client(timeout=self.timeout_s, trust_env=False, follow_redirects=False,
+                                    headers={"Accept-Encoding": accepted_encodings()})
 
     def request_json(self, method: str, url: str, **kwargs: Any) -> Any | ToolResult:
         last: ToolResult | None = None
@@ -68,10 +73,13 @@ class _HttpSearch:
             if attempt:
                 time.sleep(min(0.25 * 2 ** (attempt - 1), 4.0))
             try:
-                response = self._send_following_redirects(self._client.build_request(method, url, **kwargs))
+                outcome = self._request_once(method, url, **kwargs)
             except _ForeignRedirect as exc:
                 return ToolResult.failure(f"The search API redirected to another site ({exc}); not followed, "
                                           "so the API key stays with the configured base_url.", ErrorKind.TOOL_ERROR)
+            except BodyTooLarge as exc:  # not retried: the same query gets the same answer
+                return ToolResult.failure(f"The search API's answer was not read: {exc} (max_response_bytes); "
+                                          "a search answer is a few kB.", ErrorKind.TOOL_ERROR, transient=True)
             except httpx.TimeoutException:
                 last = ToolResult.failure(f"The search API did not answer within {self.timeout_s:g}s.",
                                           ErrorKind.TOOL_TIMEOUT, transient=True)
@@ -80,31 +88,43 @@ class _HttpSearch:
                 last = ToolResult.failure(f"The search API is unreachable ({type(exc).__name__}: {exc}).",
                                           ErrorKind.TOOL_ERROR, transient=True)
                 continue
-            status = response.status_code
+            status = outcome.details.get("status", 0) if isinstance(outcome, ToolResult) else 0
             if status == 429 or status >= 500:
-                last = ToolResult.failure(f"The search API is unavailable (HTTP {status}); try again later.",
-                                          ErrorKind.TOOL_ERROR, transient=True, status=status)
+                last = outcome
                 continue
-            if status in (401, 403):
-                return ToolResult.failure(f"The search API rejected the credentials (HTTP {status}).",
-                                          ErrorKind.NOT_CONFIGURED, status=status)
-            if status >= 400:
-                return ToolResult.failure(f"The search API refused the query (HTTP {status}: "
-                                          f"{response.text[:200]}).", ErrorKind.TOOL_ERROR, status=status)
-            try:
-                return response.json()
-            except ValueError:
-                return ToolResult.failure("The search API returned a body that is not JSON.",
-                                          ErrorKind.TOOL_ERROR, transient=True)
+            return outcome
         assert last is not None
         return last
+
+    def _request_once(self, method: str, url: str, **kwargs: Any) -> Any | ToolResult:
+        """One request (with its same-site redirects); the JSON answer or a failure to report."""
+        deadline = time.monotonic() + self.timeout_s
+        with contextlib.closing(self._send_following_redirects(self._client.build_request(method, url, **kwargs))
+                                ) as response:
+            status = response.status_code
+            body = read_capped(response, self.max_response_bytes, deadline)
+        if status == 429 or status >= 500:
+            return ToolResult.failure(f"The search API is unavailable (HTTP {status}); try again later.",
+                                      ErrorKind.TOOL_ERROR, transient=True, status=status)
+        if status in (401, 403):
+            return ToolResult.failure(f"The search API rejected the credentials (HTTP {status}).",
+                                      ErrorKind.NOT_CONFIGURED, status=status)
+        if status >= 400:
+            text = body[:200].decode("utf-8", "replace")
+            return ToolResult.failure(f"The search API refused the query (HTTP {status}: {text}).",
+                                      ErrorKind.TOOL_ERROR, status=status)
+        try:
+            return json.loads(body)
+        except ValueError:
+            return ToolResult.failure("The search API returned a body that is not JSON.",
+                                      ErrorKind.TOOL_ERROR, transient=True)
 
     def _send_following_redirects(self, request: httpx.Request) -> httpx.Response:
         """Send ``request``, following redirects within its own origin (an http to https upgrade of
         the same host too); a redirect elsewhere raises :class:`_ForeignRedirect`."""
         origin = request.url
         for _ in range(_MAX_REDIRECTS + 1):
-            response = self._client.send(request)
+            response = self._client.send(request, stream=True)
             if response.next_request is None:
                 return response
             target = response.next_request.url
@@ -144,7 +164,7 @@ class WebSearchTool:
                  base_url: str | None = None, api_key: str | None = None, api_key_env: str = "SERPER_API_KEY",
                  gl: str | None = None, hl: str | None = None, categories: str | None = None,
                  language: str | None = None, path: str | None = None, page_base_url: str = "http://127.0.0.1",
-                 snippet_chars: int = 300) -> None:
+                 snippet_chars: int = 300, max_response_bytes: int = 2_000_000) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"unknown web_search backend {backend!r}; choose one of {BACKENDS}")
         if top_k < 1:
@@ -159,12 +179,12 @@ class WebSearchTool:
         self._index: Any = None
         if backend == "serper":
             self.base_url = (base_url or "https://google.serper.dev").rstrip("/")
-            self._http = _HttpSearch(timeout_s, retries)
+            self._http = _HttpSearch(timeout_s, retries, max_response_bytes)
         elif backend == "searxng":
             if not base_url:
                 raise ValueError("web_search backend 'searxng' needs base_url (e.g. http://localhost:8888)")
             self.base_url = base_url.rstrip("/")
-            self._http = _HttpSearch(timeout_s, retries)
+            self._http = _HttpSearch(timeout_s, retries, max_response_bytes)
         else:
             if not path:
                 raise ValueError("web_search backend 'local' needs path: a JSONL of {url,title,text} pages "
@@ -259,7 +279,8 @@ def _resolve(path: str) -> str:
 def option_schema(backend: str) -> Schema:
     """The options of every backend: the constructor's keyword parameters (checked at make time)."""
     return Schema.of_callable("tools.web_search", WebSearchTool.__init__, skip=("backend",),
-                              minimums={"top_k": 1, "retries": 0, "snippet_chars": 1, "timeout_s": 0})
+                              minimums={"top_k": 1, "retries": 0, "snippet_chars": 1, "timeout_s": 0,
+                                        "max_response_bytes": 1})
 
 
 def build(backend: str = "serper", **config: Any) -> WebSearchTool:

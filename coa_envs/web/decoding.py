@@ -16,13 +16,14 @@ stage, each stage bounded the same way.
 from __future__ import annotations
 
 import functools
+import time
 import zlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import httpx
 
-__all__ = ["accepted_encodings", "decode_body"]
+__all__ = ["BodyTooLarge", "accepted_encodings", "decode_body", "read_capped"]
 
 _STEP = 64 * 1024
 
@@ -150,3 +151,27 @@ def decode_body(raw_chunks: Iterable[bytes], content_encoding: str = "", step: i
                 yield piece[start:start + step]
     except tuple(errors) as exc:
         raise httpx.DecodingError(f"the {', '.join(encodings)} body is corrupt: {exc}") from exc
+
+
+class BodyTooLarge(Exception):
+    """A response body (decoded) ran past the reader's cap; ``str(exc)`` says by how much."""
+
+
+def read_capped(response: httpx.Response, max_bytes: int, deadline: float | None = None) -> bytes:
+    """The decoded body of a streamed ``response``, read a bounded step at a time.
+
+    For the JSON APIs a user configures (search, chat): their answers are small, so a larger body
+    is refused (:class:`BodyTooLarge`) rather than cut, and reading stops at ``max_bytes`` + one step
+    whatever the server sends. ``deadline`` (``time.monotonic()``) bounds the whole body, which the
+    client's per-read timeout does not: a body sent a byte at a time is an ``httpx.ReadTimeout``.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in decode_body(response.iter_raw(), response.headers.get("content-encoding", "")):
+        size += len(chunk)
+        if size > max_bytes:
+            raise BodyTooLarge(f"the response body is larger than {max_bytes} bytes")
+        if deadline is not None and time.monotonic() > deadline:
+            raise httpx.ReadTimeout("the response body did not arrive in time", request=response.request)
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -8,6 +8,8 @@ errors mapped to :class:`ErrorKind`. Any server that speaks the API works (vLLM,
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -17,6 +19,7 @@ from typing import Any
 import httpx
 
 from coa_envs.types import ErrorKind
+from coa_envs.web.decoding import BodyTooLarge, accepted_encodings, read_capped
 
 __all__ = ["ChatEndpoint", "ChatError", "chat"]
 
@@ -40,18 +43,20 @@ class ChatEndpoint:
     max_retries: int = 2
     max_tokens: int = 1024
     temperature: float = 0.0
+    max_response_bytes: int = 4_000_000  # a larger answer is refused unread (a broken or hostile server)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None) -> ChatEndpoint | None:
         """Build from a tool's config block; None when no ``base_url``/``model`` is set.
 
         Keys: ``base_url``, ``model``, ``api_key`` or ``api_key_env`` (default
-        ``OPENAI_API_KEY``), ``timeout_s``, ``max_retries``, ``max_tokens``, ``temperature``.
+        ``OPENAI_API_KEY``), ``timeout_s``, ``max_retries``, ``max_tokens``, ``temperature``,
+        ``max_response_bytes``.
         """
         if not config or not config.get("base_url") or not config.get("model"):
             return None
         known = {"base_url", "model", "api_key", "api_key_env", "timeout_s", "max_retries",
-                 "max_tokens", "temperature", "max_input_chars"}
+                 "max_tokens", "temperature", "max_input_chars", "max_response_bytes"}
         unknown = set(config) - known
         if unknown:
             raise ValueError(f"unknown LLM endpoint option(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -64,6 +69,7 @@ class ChatEndpoint:
             max_retries=int(config.get("max_retries", 2)),
             max_tokens=int(config.get("max_tokens", 1024)),
             temperature=float(config.get("temperature", 0.0)),
+            max_response_bytes=int(config.get("max_response_bytes", 4_000_000)),
         )
 
 
@@ -75,10 +81,19 @@ def _content_text(content: Any) -> str:
     return ""
 
 
+def _post_capped(http: httpx.Client, url: str, payload: Mapping[str, Any], headers: Mapping[str, str],
+                 endpoint: ChatEndpoint) -> tuple[int, bytes]:
+    """POST and read the answer, at most ``max_response_bytes`` of it, within ``timeout_s`` in all."""
+    deadline = time.monotonic() + endpoint.timeout_s
+    request = http.build_request("POST", url, json=payload, headers=headers, timeout=endpoint.timeout_s)
+    with contextlib.closing(http.send(request, stream=True)) as response:
+        return response.status_code, read_capped(response, endpoint.max_response_bytes, deadline)
+
+
 def chat(endpoint: ChatEndpoint, messages: Sequence[Mapping[str, Any]],
          client: httpx.Client | None = None) -> str:
     """Send one chat completion; retry 429/5xx/timeouts with backoff; return the text."""
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json", "Accept-Encoding": accepted_encodings()}
     if endpoint.api_key:
         headers["Authorization"] = f"Bearer {endpoint.api_key}"
     payload = {
@@ -96,24 +111,27 @@ def chat(endpoint: ChatEndpoint, messages: Sequence[Mapping[str, Any]],
             if attempt:
                 time.sleep(min(0.5 * 2 ** (attempt - 1), 8.0))
             try:
-                response = http.post(url, json=payload, headers=headers, timeout=endpoint.timeout_s)
+                status, body = _post_capped(http, url, payload, headers, endpoint)
             except httpx.TimeoutException:
                 last = ChatError(f"the model endpoint timed out after {endpoint.timeout_s:g}s",
                                  ErrorKind.TOOL_TIMEOUT)
                 continue
+            except BodyTooLarge as exc:  # not retried: a server that sends this much will again
+                raise ChatError(f"the model endpoint's answer was not read: {exc} (max_response_bytes)") from exc
             except httpx.HTTPError as exc:
                 last = ChatError(f"cannot reach the model endpoint {url}: {exc}")
                 continue
-            if response.status_code == 429 or response.status_code >= 500:
-                last = ChatError(f"model endpoint answered HTTP {response.status_code}")
+            if status == 429 or status >= 500:
+                last = ChatError(f"model endpoint answered HTTP {status}")
                 continue
-            if response.status_code >= 400:
-                raise ChatError(f"model endpoint refused the request: HTTP {response.status_code} "
-                                f"{response.text[:300]}")
+            if status >= 400:
+                raise ChatError(f"model endpoint refused the request: HTTP {status} "
+                                f"{body[:300].decode('utf-8', 'replace')}")
             try:
-                text = _content_text(response.json()["choices"][0]["message"]["content"])
+                text = _content_text(json.loads(body)["choices"][0]["message"]["content"])
             except (ValueError, KeyError, IndexError, TypeError) as exc:
-                raise ChatError(f"model endpoint returned an unexpected body: {response.text[:300]}") from exc
+                raise ChatError("model endpoint returned an unexpected body: "
+                                f"{body[:300].decode('utf-8', 'replace')}") from exc
             if not text.strip():
                 raise ChatError("model endpoint returned an empty answer")
             return text.strip()
