@@ -52,7 +52,8 @@ def test_a_page_past_the_element_budget_is_shown_as_plain_text(monkeypatch: pyte
 
     monkeypatch.setattr(trafilatura, "extract", refuse)
     html = "<html><head><title>Big</title><script>var hidden = 1;</script></head><body>"
-    html += "".join(f"<p>para {i}</p>" for i in range(MAX_MAIN_CONTENT_ELEMENTS)) + "<a href='/n'>next</a></body></html>"
+    html += "".join(f"<p>para {i}</p>" for i in range(MAX_MAIN_CONTENT_ELEMENTS))
+    html += "<a href='/n'>next</a></body></html>"
     page = extract(html.encode(), "text/html", "utf-8", "http://site.test/")
     assert page.title == "Big" and ("next", "http://site.test/n") in page.links
     assert "para 0" in page.text and f"para {MAX_MAIN_CONTENT_ELEMENTS - 1}" in page.text
