@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from pathlib import Path
@@ -24,6 +24,7 @@ from typing import Any
 import typer
 
 from coa_cli.options import DEVICE, DTYPE, ENV_OPTION
+from coa_envs.process_pools import kill_pool, owned_pool
 
 __all__ = ["compare_command"]
 
@@ -153,8 +154,7 @@ def _play_all(plays: list[dict[str, Any]], jobs: int) -> None:
         for arguments in plays:
             _play(arguments)
         return
-    pool = ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_threads_per_process,
-                               initargs=(jobs,))
+    pool = owned_pool(jobs, get_context("spawn"), initializer=_threads_per_process, initargs=(jobs,))
     futures = {pool.submit(_play, arguments): arguments["model"] for arguments in plays}
     try:
         for done in as_completed(futures):
@@ -164,9 +164,7 @@ def _play_all(plays: list[dict[str, Any]], jobs: int) -> None:
                 raise RuntimeError(f"the process playing {futures[done]} died (out of memory?); "
                                    "--jobs 1 plays the models one after another") from exc
     except BaseException:
-        for process in list(getattr(pool, "_processes", {}).values()):
-            process.terminate()
-        pool.shutdown(wait=False, cancel_futures=True)
+        kill_pool(pool)
         raise
     pool.shutdown()
 

@@ -31,6 +31,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from coa_envs.process_pools import kill_pool, owned_pool
 from coa_envs.rewards._math_echo import question_structures, restates_question
 from coa_envs.rewards._math_forms import gold_rounding, refused_form
 from coa_envs.rewards.base import RewardUnavailable
@@ -299,7 +300,7 @@ def _helper_pool() -> tuple[ProcessPoolExecutor, Future]:
             import multiprocessing
 
             # forkserver: forking a process that runs threads (the caller's) can deadlock.
-            pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("forkserver"), initializer=_warm)
+            pool = owned_pool(2, multiprocessing.get_context("forkserver"), initializer=_warm)
             _helper = (pool, pool.submit(_warm))
         return _helper
 
@@ -310,10 +311,7 @@ def _drop_helper(broken: ProcessPoolExecutor) -> None:
     with _helper_lock:
         if _helper is not None and _helper[0] is broken:
             _helper = None
-    # a pool already shut down (by another thread) has no process table left
-    for process in list((getattr(broken, "_processes", None) or {}).values()):
-        process.kill()
-    broken.shutdown(wait=False, cancel_futures=True)
+    kill_pool(broken)
 
 
 def _result_once_running(future: Future, limit_s: float) -> Any:
