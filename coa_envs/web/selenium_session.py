@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import time
 import warnings
 from typing import Any
@@ -23,7 +24,7 @@ from coa_envs.web.fetch import DEFAULT_USER_AGENT
 from coa_envs.web.proxy import BLOCKED_MARKER, UNREACHABLE_MARKER
 from coa_envs.web.ssrf import reserve_local_port
 
-__all__ = ["SeleniumSession"]
+__all__ = ["SeleniumSession", "install_direct_bidi"]
 
 _READ_ATTEMPTS = 5
 _QUIET_DIALOGS_JS = ("() => { const answers = {alert: undefined, confirm: false, prompt: null, print: undefined};"
@@ -54,6 +55,14 @@ class SeleniumSession:
             warnings.simplefilter("ignore", DeprecationWarning)
             options.ignore_local_proxy_environment_variables()  # WebDriver commands stay local
         self._driver = webdriver.Chrome(service=Service(driver_path), options=options)
+        try:
+            self._prepare(timeout_s, settle_ms, max_chars)
+        except BaseException:  # a session that failed to start must not leave Chromium and its driver running
+            with contextlib.suppress(Exception):
+                self._driver.quit()
+            raise
+
+    def _prepare(self, timeout_s: float, settle_ms: int, max_chars: int) -> None:
         # chromedriver's port (it starts browsers with any binary and arguments it is sent) and the
         # browser's DevTools port stay closed to pages and to the agent, even with 127.0.0.1 allowed.
         reserve_local_port(self._driver.service.port)
@@ -61,7 +70,7 @@ class SeleniumSession:
         if debugger.rpartition(":")[2].isdigit():
             reserve_local_port(int(debugger.rpartition(":")[2]))
         # BiDi's WebSocket (websocket-client) would take HTTP_PROXY from the environment too.
-        self._driver._websocket_connection = _direct_bidi_connection(self._driver)
+        install_direct_bidi(self._driver)
         self._driver.set_page_load_timeout(timeout_s)
         self._driver.set_script_timeout(timeout_s)  # a page that never yields holds a read this long (30 s by default)
         # Every document of every user context starts with dialogs that return at once (Playwright
@@ -139,13 +148,64 @@ class SeleniumSession:
         self._driver.quit()
 
 
+_PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY")
+
+
+def _proxy_in_environment() -> bool:
+    """Whether websocket-client would send the BiDi socket to a proxy (it reads these, and
+    ``no_proxy``, which a ``*`` turns off)."""
+    no_proxy = os.environ.get("no_proxy", os.environ.get("NO_PROXY", "")).replace(" ", "").split(",")
+    return any(os.environ.get(name) for name in _PROXY_VARIABLES) and "*" not in no_proxy
+
+
+def install_direct_bidi(driver: Any) -> None:
+    """Open the driver's WebDriver BiDi connection without the environment's proxy settings (what
+    ``ignore_local_proxy_environment_variables`` does for the HTTP commands): the socket goes to
+    the local chromedriver and carries every URL to open.
+
+    Selenium offers no setting for it, so this relies on two private names of selenium 4.51: the
+    driver's ``_websocket_connection`` (None until BiDi is first used) and the ``_ws`` attribute
+    :class:`WebSocketConnection` keeps its ``WebSocketApp`` in. Both are checked: where either is
+    gone (another selenium), the session fails with a clear :class:`BrowserError` if a proxy
+    variable is set, and keeps selenium's own connection (direct anyway) if none is.
+    """
+    from selenium import __version__ as selenium_version
+    from selenium.webdriver.remote.websocket_connection import WebSocketConnection
+
+    unsupported = (f"selenium {selenium_version} no longer keeps its BiDi connection where coa-envs pins it "
+                   "(WebDriver._websocket_connection, WebSocketConnection._ws), so the socket to chromedriver "
+                   "would go through HTTP_PROXY/HTTPS_PROXY; unset those variables (or set NO_PROXY=*), or "
+                   "install selenium 4.51, or use the playwright backend")
+    if vars(driver).get("_websocket_connection", False) is not None or not _pins_websocket_app(WebSocketConnection):
+        if _proxy_in_environment():
+            raise BrowserError(unsupported)
+        warnings.warn(unsupported, RuntimeWarning, stacklevel=2)
+        return
+    connection = _direct_bidi_connection(driver)
+    if not connection.pinned:  # the socket opened without our settings: with a proxy set, through it
+        if _proxy_in_environment():
+            with contextlib.suppress(Exception):
+                connection.close()
+            raise BrowserError(unsupported)
+        warnings.warn(unsupported, RuntimeWarning, stacklevel=2)
+    driver._websocket_connection = connection
+
+
+def _pins_websocket_app(connection_class: type) -> bool:
+    """Whether ``connection_class`` makes its ``WebSocketApp`` in ``_start_ws`` and keeps it in ``_ws``
+    (read from the method's code, before any socket is opened)."""
+    code = getattr(getattr(connection_class, "_start_ws", None), "__code__", None)
+    return code is not None and {"_ws", "WebSocketApp"} <= set(code.co_names)
+
+
 def _direct_bidi_connection(driver: Any) -> Any:
-    """The driver's WebDriver BiDi connection, opened without the environment's proxy settings
-    (what ``ignore_local_proxy_environment_variables`` does for the HTTP commands): the socket
-    goes to the local chromedriver and carries every URL to open."""
+    """A :class:`WebSocketConnection` whose ``WebSocketApp.run_forever`` is pinned to no proxy;
+    ``pinned`` says whether selenium handed its app over (see :func:`install_direct_bidi`)."""
     from selenium.webdriver.remote.websocket_connection import WebSocketConnection
 
     class DirectConnection(WebSocketConnection):
+        pinned = False
+
         @property
         def _ws(self) -> Any:
             return self.__dict__.get("_direct_ws")
@@ -157,6 +217,7 @@ def _direct_bidi_connection(driver: Any) -> Any:
                 # skips for every host ("*"): a direct connection, whatever the environment says.
                 app.run_forever = functools.partial(app.run_forever, http_proxy_host="127.0.0.1",
                                                     http_proxy_port=9, http_no_proxy=["*"], proxy_type="http")
+                self.pinned = True
             self.__dict__["_direct_ws"] = app
 
     config = driver.command_executor.client_config
