@@ -27,7 +27,7 @@ import threading
 from collections import deque
 from urllib.parse import urlsplit
 
-from coa_envs.web.ssrf import UrlGuard, reserve_local_port
+from coa_envs.web.ssrf import UrlGuard, release_local_port, reserve_local_port
 
 __all__ = ["BLOCKED_HEADER", "BLOCKED_MARKER", "UNREACHABLE_HEADER", "UNREACHABLE_MARKER", "GuardedProxy"]
 
@@ -215,3 +215,4 @@ class GuardedProxy:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+        release_local_port(self._server.server_address[1])

@@ -22,7 +22,7 @@ from coa_envs.web.chromium import (
 )
 from coa_envs.web.fetch import DEFAULT_USER_AGENT
 from coa_envs.web.proxy import BLOCKED_MARKER, UNREACHABLE_MARKER
-from coa_envs.web.ssrf import reserve_local_port
+from coa_envs.web.ssrf import release_local_port, reserve_local_port
 
 __all__ = ["SeleniumSession", "install_direct_bidi"]
 
@@ -55,20 +55,23 @@ class SeleniumSession:
             warnings.simplefilter("ignore", DeprecationWarning)
             options.ignore_local_proxy_environment_variables()  # WebDriver commands stay local
         self._driver = webdriver.Chrome(service=Service(driver_path), options=options)
+        self._control_ports: list[int] = []
         try:
             self._prepare(timeout_s, settle_ms, max_chars)
         except BaseException:  # a session that failed to start must not leave Chromium and its driver running
             with contextlib.suppress(Exception):
-                self._driver.quit()
+                self.close()
             raise
 
     def _prepare(self, timeout_s: float, settle_ms: int, max_chars: int) -> None:
         # chromedriver's port (it starts browsers with any binary and arguments it is sent) and the
         # browser's DevTools port stay closed to pages and to the agent, even with 127.0.0.1 allowed.
-        reserve_local_port(self._driver.service.port)
+        self._control_ports.append(int(self._driver.service.port))
         debugger = str(self._driver.capabilities.get("goog:chromeOptions", {}).get("debuggerAddress", ""))
         if debugger.rpartition(":")[2].isdigit():
-            reserve_local_port(int(debugger.rpartition(":")[2]))
+            self._control_ports.append(int(debugger.rpartition(":")[2]))
+        for port in self._control_ports:
+            reserve_local_port(port)
         # BiDi's WebSocket (websocket-client) would take HTTP_PROXY from the environment too.
         install_direct_bidi(self._driver)
         self._driver.set_page_load_timeout(timeout_s)
@@ -145,7 +148,11 @@ class SeleniumSession:
             return False
 
     def close(self) -> None:
-        self._driver.quit()
+        try:
+            self._driver.quit()
+        finally:  # released once chromedriver and Chromium have stopped listening
+            for port in getattr(self, "_control_ports", ()):
+                release_local_port(port)
 
 
 _PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY")

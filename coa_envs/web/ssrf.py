@@ -21,8 +21,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["ALLOWED_SCHEMES", "METADATA_ADDRESSES", "UrlGuard", "UrlVerdict", "canonical_host", "literal_only_resolver",
-           "reserve_local_port", "reserved_local_ports"]
+from coa_envs.web.control_ports import (
+    WELL_KNOWN_CONTROL_PORTS,
+    is_reserved_port,
+    release_local_port,
+    reserve_local_port,
+    reserved_local_ports,
+)
+
+__all__ = ["ALLOWED_SCHEMES", "METADATA_ADDRESSES", "WELL_KNOWN_CONTROL_PORTS", "UrlGuard", "UrlVerdict",
+           "canonical_host", "literal_only_resolver", "release_local_port", "reserve_local_port",
+           "reserved_local_ports"]
 
 ALLOWED_SCHEMES = frozenset({"http", "https"})
 METADATA_ADDRESSES = frozenset(
@@ -139,29 +148,18 @@ def _embedded_ipv4(ip: IPAddress) -> IPAddress:
     return ip
 
 
-# Control ports of this process's own machinery (the guarded proxy, chromedriver, Chromium's
-# DevTools): whoever reaches one drives the browser, so no allow-list entry opens them.
-_RESERVED_LOCAL_PORTS: set[int] = set()
-
-
-def reserve_local_port(port: int) -> None:
-    """Refuse ``port`` on every local address (loopback, ``0.0.0.0``, ``::``), for every guard,
-    whatever its allow-list or ``allow_private`` say."""
-    _RESERVED_LOCAL_PORTS.add(int(port))
-
-
-def reserved_local_ports() -> frozenset[int]:
-    return frozenset(_RESERVED_LOCAL_PORTS)
-
-
-def _reserved_endpoint(ip_text: str, port: int | None) -> bool:
-    if port not in _RESERVED_LOCAL_PORTS:
-        return False
+def _local_address(ip_text: str) -> bool:
     try:
         ip = _embedded_ipv4(ipaddress.ip_address(ip_text))
     except ValueError:
         return False
     return ip.is_loopback or ip.is_unspecified
+
+
+def _reserved_endpoint(ip_text: str, port: int | None) -> bool:
+    if port is None or not _local_address(ip_text):
+        return False
+    return is_reserved_port(port)
 
 
 def _blocked_reason(ip: IPAddress) -> str:
@@ -250,10 +248,14 @@ class UrlGuard:
     def check_address(self, host: str, ip_text: str, port: int | None = None) -> str:
         """Return ``""`` if ``ip_text`` (resolved from ``host``) may be contacted, else why not."""
         if _reserved_endpoint(ip_text, port):
-            return "a control port of the crawler's own browser or proxy"
-        if self.allow_private or self._name_allowed(host):
+            return "a control port of a crawler's own browser or proxy"
+        named = port is not None and bool({(host.lower().rstrip("."), port), (ip_text, port)} & self._allowed_endpoints)
+        if named:
             return ""
-        if port is not None and {(host.lower().rstrip("."), port), (ip_text, port)} & self._allowed_endpoints:
+        if port in WELL_KNOWN_CONTROL_PORTS and _local_address(ip_text):
+            return (f"the default port of {WELL_KNOWN_CONTROL_PORTS[port]} on this machine (name it as "
+                    f"'host:{port}' in allow_hosts to open it)")
+        if self.allow_private or self._name_allowed(host):
             return ""
         try:
             ip = ipaddress.ip_address(ip_text)
