@@ -23,9 +23,71 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["gold_rounding", "refused_form"]
+__all__ = ["gold_rounding", "plain_number_text", "refused_form"]
 
 _DECIMALS = re.compile(r"\.(\d+)")
+_WORD_SUBSCRIPT = re.compile(r"_\{\s*\\(?:text|textrm|mathrm|mbox)\s*\{(\w+)\}\s*\}")
+_UNIT_TEXT = re.compile(r"\\(?:text|textrm|textnormal|textbf|mathrm|mbox|operatorname)\s*\{[^{}0-9]*\}"
+                        r"(?:\^\{?[23]\}?)?")
+_TEXT_COMMAND = re.compile(r"\\(?:text|textrm|textnormal|textbf|mathrm|mathbf|mbox|boxed)\s*\{([^{}]*)\}")
+_DECORATION = re.compile(r"\\(?:left|right|displaystyle)\b|\\[,;! ]|~|\s+|\\?\$|\\?%|\^\{?\\circ\}?")
+_WRAPPERS = ((r"\{", r"\}"), ("(", ")"), ("{", "}"), ("[", "]"))
+_INTEGER_NUMERAL = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?(?:_\{?(?:10|ten)\}?)?")
+
+
+def plain_number_text(text: str) -> str:
+    """``text`` as a number is written, without what does not change it: spacing, dollar and
+    percent signs, degrees, words (``\\text{ ways}``, ``\\mathrm{cm}^2``), ``{,}`` and the
+    wrappers of one element (``(9901)``, ``\\{9901\\}``, ``\\text{9901}``)."""
+    text = _WORD_SUBSCRIPT.sub(lambda m: "_{" + m.group(1) + "}", text)
+    text = _UNIT_TEXT.sub("", text)
+    text = _TEXT_COMMAND.sub(lambda m: m.group(1), text)
+    text = _DECORATION.sub("", text).replace("{,}", ",").rstrip(".")
+    changed = True
+    while changed:
+        changed = False
+        for opener, closer in _WRAPPERS:
+            if text.startswith(opener) and text.endswith(closer) and len(text) > len(opener) + len(closer):
+                inner = text[len(opener):-len(closer)]
+                if not any(c in inner for c in "(){}[];,") or _INTEGER_NUMERAL.fullmatch(inner):
+                    text, changed = inner, True
+    return text
+
+
+def _integer_written(text: str) -> bool:
+    """The answer's last side is an integer numeral (``9{,}901``, ``9901.0``, ``x = 9901``,
+    ``\\$9901``), not a form math-verify evaluated while parsing (``\\frac{19802}{2}``, ``4/2``,
+    ``\\binom{5}{2}``, ``-(-3)``)."""
+    last = plain_number_text(text).rsplit("=", 1)[-1]
+    return bool(_INTEGER_NUMERAL.fullmatch(plain_number_text(last)))
+
+
+def _integer_elements(value: Any) -> bool:
+    """A tuple or set of integers ("(8,-2)", "3, 5, 7"): PRM800K grades each element as an answer."""
+    from sympy import FiniteSet, Integer, Tuple
+
+    return isinstance(value, FiniteSet | Tuple) and len(value) > 1 and all(isinstance(e, Integer) for e in value)
+
+
+def _elements(text: str) -> list[str]:
+    """The top-level comma-separated pieces of an answer, without its outer brackets (the last
+    side of ``(x, y) = (8, -2)``)."""
+    plain = plain_number_text(text)
+    last_side = plain.rsplit("=", 1)[-1]
+    if last_side != plain and last_side[:1] in "([\\":
+        plain = last_side
+    for opener, closer in (*_WRAPPERS, ("\\langle", "\\rangle")):
+        if plain.startswith(opener) and plain.endswith(closer):
+            plain = plain[len(opener):-len(closer)]
+            break
+    pieces, depth, start = [], 0, 0
+    for index, char in enumerate(plain):
+        depth += char in "([{"
+        depth -= char in ")]}"
+        if char == "," and depth == 0:
+            pieces.append(plain[start:index])
+            start = index + 1
+    return pieces + [plain[start:]]
 
 
 def gold_rounding(gold: str, rounding: int) -> int:
@@ -120,17 +182,19 @@ def _approximates(gold: Any, answer: Any, timeout: int) -> bool:
         return False
 
 
-def refused_form(gold: list[Any], answer: list[Any], timeout: int, rounding: int) -> str | None:
-    """Why an answer math-verify found equal to ``gold`` does not count (parsed values of both),
+def refused_form(gold: list[Any], answer: tuple[str, list[Any]], timeout: int, rounding: int) -> str | None:
+    """Why an answer (text, parse) math-verify found equal to ``gold`` (its parse) does not count,
     or None. Only the first parsed value of each is judged, the one math-verify compares first."""
-    if not gold or not answer:
+    if not gold or not answer[1]:
         return None
-    gold_value, value = _integral_as_integer(gold[0]), answer[0]
+    gold_value, value = _integral_as_integer(gold[0]), answer[1][0]
     if _false_equation(value, timeout, rounding):
         return "the answer states a false equation (two different numbers set equal)"
     last = _last_side(value)
-    if _is_integer_value(gold_value) and not _written_as_a_number(last):
+    if _is_integer_value(gold_value) and not (_written_as_a_number(last) and _integer_written(answer[0])):
         return "the gold is an integer and the answer is an unfinished computation, not an integer"
+    if _integer_elements(gold_value) and not all(_integer_written(piece) for piece in _elements(answer[0])):
+        return "the gold's elements are integers and an element of the answer is not written as one"
     from math_verify.grader import is_relation
 
     if _approximates(gold_value, value if is_relation(gold_value) else last, timeout):

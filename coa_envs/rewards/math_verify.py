@@ -32,6 +32,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from coa_envs.process_pools import kill_pool, owned_pool
+from coa_envs.rewards._math_bases import base_verdict
 from coa_envs.rewards._math_echo import question_structures, restates_question
 from coa_envs.rewards._math_forms import gold_rounding, refused_form
 from coa_envs.rewards.base import RewardUnavailable
@@ -39,7 +40,7 @@ from coa_envs.types import RewardResult, Task
 
 __all__ = ["VERSION", "MathVerifyReward", "answer_candidates", "build", "normalise_latex"]
 
-VERSION = 8  # bump when the scores this term gives change (reported in reward_details)
+VERSION = 9  # bump when the scores this term gives change (reported in reward_details)
 # 2: one final answer per reply (several distinct candidates are wrong, alternatives form a
 #    set); the string fallback only when math-verify cannot parse (no OR of two verdicts)
 # 3: a value offered in prose beside the answer ("Alternatively, 3") is a second answer
@@ -51,6 +52,9 @@ VERSION = 8  # bump when the scores this term gives change (reported in reward_d
 #    a decimal gold is compared to at least its own decimals (0.000067 is not .0000672)
 # 8: an integer written with a decimal point that the question mentions ("13.0") may be the answer,
 #    as an integer may (sympy's Float == int is False, so it read as the question's expression)
+# 9: an integer gold needs an integer-written answer also where math-verify evaluates while parsing
+#    (\frac{4}{2}, 4/2, \binom{5}{2}, -(-3) for 2, 10, 3), as PRM800K grades; a numeral in another
+#    base is read with its base (52_9 and 52_{10} no longer pay 52_8, nor 52_8 a decimal 52)
 
 _SPACE_RE = re.compile(r"\s+")
 _WRAPPERS = (r"\left", r"\right", r"\!", r"\,", r"\;", r"\displaystyle", "$")
@@ -272,9 +276,15 @@ def _score(golds: list[str], prediction: str, timeout: int, rounding: int,
                                                  question_structures(question, timeout, _parse)):
         return 0.0, {**details, "reason": "the answer is the question's own expression, not its value"}
     for gold, gold_value in zip(golds, gold_values, strict=True):
+        by_base = base_verdict(gold, answer[0])
+        if by_base is not None:  # a numeral in another base: its digits and base decide
+            if by_base[0]:
+                return 1.0, {**details, "method": "base_numeral", "matched_gold": gold}
+            details["reason"] = by_base[1]
+            continue
         places = gold_rounding(gold, rounding)
         if _same(gold_value, answer, timeout, places):
-            refusal = None if written_as_gold else refused_form(gold_value[1], answer[1], timeout, places)
+            refusal = None if written_as_gold else refused_form(gold_value[1], answer, timeout, places)
             if refusal:
                 details["reason"] = refusal
                 continue
