@@ -12,8 +12,10 @@ archives, random bytes) raise :class:`ExtractionError` with a message fit for th
 from __future__ import annotations
 
 import codecs
+import contextlib
 import io
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -25,6 +27,9 @@ MAX_MAIN_CONTENT_ELEMENTS = 25_000  # larger pages are shown as plain text (see 
 MAX_MAIN_CONTENT_CHARS = 2_000_000
 MAX_TITLE_CHARS = 300
 MAX_LINK_CHARS = 2_000  # longer URLs are left out of a page's links
+MAX_PDF_PAGES = 200  # a PDF's pages past these are not read (see _pdf_pages)
+MAX_PDF_PAGE_CONTENT_BYTES = 1_000_000
+MAX_PDF_CONTENT_BYTES = 3_000_000
 
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_\-:.]+)""", re.I)
 _BINARY_MAGIC = {
@@ -192,22 +197,72 @@ def _html_page(html: str, url: str, max_links: int) -> ExtractedPage:
     return ExtractedPage("html", title, _main_content(html, url) or _plain_text(tree), links)
 
 
+def _pdf_limits() -> Any:
+    """pypdf's decompression caps lowered to what one page may hold (pypdf >= 6 lets a caller set
+    them for its own context; older releases keep their own 75 MB caps)."""
+    import pypdf
+
+    apply = getattr(pypdf, "apply_configuration", None)
+    if apply is None:
+        return contextlib.nullcontext()
+    cap = MAX_PDF_PAGE_CONTENT_BYTES + 1
+    return apply(zlib_maximum_output_length=cap, lzw_maximum_output_length=cap,
+                 run_length_maximum_output_length=cap, brotli_maximum_output_length=cap)
+
+
+def _pdf_pages(reader: Any) -> Iterator[tuple[str, bool]]:
+    """Each page's text (``(text, True)``), or a note where a page was skipped or reading stopped.
+
+    Text extraction costs CPU superlinear in a page's content (1 MB 1.5 s, 4 MB 14 s), and pages
+    may share one stream: a 20 kB PDF of three pages showing one compressed 5 MB stream ran past
+    five minutes. So a page whose content is larger than :data:`MAX_PDF_PAGE_CONTENT_BYTES` is
+    skipped, and reading stops after :data:`MAX_PDF_PAGES` pages or
+    :data:`MAX_PDF_CONTENT_BYTES` of content, each said in the text.
+    """
+    from pypdf.errors import LimitReachedError
+
+    total, spent = len(reader.pages), 0
+    for index in range(min(total, MAX_PDF_PAGES)):
+        page = reader.pages[index]
+        try:
+            contents = page.get_contents()
+            size = 0 if contents is None else len(contents.get_data())
+        except LimitReachedError:
+            size = MAX_PDF_PAGE_CONTENT_BYTES + 1
+        if size > MAX_PDF_PAGE_CONTENT_BYTES:
+            yield f"[page {index + 1} skipped: its content is larger than {MAX_PDF_PAGE_CONTENT_BYTES:,} bytes]", False
+            continue
+        if spent + size > MAX_PDF_CONTENT_BYTES:
+            yield (f"[stopped reading at page {index + 1} of {total}: the pages before it hold "
+                   f"{spent:,} bytes of content, at most {MAX_PDF_CONTENT_BYTES:,} are read]"), False
+            return
+        spent += size
+        text = (page.extract_text() or "").strip()
+        if text:
+            yield f"[page {index + 1}]\n{text}", True
+    if total > MAX_PDF_PAGES:
+        yield f"[stopped reading after page {MAX_PDF_PAGES} of {total}]", False
+
+
 def pdf_text(data: bytes) -> tuple[str, str]:
+    """Title and text of a PDF, read in time bounded by the limits of :func:`_pdf_pages`."""
     from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
+    from pypdf.errors import PdfReadError, PyPdfError
 
     try:
-        reader = PdfReader(io.BytesIO(data))
-        title = ""
-        if reader.metadata is not None and reader.metadata.title:
-            title = _short(str(reader.metadata.title), MAX_TITLE_CHARS)
-        pages = [page.extract_text() or "" for page in reader.pages]
-    except (PdfReadError, ValueError, KeyError, TypeError, OSError) as exc:
+        with _pdf_limits():
+            reader = PdfReader(io.BytesIO(data))
+            title = ""
+            if reader.metadata is not None and reader.metadata.title:
+                title = _short(str(reader.metadata.title), MAX_TITLE_CHARS)
+            parts = list(_pdf_pages(reader))
+    except (PdfReadError, PyPdfError, ValueError, KeyError, TypeError, OSError) as exc:
         raise ExtractionError(f"the PDF could not be read ({type(exc).__name__}: {exc})") from exc
-    text = "\n\n".join(f"[page {i}]\n{p.strip()}" for i, p in enumerate(pages, 1) if p.strip())
-    if not text:
-        raise ExtractionError("the PDF has no extractable text (scanned images only?)")
-    return title, text
+    if not any(is_text for _, is_text in parts):
+        notes = [note for note, _ in parts]
+        raise ExtractionError(" ".join(["the PDF has no extractable text (scanned images only?)", *notes[:3],
+                                        *([f"(and {len(notes) - 3} more notes)"] if len(notes) > 3 else [])]))
+    return title, "\n\n".join(part for part, _ in parts)
 
 
 def _sniff_kind(data: bytes, content_type: str) -> str:
