@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["event_stream", "unless_disconnected"]
+__all__ = ["event_stream", "interleaved", "unless_disconnected"]
 
 T = TypeVar("T")
 
@@ -84,3 +84,32 @@ async def _disconnect(request: Any) -> None:
     message is the disconnect)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
+
+
+async def interleaved(streams: list[AsyncIterator[str]]) -> AsyncIterator[str]:
+    """Every stream's events as they come. Closed early, every stream is closed (each cancels
+    its generation)."""
+    events: asyncio.Queue[str | None] = asyncio.Queue()
+
+    async def pump(stream: AsyncIterator[str]) -> None:
+        try:
+            async for event in stream:
+                events.put_nowait(event)
+        finally:
+            events.put_nowait(None)
+
+    tasks = [asyncio.create_task(pump(stream)) for stream in streams]
+    try:
+        running = len(tasks)
+        while running:
+            event = await events.get()
+            if event is None:
+                running -= 1
+            else:
+                yield event
+        for task in tasks:
+            task.result()  # a choice that failed outside its error event
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)  # each stream's cleanup runs now

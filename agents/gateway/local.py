@@ -21,21 +21,21 @@ from typing import Any
 from agents.engines import Completion, GenerationRequest, SamplingParams
 from agents.gateway.prompts import PromptPlan, build_prompt, raw_reply_text
 from agents.gateway.sessions import GatewayCall, GatewaySession
+from agents.gateway.streaming import ChoiceStream
 from agents.gateway.wire import ChatRequest, Chunker
-from agents.openai_errors import APIError, check_prompt_fits, error_body
+from agents.http_streams import interleaved
+from agents.openai_errors import APIError, check_prompt_fits
 from agents.openai_wire import (
     SSE_DONE,
-    Sampled,
-    TextReleaser,
     chat_logprobs,
     finish_reason,
     sse,
     usage,
     visible_text,
 )
-from agents.toolcalls import calls_delta, parse_reply, tool_call_opener, wire_message
+from agents.toolcalls import parse_reply, tool_call_opener, wire_message
 
-__all__ = ["LocalBackend", "call_seed"]
+__all__ = ["LocalBackend", "call_seed", "engine_error"]
 
 
 def call_seed(seed: int, call_index: int) -> int:
@@ -44,7 +44,7 @@ def call_seed(seed: int, call_index: int) -> int:
     return (seed * 1_000_003 + call_index * 7919) % (2**62)
 
 
-def _engine_error(completion: Completion) -> APIError:
+def engine_error(completion: Completion) -> APIError:
     if completion.error_kind == "context_overflow":
         return APIError(400, completion.error, code="context_length_exceeded", param="messages")
     return APIError(500, f"{completion.error_kind}: {completion.error}", code=str(completion.error_kind))
@@ -148,7 +148,7 @@ class LocalBackend:
             completions = await asyncio.gather(*(asyncio.wrap_future(self.batcher.submit(r)) for r in requests))
             failed = next((c for c in completions if not c.ok), None)
             if failed is not None:
-                raise _engine_error(failed)
+                raise engine_error(failed)
         except BaseException:
             cancel.set()
             for _ in indices:
@@ -178,98 +178,51 @@ class LocalBackend:
 
     # -- streamed ----------------------------------------------------------------------------
     async def prepare_stream(self, session: GatewaySession, request: ChatRequest
-                             ) -> tuple[PromptPlan, int, SamplingParams]:
-        """Everything that can fail before the first byte (so it fails as a plain HTTP error)."""
+                             ) -> tuple[PromptPlan, list[int], list[SamplingParams]]:
+        """Everything that can fail before the first byte (so it fails as a plain HTTP error):
+        the prompt, and each of the ``n`` choices' call index and sampling."""
         plan = self._plan(session, request)
         check_prompt_fits(len(plan.ids), self.batcher)
-        index = session.next_index()
+        indices: list[int] = []
         try:
-            return plan, index, self._params(session, request, index, 0)
+            for _ in range(request.n):
+                indices.append(session.next_index())
+            return plan, indices, [self._params(session, request, index, choice)
+                                   for choice, index in enumerate(indices)]
         except BaseException:
-            session.abandon()
+            for _ in indices:
+                session.abandon()
             raise
 
-    async def discard_stream(self, session: GatewaySession, plan: PromptPlan, index: int,
-                             params: SamplingParams) -> None:
-        """The client left before the stream started: the prepared call is not in flight."""
-        session.abandon()
+    async def discard_stream(self, session: GatewaySession, plan: PromptPlan, indices: list[int],
+                             params: list[SamplingParams]) -> None:
+        """The client left before the stream started: the prepared calls are not in flight."""
+        for _ in indices:
+            session.abandon()
 
-    async def stream(self, session: GatewaySession, request: ChatRequest, model: str, plan: PromptPlan, index: int,
-                     params: SamplingParams) -> AsyncIterator[str]:
-        started = time.time()
-        loop = asyncio.get_running_loop()
-        tokens: asyncio.Queue[tuple[int, float] | None] = asyncio.Queue()
-        cancel = threading.Event()  # set when the client hangs up: the engine stops at its next step
-        future = self.batcher.submit(GenerationRequest(
-            token_ids=tuple(plan.ids), params=params, cancel=cancel,
-            on_token=lambda t, lp, top=(): loop.call_soon_threadsafe(tokens.put_nowait, (t, lp, top))))
-        job = asyncio.wrap_future(future)
-        job.add_done_callback(lambda _: tokens.put_nowait(None))
-        releaser = TextReleaser(self.tokenizer, params.stop, self.eos_text,
-                                hold_from=self.opener if request.tools_active else None)
+    async def stream(self, session: GatewaySession, request: ChatRequest, model: str, plan: PromptPlan,
+                     indices: list[int], params: list[SamplingParams]) -> AsyncIterator[str]:
+        """The ``n`` choices' chunks as they are sampled (each with its ``index``), then one
+        usage chunk for all and ``[DONE]``. Each choice is recorded as its own call."""
         chunker = Chunker(model, request.include_usage)
-        pending: list[Sampled] = []
-        recorded = False
-
-        def logprobs_of(items: list[Sampled]) -> list[dict[str, Any]] | None:
-            if not request.logprobs:
-                return None
-            return chat_logprobs(self.tokenizer, [t for t, _, _ in items], [lp for _, lp, _ in items],
-                                 request.return_tokens_as_token_ids, [top for *_, top in items])
-
+        choices = [ChoiceStream(self, session, request, chunker, plan, index, choice_params, number)
+                   for number, (index, choice_params) in enumerate(zip(indices, params, strict=True))]
+        events = choices[0].events() if len(choices) == 1 else interleaved([c.events() for c in choices])
         try:
-            yield sse(chunker.delta({}))
-            done = False
-            while not done:
-                # Everything sampled since the last chunk goes out as one: a slow reader (or a
-                # busy event loop) gets fewer, longer chunks instead of falling further behind.
-                batch = [await tokens.get()]
-                while not tokens.empty():
-                    batch.append(tokens.get_nowait())
-                done = batch[-1] is None
-                delta = ""
-                for item in batch[:-1] if done else batch:
-                    pending.append(item)
-                    delta += releaser.push(item[0])
-                if delta:
-                    yield sse(chunker.delta({"content": delta}, logprobs=logprobs_of(pending)))
-                    pending = []
-            completion = await job
-            if not completion.ok:
-                error = _engine_error(completion)
-                yield sse(error_body(error.status, error.message, code=error.code, param=error.param))
-                yield SSE_DONE
-                return
-            reply, finish = self._reply(completion, plan, request)
-            self._record(session, index, request, plan, completion, reply, finish, started, params)
-            recorded = True
-            if finish == "tool_calls":
-                before = completion.text.split(self.opener, 1)[0].rstrip() if self.opener else ""
-                yield sse(chunker.delta(calls_delta(reply["tool_calls"], releaser.rest(before)),
-                                        logprobs=logprobs_of(pending)))
-                pending = []
-            else:
-                rest = releaser.rest(reply["content"] or "")
-                if rest or pending:
-                    yield sse(chunker.delta({"content": rest} if rest else {}, logprobs=logprobs_of(pending)))
-            extra: dict[str, Any] = {"stop_reason": completion.stop_string}
-            if request.return_token_ids:
-                extra.update(token_ids=list(completion.token_ids), prompt_token_ids=list(plan.ids))
-            yield sse(chunker.delta({}, finish=finish, extra=extra))
-            if request.include_usage:
-                yield sse(chunker.usage(usage(len(plan.ids), len(completion.token_ids))))
-            yield SSE_DONE
+            async for event in events:
+                yield event
         finally:
-            if not recorded:  # the client left (or the stream failed): keep what was sampled
-                cancel.set()
-                future.add_done_callback(
-                    lambda f: self._record_late(f, session, index, request, plan, started, params))
+            await events.aclose()
+        completions = [choice.completion for choice in choices]
+        if request.include_usage and all(c is not None for c in completions):
+            yield sse(chunker.usage(usage(len(plan.ids), sum(len(c.token_ids) for c in completions))))
+        yield SSE_DONE
 
     def _record_late(self, future: Any, session: GatewaySession, index: int, request: ChatRequest,
                      plan: PromptPlan, started: float, params: SamplingParams) -> None:
         completion = future.result()
-        if not completion.ok:
-            session.abandon()
+        if not completion.ok or (completion.finish_reason == "abort" and not completion.token_ids):
+            session.abandon()  # failed, or cancelled before it sampled anything: nothing to keep
             return
         reply, finish = self._reply(completion, plan, request)
         if completion.finish_reason == "abort":  # cut when its client left: never a finished reply

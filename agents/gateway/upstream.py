@@ -153,47 +153,50 @@ class UpstreamBackend:
         return self._strip(request, payload, model)
 
     # -- streamed ----------------------------------------------------------------------------
-    async def prepare_stream(self, session: GatewaySession, request: ChatRequest) -> tuple[Any, int]:
+    async def prepare_stream(self, session: GatewaySession, request: ChatRequest) -> tuple[Any, list[int]]:
         import httpx
 
-        index = session.next_index()
+        indices = [session.next_index() for _ in range(request.n)]
         try:
             upstream = self.client.build_request("POST", f"{self.base_url}/chat/completions",
-                                                 json=self._body(session, request, index))
+                                                 json=self._body(session, request, indices[0]))
             response = await self.client.send(upstream, stream=True)
         except httpx.HTTPError as exc:
-            session.abandon()
+            _abandon(session, indices)
             raise APIError(502, f"upstream {self.base_url} unreachable: {type(exc).__name__}: {exc}",
                               code="upstream_unreachable") from None
+        except BaseException:
+            _abandon(session, indices)
+            raise
         if response.status_code != 200:
             text = (await response.aread()).decode(errors="replace")
             await response.aclose()
-            session.abandon()
+            _abandon(session, indices)
             raise _upstream_error(response.status_code, text)
-        return response, index
+        return response, indices
 
-    async def discard_stream(self, session: GatewaySession, response: Any, index: int) -> None:
+    async def discard_stream(self, session: GatewaySession, response: Any, indices: list[int]) -> None:
         """The client left before the stream started: the upstream reply is closed unread and
-        the call is no longer in flight."""
-        session.abandon()
+        the calls are no longer in flight."""
+        _abandon(session, indices)
         with contextlib.suppress(Exception):
             await response.aclose()
 
     async def stream(self, session: GatewaySession, request: ChatRequest, model: str, response: Any,
-                     index: int) -> AsyncIterator[str]:
+                     indices: list[int]) -> AsyncIterator[str]:
+        """The upstream's events as they come; each choice (by its ``index``) is gathered and
+        recorded as its own call when the upstream ends the stream."""
         started = time.time()
-        content, calls, entries, ids, prompt_ids = [], {}, [], [], []
-        finish, recorded = None, False
+        choices = [_StreamedChoice() for _ in indices]
+        prompt_ids: list[int] = []
+        recorded = False
 
         def record() -> None:
-            nonlocal ids, recorded
-            reply: dict[str, Any] = {"role": "assistant", "content": "".join(content) or None}
-            if calls:
-                reply["tool_calls"] = [calls[k] for k in sorted(calls)]
-            if not ids and entries and all(str(e.get("token", "")).startswith("token_id:") for e in entries):
-                ids = [int(e["token"][9:]) for e in entries]
-            session.record(self._call(index, request, reply, finish or "stop", prompt_ids, ids,
-                                      [float(e["logprob"]) for e in entries], started))
+            nonlocal recorded
+            for index, choice in zip(indices, choices, strict=True):
+                reply, ids = choice.reply(), choice.token_ids()
+                session.record(self._call(index, request, reply, choice.finish or "stop", prompt_ids, ids,
+                                          [float(e["logprob"]) for e in choice.entries], started))
             recorded = True
 
         try:
@@ -211,25 +214,59 @@ class UpstreamBackend:
                     yield sse(payload)
                     continue
                 prompt_ids = prompt_ids or list(payload.get("prompt_token_ids") or [])
-                for choice in payload.get("choices") or ():
-                    delta = choice.get("delta") or {}
-                    content.append(delta.get("content") or "")
-                    for call in delta.get("tool_calls") or ():
-                        slot = calls.setdefault(call.get("index", 0), {"id": "", "type": "function",
-                                                                       "function": {"name": "", "arguments": ""}})
-                        slot["id"] = call.get("id") or slot["id"]
-                        function = call.get("function") or {}
-                        slot["function"]["name"] += function.get("name") or ""
-                        slot["function"]["arguments"] += function.get("arguments") or ""
-                    entries.extend((choice.get("logprobs") or {}).get("content") or [])
-                    ids.extend(choice.get("token_ids") or [])
-                    prompt_ids = prompt_ids or list(choice.get("prompt_token_ids") or [])
-                    finish = choice.get("finish_reason") or finish
+                for entry in payload.get("choices") or ():
+                    number = entry.get("index", 0)
+                    if isinstance(number, int) and 0 <= number < len(choices):
+                        choices[number].add(entry)
+                    prompt_ids = prompt_ids or list(entry.get("prompt_token_ids") or [])
                 yield sse(self._strip(request, payload, model))
-            if not recorded and finish is not None:
+            if not recorded and all(choice.finish is not None for choice in choices):
                 record()
         finally:
             if not recorded:
-                session.abandon()
+                _abandon(session, indices)
             with contextlib.suppress(Exception):
                 await response.aclose()
+
+
+def _abandon(session: GatewaySession, indices: list[int]) -> None:
+    for _ in indices:
+        session.abandon()
+
+
+class _StreamedChoice:
+    """One choice of an upstream stream, gathered from its deltas."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.entries: list[dict[str, Any]] = []
+        self.ids: list[int] = []
+        self.finish: str | None = None
+
+    def add(self, choice: dict[str, Any]) -> None:
+        delta = choice.get("delta") or {}
+        self.content.append(delta.get("content") or "")
+        for call in delta.get("tool_calls") or ():
+            slot = self.calls.setdefault(call.get("index", 0), {"id": "", "type": "function",
+                                                                 "function": {"name": "", "arguments": ""}})
+            slot["id"] = call.get("id") or slot["id"]
+            function = call.get("function") or {}
+            slot["function"]["name"] += function.get("name") or ""
+            slot["function"]["arguments"] += function.get("arguments") or ""
+        self.entries.extend((choice.get("logprobs") or {}).get("content") or [])
+        self.ids.extend(choice.get("token_ids") or [])
+        self.finish = choice.get("finish_reason") or self.finish
+
+    def reply(self) -> dict[str, Any]:
+        reply: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
+        if self.calls:
+            reply["tool_calls"] = [self.calls[k] for k in sorted(self.calls)]
+        return reply
+
+    def token_ids(self) -> list[int]:
+        """The sampled ids: sent as ``token_ids``, or read from ``token_id:N`` logprob tokens."""
+        if not self.ids and self.entries and all(str(e.get("token", "")).startswith("token_id:")
+                                                 for e in self.entries):
+            return [int(e["token"][9:]) for e in self.entries]
+        return self.ids

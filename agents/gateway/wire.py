@@ -92,7 +92,7 @@ def check_request(request: ChatRequest, *, local: bool = True, top_logprobs: boo
     if (request.top_logprobs or 0) > MAX_TOP_LOGPROBS:
         raise APIError(400, f"top_logprobs={request.top_logprobs}; at most {MAX_TOP_LOGPROBS}", code="invalid_value",
                        param="top_logprobs")
-    check_streaming(request.stream, request.n, request.stream_options)
+    check_streaming(request.stream, request.n, request.stream_options, several_choices=True)
     if local:
         check_tools(request.tools, request.tool_choice)
     for name in ("temperature", "top_p"):
@@ -109,7 +109,7 @@ class Chunker:
         self.created = int(time.time())
         self.model = model
         self.include_usage = include_usage
-        self.started = False
+        self.started: set[int] = set()  # the choices whose first chunk went out
 
     def _wrap(self, choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> dict[str, Any]:
         payload: dict[str, Any] = {"id": self.ident, "object": "chat.completion.chunk", "created": self.created,
@@ -119,14 +119,16 @@ class Chunker:
         return payload
 
     def delta(self, delta: dict[str, Any], *, finish: str | None = None,
-              logprobs: list[dict[str, Any]] | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        if not self.started:
+              logprobs: list[dict[str, Any]] | None = None, extra: dict[str, Any] | None = None,
+              choice: int = 0) -> dict[str, Any]:
+        """A chunk of choice ``choice`` (its first carries the role)."""
+        if choice not in self.started:
             delta = {"role": "assistant", **delta}
             delta.setdefault("content", "")
-            self.started = True
-        choice = {"index": 0, "delta": delta, "logprobs": {"content": logprobs} if logprobs is not None else None,
-                  "finish_reason": finish, **(extra or {})}
-        return self._wrap([choice])
+            self.started.add(choice)
+        entry = {"index": choice, "delta": delta, "logprobs": {"content": logprobs} if logprobs is not None else None,
+                 "finish_reason": finish, **(extra or {})}
+        return self._wrap([entry])
 
     def usage(self, usage: dict[str, int]) -> dict[str, Any]:
         return self._wrap([], usage)

@@ -46,35 +46,20 @@ async def _interleaved(streams: list[_Stream], ids: list[int], params: list[Samp
                        echo: str) -> AsyncIterator[str]:
     """``n`` choices of one stream: each choice's chunks (its ``index`` in them) as they come,
     then one usage chunk for them all and ``[DONE]``. Closed early, every choice is cancelled."""
-    events: asyncio.Queue[str | None] = asyncio.Queue()
+    from agents.http_streams import interleaved
 
-    async def pump(stream: _Stream, choice_params: SamplingParams) -> None:
-        try:
-            async for event in stream.events(ids, choice_params, echo):
-                events.put_nowait(event)
-        finally:
-            events.put_nowait(None)
-
-    tasks = [asyncio.create_task(pump(s, p)) for s, p in zip(streams, params, strict=True)]
+    events = interleaved([s.events(ids, p, echo) for s, p in zip(streams, params, strict=True)])
     try:
-        running = len(tasks)
-        while running:
-            event = await events.get()
-            if event is None:
-                running -= 1
-            else:
-                yield event
-        for task in tasks:
-            task.result()  # a choice that failed outside its error event
-        head = streams[0]
-        if head.with_usage and all(s.completion is not None for s in streams):
-            yield sse({"id": head.ident, "object": head.kind, "created": head.created,
-                       "model": head.served.model_name, "choices": [],
-                       "usage": head.served.counts([ids], [s.completion for s in streams])})
-        yield SSE_DONE
+        async for event in events:
+            yield event
     finally:
-        for task in tasks:
-            task.cancel()
+        await events.aclose()
+    head = streams[0]
+    if head.with_usage and all(s.completion is not None for s in streams):
+        yield sse({"id": head.ident, "object": head.kind, "created": head.created,
+                   "model": head.served.model_name, "choices": [],
+                   "usage": head.served.counts([ids], [s.completion for s in streams])})
+    yield SSE_DONE
 
 
 class _Stream:
