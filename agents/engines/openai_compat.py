@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -98,6 +99,12 @@ class OpenAIEngine:
         self._async_options = options
         self._slots = threading.BoundedSemaphore(concurrency)
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="coa-http")
+
+    @property
+    def supports_top_logprobs(self) -> bool:
+        """``SamplingParams.top_logprobs`` is passed to the server; its alternatives come back
+        as token ids only with the server extensions (``return_tokens_as_token_ids``)."""
+        return self.server_extensions
 
     # -- sync -----------------------------------------------------------------------------
     def generate(
@@ -177,7 +184,7 @@ class OpenAIEngine:
             rendered = self.tokenizer.apply_chat_template(
                 list(request.messages), tokenize=False, add_generation_prompt=True)
             args["prompt"] = rendered + request.prefix
-        args["logprobs"] = 0  # the sampled token's logprob; N > 0 asks for N alternatives too
+        args["logprobs"] = params.top_logprobs  # 0: the sampled token's logprob; N: N alternatives too
         return args
 
     def _chat_args(self, request: GenerationRequest, params: SamplingParams) -> dict:
@@ -194,6 +201,8 @@ class OpenAIEngine:
                                       "add_generation_prompt": False}
         args["messages"] = messages
         args["logprobs"] = True
+        if params.top_logprobs:
+            args["top_logprobs"] = params.top_logprobs
         return args
 
     # -- response parsing -----------------------------------------------------------------
@@ -206,6 +215,7 @@ class OpenAIEngine:
                 lp = choice.logprobs
                 logprobs = [float(x) for x in (lp.token_logprobs or [])] if lp else []
                 tokens = list(lp.tokens or []) if lp else []
+                tops = [list((step or {}).items()) for step in (lp.top_logprobs or [])] if lp else []
             else:
                 text = choice.message.content or ""
                 calls = tuple({"id": c.id, "type": "function",
@@ -216,11 +226,16 @@ class OpenAIEngine:
                 content = choice.logprobs.content if choice.logprobs else None
                 logprobs = [float(x.logprob) for x in content or []]
                 tokens = [x.token for x in content or []]
+                tops = [[(t.token, t.logprob) for t in x.top_logprobs or ()] for x in content or []]
             ids = extra.get("token_ids")
             if ids is None and tokens and all(t.startswith("token_id:") for t in tokens):
                 ids = [int(t.split(":", 1)[1]) for t in tokens]
-            return self._completion(text, ids or [], logprobs, choice.finish_reason,
-                                    extra.get("stop_reason"), params)
+            completion = self._completion(text, ids or [], logprobs, choice.finish_reason,
+                                          extra.get("stop_reason"), params)
+            if params.top_logprobs and completion.token_ids:
+                completion = dataclasses.replace(completion, top_logprobs=_top_ids(tops, len(completion.token_ids),
+                                                                                 params.top_logprobs))
+            return completion
         except Exception as exc:
             return Completion.failure(EngineErrorKind.BAD_RESPONSE,
                                       f"{type(exc).__name__}: {exc}")
@@ -250,6 +265,21 @@ class OpenAIEngine:
     def close(self) -> None:
         self._pool.shutdown(wait=False)
         self.client.close()
+
+
+def _top_ids(tops: list[list[tuple[str, float]]], steps: int, k: int) -> tuple[tuple[tuple[int, float], ...], ...]:
+    """Each step's ``k`` most likely ``(token_id, logprob)``, most likely first (a completions
+    server's map holds the sampled token too, as vLLM's does), from a server
+    that names tokens ``token_id:N``; empty when it named them otherwise (as text, which maps
+    to no id) or gave a different number of steps than it sampled."""
+    if len(tops) != steps:
+        return ()
+    out = []
+    for step in tops:
+        if not all(isinstance(t, str) and t.startswith("token_id:") and t[9:].isdigit() for t, _ in step):
+            return ()
+        out.append(tuple(sorted(((int(t[9:]), float(lp)) for t, lp in step), key=lambda p: -p[1])[:k]))
+    return tuple(out)
 
 
 def _failure(exc: Exception) -> Completion:
