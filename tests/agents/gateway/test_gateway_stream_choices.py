@@ -44,7 +44,7 @@ def test_three_streamed_choices_from_the_local_engine(tiny_model, tiny_tokenizer
         session = gateway.session("n3")
         assert session.wait_idle(30) and len(session.calls) == 3
         trajectories = gateway.finish(session)
-    streamed = [record for record in spy.records[3:]]  # the JSON reply's three came first
+    streamed = spy.records[3:]  # the JSON reply's three came first
     assert len(streamed) == 3
     assert_token_exact(trajectories, streamed, tiny_tokenizer)
 
@@ -55,6 +55,7 @@ def test_three_streamed_choices_passed_through_to_coa_serve(tiny_model, tiny_tok
         whole = client.chat.completions.create(**CHAT)
         texts, finishes, _ = _streamed(client)
         assert texts == {c.index: c.message.content for c in whole.choices}
+        assert finishes == {c.index: c.finish_reason for c in whole.choices}
         session = gateway.session("up-n3")
         assert session.wait_idle(30)
         calls = session.snapshot()
