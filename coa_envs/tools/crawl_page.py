@@ -246,6 +246,9 @@ class CrawlPageTool:
             summary, error = self._summarise(outcome, goal)
             if summary is not None:
                 info["summarised"] = True
+                if len(summary) > self.config.max_chars:  # the endpoint's answer keeps to the page's budget
+                    summary = summary[: self.config.max_chars].rstrip() + "\n[... summary cut ...]"
+                    info["cut"] = True
                 return f"{header}\nSummary toward the goal:\n{summary}", info
             info["summary_error"] = error
             header += f"\n[summary unavailable ({error}); showing the page text]"

@@ -155,6 +155,24 @@ def _clean(value: Any) -> str:
     return " ".join(str(value or "").split())
 
 
+# What one remote hit may add to the observation: a search API relays text from any site (SearXNG
+# passes its engines' snippets on), and a hit of megabytes went into the observation whole.
+MAX_HIT_TITLE_CHARS = 300
+MAX_HIT_SNIPPET_CHARS = 1_000
+MAX_HIT_URL_CHARS = 2_000
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _bounded(hits: list[SearchHit], top_k: int) -> list[SearchHit]:
+    """The first ``top_k`` hits with a usable URL, titles and snippets cut to their caps."""
+    kept = [SearchHit(_cut(h.title, MAX_HIT_TITLE_CHARS), h.url, _cut(h.snippet, MAX_HIT_SNIPPET_CHARS))
+            for h in hits if len(h.url) <= MAX_HIT_URL_CHARS]
+    return kept[:top_k]
+
+
 class WebSearchTool:
     """``web_search`` over one backend; thread-safe. ``top_k`` results per query."""
 
@@ -222,7 +240,7 @@ class WebSearchTool:
                 if row.get("date"):
                     snippet = f"{_clean(row['date'])} — {snippet}"
                 hits.append(SearchHit(_clean(row.get("title")), _clean(row["link"]), snippet))
-        return hits[: self.top_k]
+        return _bounded(hits, self.top_k)
 
     def _searxng(self, query: str) -> list[SearchHit] | ToolResult:
         assert self._http is not None
@@ -237,7 +255,7 @@ class WebSearchTool:
             SearchHit(_clean(row.get("title")), _clean(row["url"]), _clean(row.get("content")))
             for row in data.get("results") or [] if isinstance(row, Mapping) and row.get("url")
         ]
-        return hits[: self.top_k]
+        return _bounded(hits, self.top_k)
 
     def _local(self, query: str) -> list[SearchHit] | ToolResult:
         from coa_envs.web.collection import best_snippet, shared_index

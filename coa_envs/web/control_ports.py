@@ -39,6 +39,8 @@ class _PortRegistry:
     def add(self, port: int) -> None:
         with contextlib.suppress(OSError):  # an unwritable temp dir leaves this process's own set
             self.root.mkdir(mode=0o700, exist_ok=True)
+            for entry in self.root.iterdir():  # drop what killed processes left (a few files at most)
+                self._held(entry)
             (self.root / str(port)).write_text(str(os.getpid()))
 
     def remove(self, port: int) -> None:
@@ -48,7 +50,11 @@ class _PortRegistry:
                 entry.unlink()
 
     def __contains__(self, port: int) -> bool:
-        entry = self.root / str(port)
+        return self._held(self.root / str(port))
+
+    @staticmethod
+    def _held(entry: Path) -> bool:
+        """Whether ``entry``'s owner still runs; the entry is removed if it does not."""
         try:
             owner = int(entry.read_text() or 0)
         except (OSError, ValueError):

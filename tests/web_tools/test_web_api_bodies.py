@@ -97,3 +97,40 @@ def test_a_crawl_summary_past_the_cap_falls_back_to_the_page(site, api_server) -
         tool.close()
     assert result.ok and ARTICLE_FACT in result.text and "zzzz" not in result.text
     assert "summary unavailable" in result.text and "max_response_bytes" in result.text
+
+
+@pytest.mark.parametrize("backend", ["serper", "searxng"])
+def test_a_search_hit_keeps_to_its_caps(api_server, backend) -> None:
+    from coa_envs.tools.web_search import MAX_HIT_SNIPPET_CHARS, MAX_HIT_TITLE_CHARS
+
+    long_url = "https://zf.example/" + "u" * 5_000
+    if backend == "serper":
+        rows = [{"title": "T" * 50_000, "link": "https://zf.example/a", "snippet": "S" * 500_000},
+                {"title": "long url", "link": long_url, "snippet": "x"},
+                {"title": "fine", "link": "https://zf.example/b", "snippet": "short"}]
+        api_server.reply_json({"organic": rows})
+    else:
+        rows = [{"title": "T" * 50_000, "url": "https://zf.example/a", "content": "S" * 500_000},
+                {"title": "long url", "url": long_url, "content": "x"},
+                {"title": "fine", "url": "https://zf.example/b", "content": "short"}]
+        api_server.reply_json({"results": rows})
+    result = build_search(backend, base_url=api_server.base_url, api_key="k", top_k=5).run("zephyr", CTX)
+    assert result.ok and result.details["urls"] == ["https://zf.example/a", "https://zf.example/b"]
+    assert "T" * MAX_HIT_TITLE_CHARS not in result.text and "S" * MAX_HIT_SNIPPET_CHARS not in result.text
+    assert len(result.text) < 2 * (MAX_HIT_TITLE_CHARS + MAX_HIT_SNIPPET_CHARS) + 500  # was 550 kB
+    assert "2. fine\nURL: https://zf.example/b\nshort" in result.text
+
+
+def test_a_crawl_summary_keeps_to_max_chars(site, api_server) -> None:
+    from coa_envs.tools.crawl_page import build as build_crawl
+
+    reply = {"choices": [{"message": {"role": "assistant", "content": "summary " * 5_000}}]}
+    api_server.behaviour = lambda _r: (200, "application/json", json.dumps(reply).encode())
+    tool = build_crawl("httpx", allow_hosts=["127.0.0.1"], max_chars=2_000,
+                       summary={"base_url": api_server.base_url, "model": "summariser"})
+    try:
+        result = tool.run(site.url("/article.html"), CTX)
+    finally:
+        tool.close()
+    assert result.ok and "Summary toward the goal:" in result.text and "[... summary cut ...]" in result.text
+    assert len(result.text) < 2_000 + 500 and result.details["pages"][0]["cut"] is True
