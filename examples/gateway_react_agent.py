@@ -76,6 +76,6 @@ def react_agent(task: AgentTask, max_steps: int = 4, max_tokens: int = 128, use_
 if __name__ == "__main__":  # one episode against a running gateway: coa gateway MODEL --port 8300
     from agents.gateway.client import open_task
 
-    episode = open_task("http://127.0.0.1:8300", env_id="coa/SynthHop-v0", task_index=0)
+    episode = open_task("http://127.0.0.1:8300", env_id="coa/SynthHop-v1", task_index=0)
     answer = react_agent(episode)
     print(json.dumps({"answer": answer, **episode.finish(answer)}, indent=2))

@@ -60,6 +60,6 @@ if __name__ == "__main__":  # one episode against a running gateway: coa gateway
 
     from agents.gateway.client import open_task
 
-    episode = open_task("http://127.0.0.1:8300", env_id="coa/SynthHop-v0", task_index=0)
+    episode = open_task("http://127.0.0.1:8300", env_id="coa/SynthHop-v1", task_index=0)
     answer = smolagents_agent(episode)
     print(json.dumps({"answer": answer, **episode.finish(answer)}, indent=2))

@@ -16,7 +16,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", default="coa/SynthHop-v0")
+    parser.add_argument("--env", default="coa/SynthHop-v1")
     parser.add_argument("--env-url", default=None, help="step the env in a `coa serve-env` server")
     parser.add_argument("--model", default=None, help="HF model dir (default: a warm-started tiny model)")
     parser.add_argument("--steps", type=int, default=4)
@@ -31,7 +31,7 @@ def main() -> None:
     from trainers.adapters.trl_grpo import CoARollout
 
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
-    env_kwargs = SYNTHHOP_DEMO if args.env == "coa/SynthHop-v0" else {}
+    env_kwargs = SYNTHHOP_DEMO if args.env.startswith("coa/SynthHop-") else {}
     if args.model:
         tokenizer, model = AutoTokenizer.from_pretrained(args.model), AutoModelForCausalLM.from_pretrained(args.model)
     elif args.no_warm_start:

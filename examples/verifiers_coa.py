@@ -31,7 +31,7 @@ def main() -> None:
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     tokenizer, model = load_tiny(tiny_warm_start(args.out))
     env_config = CoAEnvConfig(
-        taskset=CoATasksetConfig(env_id="coa/SynthHop-v0", env_kwargs=SYNTHHOP_DEMO),
+        taskset=CoATasksetConfig(env_id="coa/SynthHop-v1", env_kwargs=SYNTHHOP_DEMO),
         player=vf.AgentConfig(runtime=vf.SubprocessConfig(), max_turns=3, harness=CoAChatHarnessConfig(max_tokens=32)))
     rollout = VerifiersRollout(env_config)
     grpo_demo(model, tokenizer, rollout, args.out, args.steps)
