@@ -134,10 +134,7 @@ def build_prompt(tokenizer: Any, session: GatewaySession, messages: Sequence[Map
             raise APIError(400, f"cannot render the chat template: {again}", code="invalid_request",
                               param="messages") from None
         substituted = 0
-    best_text, best_ids = "", []
-    for context_text, context_ids in session.contexts():
-        if len(context_text) > len(best_text) and text.startswith(context_text):
-            best_text, best_ids = context_text, context_ids
+    best_text, best_ids = session.longest_context(text)
     rest = text[len(best_text):]
     ids = [*best_ids, *(tokenizer.encode(rest, add_special_tokens=False) if rest else [])]
     return PromptPlan(text=text, ids=ids, reused=len(best_ids), substituted=substituted)

@@ -14,6 +14,7 @@ This module never talks HTTP and never builds trajectories (:mod:`agents.gateway
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import threading
@@ -126,6 +127,7 @@ class GatewaySession:
         self.outcome: dict[str, Any] = {}
         self._counter = itertools.count()
         self._replies: dict[tuple, str] = {}
+        self._contexts: list[tuple[str, GatewayCall]] = []  # (context text, call), longest first
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)
         self._in_flight = 0
@@ -167,6 +169,9 @@ class GatewaySession:
         (fed back in place of the reply when the client echoes it)."""
         with self._idle:
             self.calls.append(call)
+            if call.has_ids:  # longest first; among equals, the newest first
+                bisect.insort_left(self._contexts, (call.prompt_text + call.completion_text, call),
+                              key=lambda entry: -len(entry[0]))
             self.last_activity = time.monotonic()
             if raw_reply_text is not None:
                 self._replies[reply_key(call.reply)] = raw_reply_text
@@ -178,11 +183,20 @@ class GatewaySession:
         with self._lock:
             return self._replies.get(reply_key(message))
 
-    def contexts(self) -> list[tuple[str, list[int]]]:
-        """Every recorded call's context (prompt + completion) as (text, ids), newest first."""
+    def longest_context(self, text: str) -> tuple[str, list[int]]:
+        """The longest recorded context (a call's prompt + completion) that ``text`` starts
+        with, as (text, ids); the newest of equally long ones; ``("", [])`` when none does.
+
+        Contexts are kept longest first with their text built once, so a call of a long
+        session checks candidates until the first that fits (in an append-only session, the
+        first: the previous call's), instead of building and comparing every earlier context,
+        which made each call cost the whole session's history again."""
         with self._lock:
-            calls = list(self.calls)
-        return [(c.prompt_text + c.completion_text, c.context_ids) for c in reversed(calls) if c.has_ids]
+            contexts = list(self._contexts)
+        for context_text, call in contexts:
+            if len(context_text) <= len(text) and text.startswith(context_text):
+                return context_text, call.context_ids
+        return "", []
 
     def snapshot(self) -> list[GatewayCall]:
         with self._lock:
