@@ -18,8 +18,9 @@ import sys
 import time
 
 from sandbox._cgroup import write_limits
-from sandbox._harness import execute, execute_cell, new_main_module, report_end
+from sandbox._harness import STATUS_DENIED, execute, execute_cell, new_main_module, report_end
 from sandbox._limits import apply_rlimits, scratch_profile
+from sandbox._lockdown import fork_init
 from sandbox._wire import FrameError, read_frame
 from sandbox.types import Limits
 
@@ -174,6 +175,8 @@ def run_once(
     ``limit_fds``: the run cgroup's limit files, written with the request's limits and closed
     before the code runs.
     """
+    init = _start_init(status_w)  # 1: the code runs as PID 2, below an init of its namespace
+    code_pid = os.getpid()  # (a forked copy of the code that falls off its end is not the run)
     try:
         request = read_frame(req_r)
     except FrameError:
@@ -189,31 +192,51 @@ def run_once(
         os.write(status_w, b"S" + json.dumps(meta).encode() + b"\n")
         _fill_stdin(request.get("stdin", ""))
         limits = Limits(**request["limits"])
-        apply_rlimits(limits, address_space_base, process_base)
-        write_limits(limit_fds or [], limits.memory_mb, limits.max_processes)
+        # The init is one more process of the run's uid and cgroup: the code's own count is unchanged.
+        apply_rlimits(limits, address_space_base, process_base + init)
+        write_limits(limit_fds or [], limits.memory_mb, limits.max_processes + init)
     except BaseException as exc:  # a sandbox bug, not the code's: say so on stderr
         os.write(2, f"sandbox setup failed: {exc!r}\n".encode())
         os._exit(70)
     rc = execute(request["code"], status_w, quota_dir=quota_dir)
-    if os.getpid() == 1 and _no_process_left():
+    if os.getpid() == code_pid <= 2 and _no_process_left():
         report_end(status_w, rc)  # the worker answers now; the exit's teardown is off the clock
-    os._exit(rc)
+    os._exit(rc)  # (else the init reports the end once every process of the run is gone)
+
+
+def _start_init(status_w: int) -> int:
+    """As PID 1, stay behind as the namespace's init (see :func:`sandbox._lockdown.fork_init`)
+    while the code's process (PID 2) returns 1, the init's count (else 0); before the request
+    comes, off the run's clock."""
+    try:
+        return int(fork_init(status_w, lambda rc: report_end(status_w, rc),
+                             lambda: _write_quietly(status_w, STATUS_DENIED)))  # fmt: skip
+    except OSError as exc:
+        os.write(2, f"sandbox setup failed: no init: {exc!r}\n".encode())
+        os._exit(70)
+
+
+def _write_quietly(fd: int, data: bytes) -> None:
+    with contextlib.suppress(OSError):
+        os.write(fd, data)
 
 
 _WAIT_ALL = 0x40000000  # __WALL (linux/wait.h); the os module does not export it
 
 
 def _no_process_left() -> bool:
-    """As PID 1 of the run's namespace every process the code left behind is our child: is
-    there none (zombies reaped)? Only then may the worker answer before we are gone; a
-    forked copy of the code (pid != 1) never answers for the run."""
+    """Is the code's process alone in the run's namespace (its children reaped; besides it only
+    PID 1, the init)? Only then may the worker answer before we are gone. Orphans went to the
+    init: the namespace's own ``/proc`` lists them until it has reaped them."""
     while True:
         try:  # __WALL: children made by a raw clone() without an exit signal count too
             pid, _ = os.waitpid(-1, os.WNOHANG | _WAIT_ALL)
         except ChildProcessError:
-            return True
+            break
         if pid == 0:
             return False
+    alone = {"1", str(os.getpid())}
+    return all(entry in alone for entry in os.listdir("/proc") if entry.isdigit())
 
 
 def _cpu_used() -> float:

@@ -173,7 +173,6 @@ def _mark_seccomp_kills(function):  # type: ignore[no-untyped-def]
     return wrapper
 
 
-
 #: The status channel's (device, inode) when the code started, whether a report was lost (a run
 #: that closed or replaced the descriptor neither hides a limit it hit: :func:`_settle` fails it;
 #: nor gets a tag written into a file of its own), and the descriptor.
@@ -385,9 +384,10 @@ def _main(argv: list[str]) -> None:
     # kernel.core_pattern every crash would run a helper on the host, outside the run's limits.
     for name in ("RLIMIT_RTPRIO", "RLIMIT_NICE", "RLIMIT_CORE"):
         resource.setrlimit(getattr(resource, name), (0, 0))
-    exit_now = os._exit  # the code's own os._exit writes the end record too (once, the last thing)
-    if lockdown is not None:  # a wrapper's 128 + N is no signal when the code chose it
-        exit_now = lockdown.report_own_exits(lambda status: report_end(status_fd, status))
+    exit_now, end = os._exit, lambda status: report_end(status_fd, status)  # the code's os._exit writes it too
+    if lockdown is not None:  # as PID 1 (nsjail) the code runs below an init (its record is the code's own);
+        lockdown.fork_init(status_fd, lambda _: None, lambda: _report(status_fd, STATUS_DENIED))
+        exit_now = lockdown.report_own_exits(end)  # a wrapper's 128 + N is no signal when the code chose it
     rc = execute(code, status_fd, quota_dir=quota_dir)
     if config.get("reap"):
         lockdown.kill_children()

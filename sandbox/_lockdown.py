@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import signal
 import stat
 from collections.abc import Callable, Iterable
+from typing import NoReturn
 
 __all__ = [
     "SCRATCH",
@@ -24,6 +26,8 @@ __all__ = [
     "become_subreaper",
     "drop_privileges",
     "enter_cgroup_namespace",
+    "exit_code_of_init",
+    "fork_init",
     "hide",
     "kill_children",
     "landlock_abi",
@@ -31,6 +35,7 @@ __all__ = [
     "mount",
     "restrict_writes",
     "scratch_options",
+    "serve_as_init",
     "writable_in_jail",
 ]
 
@@ -322,3 +327,65 @@ def report_own_exits(report: Callable[[int], None]) -> Callable[[int], None]:
 
     os._exit = exit_reported
     return real_exit
+
+
+_WAIT_ALL = 0x40000000  # __WALL (linux/wait.h): children made by a raw clone() count too
+
+
+def serve_as_init(run: int, report_exit: Callable[[int], None], report_denied: Callable[[], None]) -> NoReturn:
+    """Stay PID 1 of the run's PID namespace while its code runs as ``run`` (PID 2); never returns.
+
+    The kernel gives a namespace's init only the signals it has a handler for: code running as
+    PID 1 that killed itself (``os.kill(os.getpid(), SIGTERM)``, ``signal.alarm``, ``abort()``, even
+    SIGKILL) kept running, where it dies on every other system and backend. This init holds
+    nothing of the run's but ``report_exit``'s channel. It reaps every process (``report_denied``
+    for one the seccomp filter killed: orphans come here). When ``run`` ends, what is left is
+    killed and reaped, then an exit is reported (the end record) and passed on; a death by signal
+    N exits 128 + N without a record, as the wrappers report one (read back as the signal).
+    """
+    wait = getattr(os.waitpid, "__wrapped__", os.waitpid)  # the harness's wrapper reports for the code
+
+    def reap(block_until: int | None) -> int | None:
+        while True:
+            try:
+                pid, status = wait(-1, _WAIT_ALL)
+            except ChildProcessError:
+                return None
+            if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGSYS:
+                report_denied()
+            if pid == block_until:
+                return status
+
+    status = reap(run)
+    with contextlib.suppress(OSError):
+        os.kill(-1, signal.SIGKILL)  # as init: every other process of the namespace
+    reap(None)
+    if status is None or os.WIFSIGNALED(status):
+        os._exit(128 + (os.WTERMSIG(status) if status is not None else signal.SIGKILL))
+    code = os.waitstatus_to_exitcode(status)
+    report_exit(code)
+    os._exit(code)
+
+
+def fork_init(channel: int, report_exit: Callable[[int], None], report_denied: Callable[[], None]) -> bool:
+    """As PID 1 of a PID namespace: fork the process the code runs in, which returns True (as
+    PID 2), and stay behind as the namespace's init (:func:`serve_as_init`), holding only
+    ``channel`` (the reports' descriptor) of what the run was given. Not PID 1: False, nothing
+    done. Raises OSError when it cannot fork."""
+    if os.getpid() != 1:
+        return False
+    run = os.fork()
+    if run == 0:
+        return True
+    try:
+        os.closerange(0, channel)
+        os.closerange(channel + 1, 1 << 20)
+        serve_as_init(run, report_exit, report_denied)
+    finally:
+        os._exit(70)
+
+
+def exit_code_of_init(returncode: int, under_init: bool = True) -> int:
+    """The code's exit code from its init's (see :func:`serve_as_init`), when the init wrote no
+    end record: 128 + N was a death by signal N (-N). ``under_init`` false: ``returncode``."""
+    return -(returncode - 128) if under_init and 128 < returncode <= 128 + 64 else returncode

@@ -42,6 +42,7 @@ from sandbox._child import install_standard_streams
 from sandbox._collect import Collected, CpuWatch, RunEnd, collect, hard_output_cap, timed_outcome
 from sandbox._harness import install_process_limit_markers
 from sandbox._limits import count_processes_of, scratch_profile, shares_process_budget_in_user_namespace
+from sandbox._lockdown import exit_code_of_init
 from sandbox._root import RootPolicy
 from sandbox._wire import read_frame, write_frame
 from sandbox._zygote import READY, ChildMaker, Prepared, Zygote
@@ -290,7 +291,8 @@ class Worker:
             self.discard(child)
             raise
         self.release(child)
-        return timed_outcome(RunEnd(collected, os.waitstatus_to_exitcode(wait_status), cpu_s, usage), limits, started)
+        code = exit_code_of_init(os.waitstatus_to_exitcode(wait_status), self.jail)  # a jailed run's is its init's
+        return timed_outcome(RunEnd(collected, code, cpu_s, usage), limits, started)
 
     def finish_exiting(self) -> None:
         """Reap the child answered for by its end record; kill it if it lingers (its namespace

@@ -32,12 +32,15 @@ from sandbox import ExecResult, Limits, Status
 
 __all__ = ["PRELUDE", "VERSION", "CodeTestsReward", "build", "extract_code", "outputs_match"]
 
-VERSION = 3  # bump when the scores this term gives change (reported in reward_details)
+VERSION = 4  # bump when the scores this term gives change (reported in reward_details)
 # 2: results compared on the host; assert-style tests rewritten into calls (an early exit,
 #    a lying __eq__ or reading the program's own source no longer passes)
 # 3: the sandbox's verdicts (wave 3, round two): a test run that ends past its wall limit fails
 #    as a timeout (4 in 5 such runs passed), and one whose child the seccomp filter killed
 #    fails as a violation though the parent carried on and printed the expected output
+# 4: a program that signals itself dies of it on the pool and nsjail too (wave 3, round three):
+#    printing the answer and then os.kill(os.getpid(), SIGKILL), signal.alarm or abort() ran on
+#    as PID 1 and passed; it now ends as it does outside the sandbox, and fails
 
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 

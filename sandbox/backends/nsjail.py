@@ -150,6 +150,7 @@ class NsjailBackend(JailedBackend):
     """One ``nsjail --mode o`` per run. With no limits given, the seed's preset applies."""
 
     name = "nsjail"
+    init_processes = 1  # the run is PID 1: the harness forks the code below an init (see _lockdown.fork_init)
 
     def __init__(
         self,

@@ -59,6 +59,8 @@ class SubprocessBackend:
     name = "subprocess"
     #: False for wrappers (bwrap, nsjail): their rusage does not include the jailed run.
     cpu_accounted = True
+    #: Processes the harness adds to the run (its PID 1's init), counted in the process limits.
+    init_processes = 0
     isolation: tuple[str, ...] = (
         "NO ISOLATION (explicit opt-in)",
         "rlimits",
@@ -193,7 +195,7 @@ class SubprocessBackend:
             self._remove(cgroup)
         cgroup = self._home.child(self._home.new_name("run"), without=("freezer",))
         try:
-            cgroup.set_limits(limits.memory_mb, limits.max_processes)
+            cgroup.set_limits(limits.memory_mb, limits.max_processes + self.init_processes)
         except OSError:
             self._remove(cgroup)
             raise
@@ -228,7 +230,7 @@ class SubprocessBackend:
             max(1, math.ceil(limits.cpu_s)),
             limits.memory_mb * 1024 * 1024,
             # With a cgroup one more: its pids controller must refuse first (only it counts refusals).
-            limits.max_processes + self._process_base() + (1 if cgroup_fds else 0),
+            limits.max_processes + self._process_base() + (1 if cgroup_fds else 0) + self.init_processes,
             limits.max_file_mb * 1024 * 1024,
             limits.max_open_files,
         ]

@@ -71,8 +71,8 @@ def run_uids(backend) -> set[int]:
     return set()
 
 
-def _processes_of(uids: set[int]) -> list[tuple[int, str]]:
-    """(host pid, innermost pid) of the processes whose real uid is in ``uids``."""
+def _processes_of(uids: set[int]) -> list[tuple[int, str, int]]:
+    """(host pid, innermost pid, host parent pid) of the processes whose real uid is in ``uids``."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -84,7 +84,7 @@ def _processes_of(uids: set[int]) -> list[tuple[int, str]]:
             continue
         uid = int(fields.get("Uid", "-1").split()[0])
         if uid in uids:
-            found.append((int(entry), fields.get("NSpid", entry).split()[-1]))
+            found.append((int(entry), fields.get("NSpid", entry).split()[-1], int(fields.get("PPid", "0"))))
     return found
 
 
@@ -92,14 +92,17 @@ def leftover_processes(backend, settle_s: float = 2.0) -> list[int]:
     """Run processes still alive once ``settle_s`` has passed (none is what every test wants).
 
     A pool keeps one *prepared* child per worker waiting for the next run: it runs as the
-    slot's uid and is PID 1 of a fresh namespace, so PID-1 processes of a pool are not counted.
+    slot's uid and is PID 1 of a fresh namespace (the init), with PID 2 (the process the code
+    will run in) below it; so a pool's PID-1 processes and their PID-2 children are not counted.
     """
     uids = run_uids(backend)
     if not uids:
         return []
     deadline = time.monotonic() + settle_s
     while True:
-        left = [pid for pid, inner in _processes_of(uids) if not (backend.name == "pool" and inner == "1")]
+        found = _processes_of(uids)
+        prepared = {pid for pid, inner, _ in found if backend.name == "pool" and inner == "1"}
+        left = [pid for pid, inner, up in found if pid not in prepared and not (inner == "2" and up in prepared)]
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.05)
