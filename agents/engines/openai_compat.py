@@ -17,6 +17,10 @@ api.openai.com) asks for the sampled token ids (``return_token_ids``,
 (``include_stop_str_in_output``) and ``top_k``. Without them the engine returns text and
 logprobs only, and infers which closing tag stopped the text.
 
+A request with ``GenerationRequest.cancel`` (its caller may leave: a gateway or server client)
+is streamed (:mod:`agents.engines.openai_stream`) and closed at the next chunk after the cancel
+is set, so the server stops decoding; it returns ``abort`` with what had arrived.
+
 Retries (exponential backoff on connection errors, 408/409/429/5xx) and timeouts are the
 ``openai`` client's; a concurrency cap bounds in-flight requests per engine. Failures come
 back as error completions, never as exceptions. ``agenerate`` is the asyncio twin.
@@ -116,6 +120,8 @@ class OpenAIEngine:
 
     def _one(self, request: GenerationRequest, params: SamplingParams) -> Completion:
         with self._slots:
+            if request.cancel is not None and not request.tools:  # its caller may leave: streamed
+                return self._cancellable(request, params)
             try:
                 if self.mode == "completions":
                     response = self.client.completions.create(**self._completion_args(request,
@@ -126,6 +132,32 @@ class OpenAIEngine:
             except Exception as exc:
                 return _failure(exc)
         return self._parse(response, params)
+
+    def _cancellable(self, request: GenerationRequest, params: SamplingParams) -> Completion:
+        """A request whose ``cancel`` may be set: streamed, and closed when it is, so the server
+        stops decoding (a request cancelled before it starts is never sent)."""
+        from agents.engines.openai_stream import gather_stream
+
+        if request.cancelled:
+            return Completion(text="", finish_reason="abort")
+        chat = self.mode != "completions"
+        try:
+            if chat:
+                stream = self.client.chat.completions.create(**self._chat_args(request, params), stream=True)
+            else:
+                stream = self.client.completions.create(**self._completion_args(request, params), stream=True)
+            reply = gather_stream(stream, chat=chat, cancel=request.cancel)
+        except Exception as exc:
+            return _failure(exc)
+        text, ids = "".join(reply.text), _sampled_ids(reply.ids, reply.tokens)
+        if reply.cancelled:
+            if ids and self.tokenizer is not None:
+                text = self.tokenizer.decode(ids, skip_special_tokens=False)
+            elif ids:
+                ids = []
+            return Completion(text, tuple(ids), tuple(reply.logprobs[:len(ids)] if ids else reply.logprobs), "abort",
+                              eos_text=getattr(self.tokenizer, "eos_token", "") or "")
+        return self._assembled(text, ids, reply.logprobs, reply.tops, reply.finish, reply.stop_reason, params)
 
     # -- async ----------------------------------------------------------------------------
     async def agenerate(
@@ -227,18 +259,19 @@ class OpenAIEngine:
                 logprobs = [float(x.logprob) for x in content or []]
                 tokens = [x.token for x in content or []]
                 tops = [[(t.token, t.logprob) for t in x.top_logprobs or ()] for x in content or []]
-            ids = extra.get("token_ids")
-            if ids is None and tokens and all(t.startswith("token_id:") for t in tokens):
-                ids = [int(t.split(":", 1)[1]) for t in tokens]
-            completion = self._completion(text, ids or [], logprobs, choice.finish_reason,
-                                          extra.get("stop_reason"), params)
-            if params.top_logprobs and completion.token_ids:
-                completion = dataclasses.replace(completion, top_logprobs=_top_ids(tops, len(completion.token_ids),
-                                                                                 params.top_logprobs))
-            return completion
+            return self._assembled(text, _sampled_ids(extra.get("token_ids"), tokens), logprobs, tops,
+                                   choice.finish_reason, extra.get("stop_reason"), params)
         except Exception as exc:
             return Completion.failure(EngineErrorKind.BAD_RESPONSE,
                                       f"{type(exc).__name__}: {exc}")
+
+    def _assembled(self, text: str, ids: list[int], logprobs: list[float], tops: list[list[tuple[str, float]]],
+                   finish: str | None, stop_reason: Any, params: SamplingParams) -> Completion:
+        completion = self._completion(text, ids, logprobs, finish, stop_reason, params)
+        if params.top_logprobs and completion.token_ids:
+            completion = dataclasses.replace(completion, top_logprobs=_top_ids(tops, len(completion.token_ids),
+                                                                             params.top_logprobs))
+        return completion
 
     def _completion(self, text: str, ids: list[int], logprobs: list[float], finish: str | None,
                     stop_reason: Any, params: SamplingParams) -> Completion:
@@ -265,6 +298,15 @@ class OpenAIEngine:
     def close(self) -> None:
         self._pool.shutdown(wait=False)
         self.client.close()
+
+
+def _sampled_ids(ids: Any, tokens: list[str]) -> list[int]:
+    """The sampled ids: the server's ``token_ids``, or read from ``token_id:N`` logprob tokens."""
+    if ids:
+        return [int(t) for t in ids]
+    if tokens and all(t.startswith("token_id:") for t in tokens):
+        return [int(t.split(":", 1)[1]) for t in tokens]
+    return []
 
 
 def _top_ids(tops: list[list[tuple[str, float]]], steps: int, k: int) -> tuple[tuple[tuple[int, float], ...], ...]:

@@ -1,0 +1,69 @@
+"""A cancellable request of the ``openai`` engine: streamed, so a caller that no longer wants
+the reply (``GenerationRequest.cancel``, a gateway or ``coa serve`` client that hung up) stops
+it by closing the stream, which the server sees as a disconnect and stops decoding.
+
+The chunks are gathered into what the non-streamed reply holds (text, sampled ids, logprobs,
+each step's alternatives, finish reason and stop string). A cancelled request ends ``abort``
+with what had arrived.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["StreamedReply", "gather_stream"]
+
+
+@dataclass
+class StreamedReply:
+    """What a streamed completion's chunks added up to."""
+
+    text: list[str] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    tokens: list[str] = field(default_factory=list)
+    tops: list[list[tuple[str, float]]] = field(default_factory=list)
+    finish: str | None = None
+    stop_reason: Any = None
+    cancelled: bool = False
+
+
+def _add_chunk(reply: StreamedReply, choice: Any, chat: bool) -> None:
+    """Fold one chunk's choice into ``reply``."""
+    extra = choice.model_extra or {}
+    if chat:
+        reply.text.append((choice.delta.content if choice.delta else None) or "")
+        content = choice.logprobs.content if choice.logprobs else None
+        for entry in content or ():
+            reply.logprobs.append(float(entry.logprob))
+            reply.tokens.append(entry.token)
+            reply.tops.append([(t.token, t.logprob) for t in entry.top_logprobs or ()])
+    else:
+        reply.text.append(choice.text or "")
+        lp = choice.logprobs
+        if lp is not None:
+            reply.logprobs.extend(float(x) for x in lp.token_logprobs or ())
+            reply.tokens.extend(lp.tokens or ())
+            reply.tops.extend(list((step or {}).items()) for step in lp.top_logprobs or ())
+    reply.ids.extend(int(t) for t in extra.get("token_ids") or ())
+    reply.finish = choice.finish_reason or reply.finish
+    reply.stop_reason = extra.get("stop_reason") or reply.stop_reason
+
+
+def gather_stream(stream: Any, *, chat: bool, cancel: Any = None) -> StreamedReply:
+    """Read ``stream`` (an ``openai`` ``Stream`` of chunks) to its end, or until ``cancel`` is
+    set: then the stream is closed (the server stops) and the reply is ``cancelled``."""
+    reply = StreamedReply()
+    try:
+        for chunk in stream:
+            for choice in chunk.choices or ():
+                if choice.index != 0:
+                    continue
+                _add_chunk(reply, choice, chat)
+            if cancel is not None and cancel.is_set() and reply.finish is None:
+                reply.cancelled = True
+                break
+    finally:
+        stream.close()
+    return reply
