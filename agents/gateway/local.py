@@ -86,13 +86,12 @@ class LocalBackend:
         limit = request.max_completion_tokens or request.max_tokens or self.default_max_tokens
         if forced.max_tokens:
             limit = min(limit, forced.max_tokens)
-        if forced.max_generated_tokens is not None:
-            left = forced.max_generated_tokens - session.generated_tokens()
-            if left <= 0:
+        if forced.max_generated_tokens is not None:  # shared by the n choices and concurrent calls
+            limit = session.reserve_tokens(call_index, forced.max_generated_tokens, limit, share=request.n - choice)
+            if limit <= 0:
                 raise APIError(400, f"session {session.session_id!r} has used its budget of "
                                        f"{forced.max_generated_tokens} generated tokens",
                                   code="session_budget_exhausted")
-            limit = min(limit, left)
         temperature = forced.temperature if forced.temperature is not None else request.temperature
         top_p = forced.top_p if forced.top_p is not None else request.top_p
         if forced.seed is not None:
@@ -151,8 +150,8 @@ class LocalBackend:
                 raise engine_error(failed)
         except BaseException:
             cancel.set()
-            for _ in indices:
-                session.abandon()
+            for index in indices:
+                session.abandon(index)
             raise
         choices = []
         for choice, (index, completion) in enumerate(zip(indices, completions, strict=True)):
@@ -190,15 +189,15 @@ class LocalBackend:
             return plan, indices, [self._params(session, request, index, choice)
                                    for choice, index in enumerate(indices)]
         except BaseException:
-            for _ in indices:
-                session.abandon()
+            for index in indices:
+                session.abandon(index)
             raise
 
     async def discard_stream(self, session: GatewaySession, plan: PromptPlan, indices: list[int],
                              params: list[SamplingParams]) -> None:
         """The client left before the stream started: the prepared calls are not in flight."""
-        for _ in indices:
-            session.abandon()
+        for index in indices:
+            session.abandon(index)
 
     async def stream(self, session: GatewaySession, request: ChatRequest, model: str, plan: PromptPlan,
                      indices: list[int], params: list[SamplingParams]) -> AsyncIterator[str]:
@@ -222,7 +221,7 @@ class LocalBackend:
                      plan: PromptPlan, started: float, params: SamplingParams) -> None:
         completion = future.result()
         if not completion.ok or (completion.finish_reason == "abort" and not completion.token_ids):
-            session.abandon()  # failed, or cancelled before it sampled anything: nothing to keep
+            session.abandon(index)  # failed, or cancelled before it sampled anything: nothing to keep
             return
         reply, finish = self._reply(completion, plan, request)
         if completion.finish_reason == "abort":  # cut when its client left: never a finished reply

@@ -131,6 +131,7 @@ class GatewaySession:
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)
         self._in_flight = 0
+        self._reserved: dict[int, int] = {}  # call index -> tokens of the budget it may sample
         self.finish_lock = threading.Lock()
         self.trajectories: list[Any] = []
         """Set when the session finishes (what :mod:`agents.gateway.assembly` made of it)."""
@@ -144,11 +145,26 @@ class GatewaySession:
             self._in_flight += 1
             return next(self._counter)
 
-    def abandon(self) -> None:
-        """A call that produced nothing to record (it failed) is no longer in flight."""
+    def abandon(self, index: int | None = None) -> None:
+        """A call that produced nothing to record (it failed) is no longer in flight; its
+        token reservation (``index``) is returned."""
         with self._idle:
             self._in_flight -= 1
+            if index is not None:
+                self._reserved.pop(index, None)
             self._idle.notify_all()
+
+    def reserve_tokens(self, index: int, budget: int, wanted: int, share: int = 1) -> int:
+        """Up to ``wanted`` tokens of the session's ``budget`` for call ``index``: of what
+        neither recorded calls sampled nor calls in flight hold, a ``1/share`` part (the
+        choices of a request still to reserve split what is left). A budget read without
+        reservations let a request's ``n`` choices, or calls sent at once, each take all of it."""
+        with self._lock:
+            left = budget - sum(len(c.completion_ids) for c in self.calls) - sum(self._reserved.values())
+            granted = min(wanted, max(left // max(share, 1), min(left, 1)))
+            if granted > 0:
+                self._reserved[index] = granted
+            return granted
 
     def wait_idle(self, timeout_s: float) -> bool:
         """Wait until no call is in flight (True) or ``timeout_s`` passes (False)."""
@@ -169,6 +185,7 @@ class GatewaySession:
         (fed back in place of the reply when the client echoes it)."""
         with self._idle:
             self.calls.append(call)
+            self._reserved.pop(call.index, None)  # its sampled ids count now
             if call.has_ids:  # longest first; among equals, the newest first
                 bisect.insort_left(self._contexts, (call.prompt_text + call.completion_text, call),
                               key=lambda entry: -len(entry[0]))
