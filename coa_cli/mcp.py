@@ -73,6 +73,9 @@ def serve_command(
             from coa_envs.service.running import run_server
 
             secret = token or os.environ.get("COA_MCP_TOKEN") or None
+            if secret is None and host not in ("127.0.0.1", "localhost", "::1"):
+                typer.echo(f"coa mcp: warning: serving on {host} without --token; anyone who can reach it can "
+                           f"call {listed} (the code sandbox included)", err=True)
             asgi = http_app(server, path=path, host=host, token=secret)
 
             def ready(url: str) -> None:
