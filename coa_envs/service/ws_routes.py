@@ -72,12 +72,11 @@ def ws_routes(manager: SessionManager, token: str | None, max_request_bytes: int
 
         try:
             while True:
-                try:
-                    raw = await websocket.receive_text()
-                except WebSocketDisconnect:
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
                     return
                 try:
-                    reply = await _answer(raw, manager, max_request_bytes, ensure, lambda: session)
+                    reply = await _answer(_frame_text(message), manager, max_request_bytes, ensure, lambda: session)
                 except ServiceError as exc:
                     await websocket.send_text(error_frame(exc.code, exc.message))
                     if exc.code in HANGUP_ERRORS:
@@ -104,6 +103,17 @@ def ws_routes(manager: SessionManager, token: str | None, max_request_bytes: int
         await ws_loop(websocket, env_id)
 
     return router
+
+
+def _frame_text(message: dict) -> str:
+    """A frame's text; a binary frame is read as UTF-8 JSON (some clients send JSON as bytes).
+    It was a ``KeyError`` that dropped the connection and closed its session."""
+    if message.get("text") is not None:
+        return message["text"]
+    try:
+        return (message.get("bytes") or b"").decode("utf-8")
+    except UnicodeDecodeError:
+        raise ServiceError(ErrorCode.INVALID_JSON, "a binary frame must hold UTF-8 JSON") from None
 
 
 async def _answer(raw: str, manager: SessionManager, max_request_bytes: int, ensure: Callable,

@@ -56,3 +56,16 @@ def test_a_task_id_that_is_not_a_string_is_a_validation_error(data):
     with serve([ENV]) as url, httpx.Client(base_url=url, timeout=60) as http:
         sid = http.post("/sessions", json={}).json()["session_id"]
         assert "task_id" in _error(http.post(f"/sessions/{sid}/reset", json=data), 422, "VALIDATION_ERROR")
+
+
+def test_binary_frames_are_read_as_json_or_refused_and_the_episode_goes_on():
+    """A binary frame was a KeyError in the server: the connection dropped and its session
+    (the episode in it) was closed."""
+    with serve([ENV]) as url, connect(url.replace("http://", "ws://") + "/ws", open_timeout=10) as ws:
+        ws.send(json.dumps({"type": "reset", "data": {"seed": 0, "task_index": 5}}).encode())  # JSON as bytes
+        assert json.loads(ws.recv(timeout=30))["data"]["observation"]["info"]["task_id"] == "aime24-5"
+        ws.send(b"\xff\xfe not utf-8")
+        error = json.loads(ws.recv(timeout=30))
+        assert error["type"] == "error" and error["data"]["code"] == "INVALID_JSON", error
+        ws.send(json.dumps({"type": "state"}))
+        assert json.loads(ws.recv(timeout=30))["data"]["task_id"] == "aime24-5"
