@@ -128,7 +128,8 @@ class CrawlPageTool:
         self.backend = backend
         self.config = config or CrawlConfig()
         self.guard = UrlGuard(self.config.allow_hosts, allow_private=self.config.allow_private,
-                              resolver=None if self.config.resolve_dns else literal_only_resolver)
+                              resolver=None if self.config.resolve_dns else literal_only_resolver,
+                              dns_timeout_s=self.config.timeout_s)
         self._summary = ChatEndpoint.from_config(self.config.summary)
         self._summary_input_chars = int((self.config.summary or {}).get("max_input_chars", 30000))
         # One pooled client for summaries: a fresh client per call would rebuild its TLS context.

@@ -13,7 +13,9 @@ This module does no I/O besides DNS resolution and never opens a connection.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import functools
 import ipaddress
 import re
 import socket
@@ -89,6 +91,13 @@ def _system_resolver(host: str, port: int) -> list[str]:
     for info in infos:
         seen.setdefault(str(info[4][0]).split("%", 1)[0], None)
     return list(seen)
+
+
+@functools.cache
+def _dns_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """Threads that wait on getaddrinfo for guards with a DNS timeout (a lookup that outlives its
+    wait ends here, not in the fetch)."""
+    return concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="coa-dns")
 
 
 def literal_only_resolver(host: str, port: int) -> list[str]:
@@ -207,6 +216,7 @@ class UrlGuard:
         *,
         allow_private: bool = False,
         resolver: Resolver | None = None,
+        dns_timeout_s: float | None = None,
     ) -> None:
         if isinstance(allow_hosts, str | bytes):
             # Iterating one string gives its characters: "127.0.0.1:8000" would allow the hosts
@@ -214,6 +224,7 @@ class UrlGuard:
             raise TypeError(f"allow_hosts must be a list of entries, not one string: [{allow_hosts!r}]")
         self.allow_private = allow_private
         self._resolver = resolver or _system_resolver
+        self.dns_timeout_s = dns_timeout_s
         self._allowed_names: set[str] = set()
         self._allowed_suffixes: list[str] = []
         self._allowed_nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
@@ -265,6 +276,19 @@ class UrlGuard:
             return ""
         return _blocked_reason(ip)
 
+    def _resolve_within(self, host: str, port: int) -> list[str]:
+        """The resolver's answer, waited for ``dns_timeout_s`` at most: ``getaddrinfo`` has no timeout
+        of its own, and a name whose DNS server never answers held a fetch for the system resolver's
+        retries (tens of seconds) whatever the crawl's ``timeout_s``."""
+        if self.dns_timeout_s is None:
+            return self._resolver(host, port)
+        lookup = _dns_pool().submit(self._resolver, host, port)
+        try:
+            return lookup.result(timeout=self.dns_timeout_s)
+        except concurrent.futures.TimeoutError:
+            lookup.cancel()
+            raise OSError(f"no DNS answer within {self.dns_timeout_s:g}s") from None
+
     def resolve(self, host: str, port: int) -> UrlVerdict:
         """Resolve ``host`` and check every address; refuse if any one is forbidden.
 
@@ -273,7 +297,7 @@ class UrlGuard:
         """
         host = canonical_host(host)
         try:
-            addresses = self._resolver(host, port)
+            addresses = self._resolve_within(host, port)
         except (OSError, UnicodeError, ValueError) as exc:  # ValueError: a NUL in the name
             return UrlVerdict("dns_error", "", f"cannot resolve host {host!r}: {exc}", host=host, port=port)
         if not addresses:
