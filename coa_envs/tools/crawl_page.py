@@ -263,8 +263,7 @@ class CrawlPageTool:
             info["cut"] = True
         parts = [header, text]
         if page.links and self.config.max_links > 0:
-            links = "\n".join(f"- {anchor or '(no text)'}: {href}" for anchor, href in page.links)
-            parts.append(f"Links on this page:\n{links}")
+            parts.append(f"Links on this page:\n{_link_list(page.links, self.config.max_chars)}")
         return "\n".join(parts), info
 
     def run(self, query: str, ctx: ToolContext) -> ToolResult:
@@ -300,6 +299,21 @@ class CrawlPageTool:
             first = failures[0]
             return ToolResult(text=text, ok=False, error_kind=first.kind or ErrorKind.TOOL_ERROR, details=details)
         return ToolResult(text=text, details=details)
+
+
+def _link_list(links: tuple[tuple[str, str], ...], budget: int) -> str:
+    """One line per link, as many as fit in ``budget`` characters (the page text's own budget):
+    25 links of 2,000-character URLs were 50 kB past ``max_chars``."""
+    lines: list[str] = []
+    used = 0
+    for anchor, href in links:
+        line = f"- {anchor or '(no text)'}: {href}"
+        if lines and used + len(line) > budget:
+            lines.append(f"[... {len(links) - len(lines)} more links not shown ...]")
+            break
+        lines.append(line)
+        used += len(line) + 1
+    return "\n".join(lines)
 
 
 def option_schema(backend: str) -> Schema:

@@ -82,3 +82,16 @@ def test_a_small_page_still_gets_main_content_extraction() -> None:
     page = extract(html.encode(), "text/html", "utf-8", "http://site.test/")
     assert page.title == "A & B" and page.note == ""
     assert "opened in 1911" in page.text and "Contact us" not in page.text
+
+
+def test_the_link_list_keeps_to_max_chars(api_server) -> None:
+    links = "".join(f"<a href='/{i}/{'y' * 1_900}'>link {i}</a>" for i in range(25))
+    html = f"<html><head><title>Many</title></head><body><p>short text</p>{links}</body></html>".encode()
+    api_server.behaviour = lambda _request: (200, "text/html", html)
+    tool = build("httpx", allow_hosts=[api_server.base_url.removeprefix("http://")], max_chars=3000)
+    try:
+        result = tool.run(f"{api_server.base_url}/links", ToolContext())
+    finally:
+        tool.close()
+    assert result.ok and "- link 0: " in result.text and "more links not shown ...]" in result.text
+    assert len(result.text) < 3000 + 3000 + 500  # was 48 kB: the links sat outside max_chars
