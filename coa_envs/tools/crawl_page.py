@@ -20,13 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from coa_envs.options import Schema
 from coa_envs.types import ErrorKind, ToolContext, ToolResult, ToolSpec
 from coa_envs.web.browsers import BrowserError, BrowserRenderer
 from coa_envs.web.extract import ExtractedPage, ExtractionError, extract
-from coa_envs.web.fetch import FetchFailure, HttpFetcher
+from coa_envs.web.fetch import FetchFailure, HttpFetcher, api_client
 from coa_envs.web.llm import ChatEndpoint, ChatError, chat
 from coa_envs.web.ssrf import UrlGuard, literal_only_resolver
 
@@ -133,7 +131,7 @@ class CrawlPageTool:
         self._summary = ChatEndpoint.from_config(self.config.summary)
         self._summary_input_chars = int((self.config.summary or {}).get("max_input_chars", 30000))
         # One pooled client for summaries: a fresh client per call would rebuild its TLS context.
-        self._llm_client = httpx.Client(trust_env=False) if self._summary is not None else None
+        self._llm_client = api_client(self._summary.timeout_s) if self._summary is not None else None
         self._fetcher = HttpFetcher(
             self.guard, timeout_s=self.config.timeout_s, max_bytes=self.config.max_bytes,
             max_redirects=self.config.max_redirects, verify_tls=self.config.verify_tls,

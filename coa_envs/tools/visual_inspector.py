@@ -25,6 +25,7 @@ import httpx
 from coa_envs.options import Schema
 from coa_envs.tools.file_reader import FileReadError, file_kind, read_file
 from coa_envs.types import ErrorKind, ToolContext, ToolResult, ToolSpec
+from coa_envs.web.fetch import api_client
 from coa_envs.web.llm import ChatEndpoint, ChatError, chat
 
 __all__ = ["BACKENDS", "SPEC", "VisualInspectorTool", "build", "option_schema", "parse_file_query"]
@@ -81,7 +82,7 @@ class VisualInspectorTool:
                 "base_url": base_url, "model": model, "api_key": api_key, "api_key_env": api_key_env,
                 "timeout_s": timeout_s, "max_retries": max_retries, "max_tokens": max_tokens,
             })
-        self._client = httpx.Client(trust_env=False) if self._endpoint is not None else None
+        self._client = api_client(self._endpoint.timeout_s) if self._endpoint is not None else None
 
     def close(self) -> None:
         if self._client is not None:

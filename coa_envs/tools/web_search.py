@@ -28,6 +28,7 @@ import httpx
 from coa_envs.options import Schema
 from coa_envs.types import ErrorKind, ToolContext, ToolResult, ToolSpec
 from coa_envs.web.decoding import BodyTooLarge, accepted_encodings, read_capped
+from coa_envs.web.fetch import api_client, deadline
 
 __all__ = ["BACKENDS", "SPEC", "SearchHit", "WebSearchTool", "build", "option_schema", "render_hits"]
 
@@ -64,8 +65,8 @@ class _HttpSearch:
         self.max_response_bytes = int(max_response_bytes)
         # Redirects are followed here, not by httpx: httpx keeps custom headers (X-API-KEY) on a
         # redirect to another host, so a redirect would hand the key to whoever it names.
-        self._client = httpx.Client(timeout=self.timeout_s, trust_env=False, follow_redirects=False,
-                                    headers={"Accept-Encoding": accepted_encodings()})
+        self._client = api_client(self.timeout_s, follow_redirects=False,
+                                  headers={"Accept-Encoding": accepted_encodings()})
 
     def request_json(self, method: str, url: str, **kwargs: Any) -> Any | ToolResult:
         last: ToolResult | None = None
@@ -98,11 +99,12 @@ class _HttpSearch:
 
     def _request_once(self, method: str, url: str, **kwargs: Any) -> Any | ToolResult:
         """One request (with its same-site redirects); the JSON answer or a failure to report."""
-        deadline = time.monotonic() + self.timeout_s
-        with contextlib.closing(self._send_following_redirects(self._client.build_request(method, url, **kwargs))
-                                ) as response:
+        # One deadline for the whole exchange: httpx's timeout bounds each read, and a server sending
+        # its head a byte at a time, each inside it, held a search for as long as it liked.
+        with deadline(self.timeout_s), contextlib.closing(
+                self._send_following_redirects(self._client.build_request(method, url, **kwargs))) as response:
             status = response.status_code
-            body = read_capped(response, self.max_response_bytes, deadline)
+            body = read_capped(response, self.max_response_bytes)
         if status == 429 or status >= 500:
             return ToolResult.failure(f"The search API is unavailable (HTTP {status}); try again later.",
                                       ErrorKind.TOOL_ERROR, transient=True, status=status)

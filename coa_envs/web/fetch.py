@@ -18,6 +18,7 @@ import contextlib
 import ssl
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
@@ -30,7 +31,7 @@ from coa_envs.types import ErrorKind
 from coa_envs.web.decoding import accepted_encodings, decode_body
 from coa_envs.web.ssrf import UrlGuard
 
-__all__ = ["DEFAULT_USER_AGENT", "FetchFailure", "FetchedPage", "HttpFetcher"]
+__all__ = ["DEFAULT_USER_AGENT", "FetchFailure", "FetchedPage", "HttpFetcher", "api_client", "deadline"]
 
 DEFAULT_USER_AGENT = "Mozilla/5.0 (X11; Linux x86_64) coa-envs/0.1 (+research agent crawler)"
 _REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
@@ -115,6 +116,36 @@ class _DeadlineStream(httpcore.NetworkStream):
 
     def get_extra_info(self, info: str) -> Any:
         return self._stream.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.SyncBackend):
+    """httpcore's own connections, each read and write ended by this thread's deadline (if set)."""
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                    socket_options: Any = None) -> httpcore.NetworkStream:
+        return _DeadlineStream(super().connect_tcp(host, port, _time_left(timeout, "connect"), local_address,
+                                                   socket_options))
+
+
+def api_client(timeout_s: float, **kwargs: Any) -> httpx.Client:
+    """An httpx client for the APIs a user configures (search, chat): no environment proxy, and
+    within :func:`deadline` no request lasts past it, however slowly the server sends its head."""
+    transport = httpx.HTTPTransport(trust_env=False)
+    transport._pool = httpcore.ConnectionPool(ssl_context=httpx.create_ssl_context(), max_connections=100,
+                                              max_keepalive_connections=20, keepalive_expiry=5.0,
+                                              network_backend=_DeadlineBackend())
+    return httpx.Client(transport=transport, timeout=timeout_s, trust_env=False, **kwargs)
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """This thread's requests through :func:`api_client` (and fetches) end within ``seconds``."""
+    previous = getattr(_fetch_deadline, "at", None)
+    _fetch_deadline.at = time.monotonic() + seconds
+    try:
+        yield
+    finally:
+        _fetch_deadline.at = previous
 
 
 class _GuardedBackend(httpcore.SyncBackend):

@@ -20,6 +20,7 @@ import httpx
 
 from coa_envs.types import ErrorKind
 from coa_envs.web.decoding import BodyTooLarge, accepted_encodings, read_capped
+from coa_envs.web.fetch import api_client, deadline
 
 __all__ = ["ChatEndpoint", "ChatError", "chat"]
 
@@ -84,10 +85,11 @@ def _content_text(content: Any) -> str:
 def _post_capped(http: httpx.Client, url: str, payload: Mapping[str, Any], headers: Mapping[str, str],
                  endpoint: ChatEndpoint) -> tuple[int, bytes]:
     """POST and read the answer, at most ``max_response_bytes`` of it, within ``timeout_s`` in all."""
-    deadline = time.monotonic() + endpoint.timeout_s
     request = http.build_request("POST", url, json=payload, headers=headers, timeout=endpoint.timeout_s)
-    with contextlib.closing(http.send(request, stream=True)) as response:
-        return response.status_code, read_capped(response, endpoint.max_response_bytes, deadline)
+    end = time.monotonic() + endpoint.timeout_s
+    # One deadline for the exchange: the body's here, the head's too through an api_client's connections.
+    with deadline(endpoint.timeout_s), contextlib.closing(http.send(request, stream=True)) as response:
+        return response.status_code, read_capped(response, endpoint.max_response_bytes, end)
 
 
 def chat(endpoint: ChatEndpoint, messages: Sequence[Mapping[str, Any]],
@@ -104,7 +106,7 @@ def chat(endpoint: ChatEndpoint, messages: Sequence[Mapping[str, Any]],
     }
     url = f"{endpoint.base_url}/chat/completions"
     owned = client is None
-    http = client or httpx.Client(timeout=endpoint.timeout_s, trust_env=False)
+    http = client or api_client(endpoint.timeout_s)
     last = ChatError(f"no answer from {url}")
     try:
         for attempt in range(endpoint.max_retries + 1):
