@@ -54,12 +54,18 @@ def plain_number_text(text: str) -> str:
     return text
 
 
-def _integer_written(text: str) -> bool:
+def _integer_written(text: str, value: Any = None) -> bool:
     """The answer's last side is an integer numeral (``9{,}901``, ``9901.0``, ``x = 9901``,
     ``\\$9901``), not a form math-verify evaluated while parsing (``\\frac{19802}{2}``, ``4/2``,
-    ``\\binom{5}{2}``, ``-(-3)``)."""
-    last = plain_number_text(text).rsplit("=", 1)[-1]
-    return bool(_INTEGER_NUMERAL.fullmatch(plain_number_text(last)))
+    ``\\binom{5}{2}``, ``-(-3)``); with ``value``, a numeral of that value (math-verify reads
+    ``3 4`` as 3 + 4, which written without the space is 34)."""
+    last = plain_number_text(plain_number_text(text).rsplit("=", 1)[-1])
+    if not _INTEGER_NUMERAL.fullmatch(last):
+        return False
+    if value is None:
+        return True
+    numeral = re.sub(r"_\{?(?:10|ten)\}?$", "", last).replace(",", "")
+    return float(numeral) == int(value)
 
 
 def _integer_elements(value: Any) -> bool:
@@ -191,7 +197,7 @@ def refused_form(gold: list[Any], answer: tuple[str, list[Any]], timeout: int, r
     if _false_equation(value, timeout, rounding):
         return "the answer states a false equation (two different numbers set equal)"
     last = _last_side(value)
-    if _is_integer_value(gold_value) and not (_written_as_a_number(last) and _integer_written(answer[0])):
+    if _is_integer_value(gold_value) and not (_written_as_a_number(last) and _integer_written(answer[0], gold_value)):
         return "the gold is an integer and the answer is an unfinished computation, not an integer"
     if _integer_elements(gold_value) and not all(_integer_written(piece) for piece in _elements(answer[0])):
         return "the gold's elements are integers and an element of the answer is not written as one"

@@ -40,7 +40,7 @@ from coa_envs.types import RewardResult, Task
 
 __all__ = ["VERSION", "MathVerifyReward", "answer_candidates", "build", "normalise_latex"]
 
-VERSION = 9  # bump when the scores this term gives change (reported in reward_details)
+VERSION = 10  # bump when the scores this term gives change (reported in reward_details)
 # 2: one final answer per reply (several distinct candidates are wrong, alternatives form a
 #    set); the string fallback only when math-verify cannot parse (no OR of two verdicts)
 # 3: a value offered in prose beside the answer ("Alternatively, 3") is a second answer
@@ -55,6 +55,8 @@ VERSION = 9  # bump when the scores this term gives change (reported in reward_d
 # 9: an integer gold needs an integer-written answer also where math-verify evaluates while parsing
 #    (\frac{4}{2}, 4/2, \binom{5}{2}, -(-3) for 2, 10, 3), as PRM800K grades; a numeral in another
 #    base is read with its base (52_9 and 52_{10} no longer pay 52_8, nor 52_8 a decimal 52)
+# 10: the integer an integer gold's answer is written as must be the gold's value: math-verify reads
+#    "3 4" as 3 + 4 (paid 7) and drops text holding a second number ("4 \text{ (maybe 3)}" paid 4)
 
 _SPACE_RE = re.compile(r"\s+")
 _WRAPPERS = (r"\left", r"\right", r"\!", r"\,", r"\;", r"\displaystyle", "$")

@@ -26,7 +26,7 @@ def score(answer: str, gold: str, question: str = "Find it.") -> float:
 
 
 def test_the_version_is_bumped():
-    assert VERSION >= 9
+    assert VERSION >= 10
 
 
 @pytest.mark.parametrize(("answer", "gold"), [
@@ -35,6 +35,13 @@ def test_the_version_is_bumped():
     ("x = \\frac{4}{2}", "2"), ("\\dfrac{9901}{1}", "9901"),
 ])
 def test_a_form_math_verify_evaluates_while_parsing_does_not_pay_an_integer_gold(answer, gold):
+    assert score(answer, gold) == 0.0
+
+
+@pytest.mark.parametrize(("answer", "gold"), [("3 4", "7"), ("9 901", "910"), ("4 \\text{ (maybe 3)}", "4")])
+def test_numbers_math_verify_adds_or_drops_are_not_an_integer(answer, gold):
+    """math-verify reads ``3 4`` as 3 + 4 (and drops text holding a second number): written so,
+    the answer is no numeral of the gold's value."""
     assert score(answer, gold) == 0.0
 
 
