@@ -13,12 +13,11 @@ This module does no I/O besides DNS resolution and never opens a connection.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
-import functools
 import ipaddress
 import re
 import socket
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
@@ -91,13 +90,6 @@ def _system_resolver(host: str, port: int) -> list[str]:
     for info in infos:
         seen.setdefault(str(info[4][0]).split("%", 1)[0], None)
     return list(seen)
-
-
-@functools.cache
-def _dns_pool() -> concurrent.futures.ThreadPoolExecutor:
-    """Threads that wait on getaddrinfo for guards with a DNS timeout (a lookup that outlives its
-    wait ends here, not in the fetch)."""
-    return concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="coa-dns")
 
 
 def literal_only_resolver(host: str, port: int) -> list[str]:
@@ -279,15 +271,27 @@ class UrlGuard:
     def _resolve_within(self, host: str, port: int) -> list[str]:
         """The resolver's answer, waited for ``dns_timeout_s`` at most: ``getaddrinfo`` has no timeout
         of its own, and a name whose DNS server never answers held a fetch for the system resolver's
-        retries (tens of seconds) whatever the crawl's ``timeout_s``."""
+        retries (tens of seconds) whatever the crawl's ``timeout_s``. A thread per lookup, not a
+        shared pool: a page naming many silent hosts would fill a pool and stall every other crawl."""
         if self.dns_timeout_s is None:
             return self._resolver(host, port)
-        lookup = _dns_pool().submit(self._resolver, host, port)
-        try:
-            return lookup.result(timeout=self.dns_timeout_s)
-        except concurrent.futures.TimeoutError:
-            lookup.cancel()
-            raise OSError(f"no DNS answer within {self.dns_timeout_s:g}s") from None
+        outcome: list[list[str] | BaseException] = []
+        done = threading.Event()
+
+        def lookup() -> None:
+            try:
+                outcome.append(self._resolver(host, port))
+            except BaseException as exc:  # handed to the waiting thread
+                outcome.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=lookup, name="coa-dns", daemon=True).start()
+        if not done.wait(self.dns_timeout_s):
+            raise OSError(f"no DNS answer within {self.dns_timeout_s:g}s")
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return outcome[0]
 
     def resolve(self, host: str, port: int) -> UrlVerdict:
         """Resolve ``host`` and check every address; refuse if any one is forbidden.

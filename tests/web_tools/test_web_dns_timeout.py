@@ -50,3 +50,27 @@ def test_without_a_timeout_the_resolver_is_called_directly() -> None:
     calls: list[str] = []
     guard = UrlGuard(resolver=lambda host, port: calls.append(threading.current_thread().name) or ["8.8.8.8"])
     assert guard.check("http://public.example/").allowed and calls == [threading.current_thread().name]
+
+
+def test_silent_names_do_not_stall_other_lookups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page naming many hosts whose DNS never answers must not use up what other crawls
+    (other episodes) resolve with: the lookups it left waiting hold nothing shared."""
+    release = threading.Event()
+
+    def resolver(host: str, port: int) -> list[str]:
+        if host.startswith("silent"):
+            release.wait(20)
+            raise OSError("gave up")
+        return ["8.8.8.8"]
+
+    monkeypatch.setattr(ssrf, "_system_resolver", resolver)
+    guard = UrlGuard(dns_timeout_s=0.5)
+    try:
+        waiting = [threading.Thread(target=guard.check, args=(f"http://silent{i}.example/",)) for i in range(40)]
+        for thread in waiting:
+            thread.start()
+        for thread in waiting:
+            thread.join()
+        assert guard.check("http://fast.example/").allowed
+    finally:
+        release.set()
