@@ -285,7 +285,7 @@ class Worker:
                 return timed_outcome(RunEnd(collected, returncode, cpu_s, usage), limits, started)
             select.select([child.pidfd], [], [])  # exited (collect waited for it or killed it)
             wait_status, cpu_s = self.zygote.reap(child.token)
-            usage = child.cgroup.usage() if child.cgroup is not None else None
+            cpu_s, usage = max(cpu_s, child.cpu_at_kill), child.cgroup.usage() if child.cgroup is not None else None
         except BaseException:
             self.exiting = None
             self.discard(child)
@@ -323,7 +323,7 @@ class Worker:
             done_fd,
             started + limits.wall_s,
             hard_output_cap(limits),
-            lambda: os.kill(child.pid, signal.SIGKILL),  # PID 1: its whole namespace dies
+            child.kill,
             stop_at_end_record,
             status_seen,
             cpu_watch,

@@ -167,6 +167,16 @@ class Prepared:
     cgroup: Cgroup | None = None  # its accounting unit (cgroup mode)
     cpu_mark: float = 0.0  # session: the cgroup's CPU seconds when the last cell ended
     counted: RunUsage | None = None  # session: the cgroup's counters when the last cell ended
+    cpu_at_kill: float = 0.0  # per-process mode: CPU s of its processes when it was killed
+
+    def kill(self) -> None:
+        """SIGKILL the child: PID 1, so its whole namespace dies. Without a cgroup, first note the
+        CPU its processes have used: what the kernel reaps with the namespace is in no rusage (a
+        run's code is PID 2, below its init: a killed run read ~0 CPU s)."""
+        if self.cgroup is None:
+            self.cpu_at_kill = _tree_cpu_s(self.pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
 
     def close(self) -> None:
         for fd in (self.req_w, self.out_r, self.err_r, self.status_r, self.done_r, self.pidfd):
@@ -176,6 +186,21 @@ class Prepared:
             import shutil
 
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _tree_cpu_s(pid: int, depth: int = 64) -> float:
+    """CPU seconds (``/proc``) of ``pid``, its reaped children and every live descendant."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    total = sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    for task in tasks if depth else ():
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/children", "rb") as handle:
+            total += sum(_tree_cpu_s(int(child), depth - 1) for child in handle.read().split())
+    return total
 
 
 class Zygote:
