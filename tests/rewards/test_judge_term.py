@@ -29,7 +29,7 @@ def test_judge_and_exact_match_each_count_their_weight(judge):
     reward, info = _episode(judge, "I am sure it is {gold}.")  # the judge accepts it, EM does not
     terms = info["reward_details"]["terms"]
     assert reward == 0.5 and terms["em_f1"]["score"] == 0.0 and terms["llm_judge"]["score"] == 1.0
-    assert terms["llm_judge"]["version"] == 4 and terms["llm_judge"]["details"]["prompt_version"] == "generic-v2"
+    assert terms["llm_judge"]["version"] == 5 and terms["llm_judge"]["details"]["prompt_version"] == "generic-v2"
 
 
 def test_a_judge_that_is_down_costs_only_its_own_term(judge):
