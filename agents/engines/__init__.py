@@ -94,6 +94,8 @@ class SamplingParams:
             raise ValueError(f"seed={self.seed}; must be in [{SEED_RANGE[0]}, {SEED_RANGE[1]}] (64 bits)")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p={self.top_p}; must be in (0, 1]")
+        if self.top_k < -1:  # vLLM's spelling: 0 or -1 keeps every token
+            raise ValueError(f"top_k={self.top_k}; must be >= 1, or 0 / -1 for no limit")
         if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
             raise ValueError(f"top_logprobs={self.top_logprobs}; must be in [0, {MAX_TOP_LOGPROBS}]")
 
