@@ -40,7 +40,7 @@ from coa_envs.types import RewardResult, Task
 
 __all__ = ["VERSION", "MathVerifyReward", "answer_candidates", "build", "normalise_latex"]
 
-VERSION = 10  # bump when the scores this term gives change (reported in reward_details)
+VERSION = 11  # bump when the scores this term gives change (reported in reward_details)
 # 2: one final answer per reply (several distinct candidates are wrong, alternatives form a
 #    set); the string fallback only when math-verify cannot parse (no OR of two verdicts)
 # 3: a value offered in prose beside the answer ("Alternatively, 3") is a second answer
@@ -57,6 +57,8 @@ VERSION = 10  # bump when the scores this term gives change (reported in reward_
 #    base is read with its base (52_9 and 52_{10} no longer pay 52_8, nor 52_8 a decimal 52)
 # 10: the integer an integer gold's answer is written as must be the gold's value: math-verify reads
 #    "3 4" as 3 + 4 (paid 7) and drops text holding a second number ("4 \text{ (maybe 3)}" paid 4)
+# 11: more prose hedges are second answers: "maybe", "perhaps", "possibly", "probably", "else",
+#    "(or $x$)", "or $x$", "another candidate: x", also inside a box ("\text{ (maybe } x \text{)}")
 
 _SPACE_RE = re.compile(r"\s+")
 _WRAPPERS = (r"\left", r"\right", r"\!", r"\,", r"\;", r"\displaystyle", "$")
@@ -65,7 +67,9 @@ _BOX_OPENERS = (r"\boxed{", r"\fbox{")
 _PHRASE_RE = re.compile(r"\banswer\s*(?:is|:|=)\s*", re.IGNORECASE)
 _WORD_RE = re.compile(r"[A-Za-z]{3,}")
 # a second answer offered in prose: "Final answer: 2. Alternatively, 3" / "or possibly 3"
-_HEDGE_RE = re.compile(r"\b(?:alternatively|or possibly|or maybe|or perhaps|otherwise|if not,?)\b[\s,:]*"
+_HEDGE_RE = re.compile(r"(?:\b(?:alternatively|or possibly|or maybe|or perhaps|otherwise|if not,?|possibly|maybe"
+                       r"|perhaps|probably|else|another (?:candidate|possibility|option|answer|value)(?: is)?)\b"
+                       r"|\(\s*or\b|\bor(?=\s*(?:\$|\\\(|\\boxed)))[\s,:]*"
                        r"(?:(?:it|the answer|x)\s+(?:is|could be|may be|might be|=)\s*)?", re.IGNORECASE)
 # inline math ends at the first "$" that is not an escaped dollar sign ("$\\$18.90$" is one formula)
 _MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$((?:\\\$|[^$])+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
@@ -248,9 +252,11 @@ def _hedged(text: str, timeout: int) -> list[tuple[str, list[Any]]]:
     math-verify reads, so that "alternatively written as 4/2" is no second answer unless it is one."""
     found = []
     for match in _HEDGE_RE.finditer(text):
-        rest = text[match.end():]
+        rest = text[match.end():].lstrip("}) \t")  # the value after "\text{ (maybe }"
         span = _MATH_SPAN.match(rest)
         candidate = _unwrap(span.group(0) if span else _leading_expression(rest))
+        while candidate.endswith(")") and candidate.count(")") > candidate.count("("):
+            candidate = candidate[:-1].strip()  # "(if not, \frac13)": the aside's own bracket
         if not candidate or _WORD_RE.search(re.sub(r"\\[A-Za-z]+", " ", candidate)):
             continue  # prose ("the expression would be undefined"), not a value
         parsed = _parse(candidate, timeout)
