@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 from sandbox._cgroup import RunUsage
 from sandbox._child import CELL_DONE
 from sandbox._collect import CpuWatch, RunEnd, hard_output_cap, timed_outcome
+from sandbox._lockdown import exit_code_of_init
 from sandbox._wire import FrameError, read_exact, read_frame, write_frame
+from sandbox._zygote import tree_cpu_s
 from sandbox.types import Limits
 
 if TYPE_CHECKING:
@@ -33,16 +35,6 @@ __all__ = ["serve_session"]
 
 _DONE_GRACE_S = 1.0  # for the cell's record after its output is complete (past the wall limit)
 _MAX_FORGED_RECORDS = 64
-
-
-def _proc_cpu_s(pid: int) -> float:
-    """CPU seconds of ``pid`` (its threads and reaped children) from ``/proc`` (per-process mode)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            fields = handle.read().rsplit(b")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def _read_done(fd: int, nonce: bytes, deadline: float, watch: CpuWatch) -> tuple[int, float] | None:
@@ -92,8 +84,10 @@ def _watch(child: Prepared) -> CpuWatch:
     if child.cgroup is not None:
         cgroup, mark = child.cgroup, child.cpu_mark
         return CpuWatch(lambda: cgroup.cpu_s() - mark, math.inf)
-    mark = _proc_cpu_s(child.pid)
-    return CpuWatch(lambda: _proc_cpu_s(child.pid) - mark, math.inf)
+    # The init's and the cells' process's (and what they reaped); at a kill, the figure before it
+    # (what the kernel reaps with the namespace is in no rusage).
+    mark = tree_cpu_s(child.pid)
+    return CpuWatch(lambda: max(tree_cpu_s(child.pid), child.cpu_at_kill) - mark, math.inf)
 
 
 def run_cell(worker: Worker, request: dict[str, Any]) -> dict[str, Any]:
@@ -130,11 +124,14 @@ def run_cell(worker: Worker, request: dict[str, Any]) -> dict[str, Any]:
             collected.output_killed |= not _drain(fd, kept, hard_output_cap(limits))
         collected.stdout, collected.stderr = bytes(outputs[child.out_r]), bytes(outputs[child.err_r])
     usage = _since(cgroup.usage(), child.counted) if cgroup is not None and child.counted else None
-    worker.session_cpu_spent += max(0.0, watch.used())  # before a dead child's figures are gone
+    if done is None and not killed:  # its init passes on how the cells' process ended as it exits
+        select.select([child.pidfd], [], [], _DONE_GRACE_S)
+    used = max(0.0, watch.used())
+    worker.session_cpu_spent += used  # before a dead child's figures are gone
     if done is None:  # the cell killed the session (or we did): report how it died
-        wait_status, cpu_s = worker.discard(child)
+        wait_status, _ = worker.discard(child)
         worker.current, worker.lost_state = None, True
-        returncode = os.waitstatus_to_exitcode(wait_status)
+        returncode, cpu_s = exit_code_of_init(os.waitstatus_to_exitcode(wait_status), worker.jail), used
     else:
         returncode, cpu_s = done
         if cgroup is not None:

@@ -204,13 +204,14 @@ def run_once(
     os._exit(rc)  # (else the init reports the end once every process of the run is gone)
 
 
-def _start_init(status_w: int) -> int:
+def _start_init(status_w: int, end_record: bool = True) -> int:
     """As PID 1, stay behind as the namespace's init (see :func:`sandbox._lockdown.fork_init`)
     while the code's process (PID 2) returns 1, the init's count (else 0); before the request
-    comes, off the run's clock."""
+    comes, off the run's clock. ``end_record``: the init reports the code's exit (a run's);
+    a session's status pipe holds its cells' tags only."""
+    report = (lambda rc: report_end(status_w, rc)) if end_record else (lambda rc: None)
     try:
-        return int(fork_init(status_w, lambda rc: report_end(status_w, rc),
-                             lambda: _write_quietly(status_w, STATUS_DENIED)))  # fmt: skip
+        return int(fork_init(status_w, report, lambda: _write_quietly(status_w, STATUS_DENIED)))
     except OSError as exc:
         os.write(2, f"sandbox setup failed: no init: {exc!r}\n".encode())
         os._exit(70)
@@ -261,6 +262,8 @@ def serve_cells(
     once, at the first cell, for the whole session. Without a cgroup (the per-process mode),
     processes a cell left behind are killed after it (best effort: the cell shares this process).
     """
+    init = _start_init(status_w, end_record=False)  # 1: the cells run as PID 2 (see run_once)
+    code_pid = os.getpid()
     _reset_process_state(out_w, err_w)
     main = new_main_module("<cell>")
     limited = False
@@ -274,8 +277,8 @@ def serve_cells(
         limits = Limits(**request["limits"])
         if not limited:  # memory, processes, files: once, for the whole session
             session_cpu_s = float(request.get("session_cpu_s", 600))
-            apply_rlimits(limits.with_(cpu_s=session_cpu_s), _vm_size_bytes(), process_base)
-            write_limits(limit_fds or [], limits.memory_mb, limits.max_processes)
+            apply_rlimits(limits.with_(cpu_s=session_cpu_s), _vm_size_bytes(), process_base + init)
+            write_limits(limit_fds or [], limits.memory_mb, limits.max_processes + init)
             limited = True
         before = _cpu_used()
         soft = int(before + limits.cpu_s) + 1  # SIGXCPU at the cell's budget; the worker's watch backs it
@@ -284,9 +287,9 @@ def serve_cells(
         _install_stdin(request.get("stdin", ""))
         number += 1
         rc = execute_cell(request["code"], main, status_w, f"<cell {number}>", quota_dir)
-        if request.get("kill_leftovers") and os.getpid() == 1:  # never outside a PID namespace of our own
+        if request.get("kill_leftovers") and os.getpid() == code_pid <= 2:  # in a PID namespace of our own
             with contextlib.suppress(OSError):
-                kill(-1, signal.SIGKILL)  # as PID 1: every other process of the namespace
+                kill(-1, signal.SIGKILL)  # every other process of the namespace but its init
             with contextlib.suppress(ChildProcessError, OSError):
                 while wait(-1, os.WNOHANG)[0]:
                     pass

@@ -32,7 +32,7 @@ from sandbox._cgroup import Cgroup, RunUsage, attach_self
 from sandbox._child import close_all_except, open_stdin, prepare_run, run_once, serve_cells, wait_for_parent
 from sandbox._lockdown import SCRATCH, WORKDIR
 
-__all__ = ["FAILED", "READY", "ChildMaker", "Prepared", "Zygote"]
+__all__ = ["FAILED", "READY", "ChildMaker", "Prepared", "Zygote", "tree_cpu_s"]
 
 READY, FAILED = b"R", b"F"
 _PR_SET_PDEATHSIG = 1
@@ -174,7 +174,7 @@ class Prepared:
         CPU its processes have used: what the kernel reaps with the namespace is in no rusage (a
         run's code is PID 2, below its init: a killed run read ~0 CPU s)."""
         if self.cgroup is None:
-            self.cpu_at_kill = _tree_cpu_s(self.pid)
+            self.cpu_at_kill = tree_cpu_s(self.pid)
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
 
@@ -188,7 +188,7 @@ class Prepared:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def _tree_cpu_s(pid: int, depth: int = 64) -> float:
+def tree_cpu_s(pid: int, depth: int = 64) -> float:
     """CPU seconds (``/proc``) of ``pid``, its reaped children and every live descendant."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
@@ -199,7 +199,7 @@ def _tree_cpu_s(pid: int, depth: int = 64) -> float:
     total = sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
     for task in tasks if depth else ():
         with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/children", "rb") as handle:
-            total += sum(_tree_cpu_s(int(child), depth - 1) for child in handle.read().split())
+            total += sum(tree_cpu_s(int(child), depth - 1) for child in handle.read().split())
     return total
 
 
