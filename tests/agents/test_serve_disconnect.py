@@ -81,6 +81,17 @@ def _first_tokens(batcher: Recording) -> int:
     return len(completion.token_ids)
 
 
+def _stream_started(base_url: str, model: str = "m") -> tuple[openai.OpenAI, openai.Stream]:
+    """The openai client streaming a 2000-token chat reply, its first two chunks read (so the
+    server is decoding it); the caller hangs up with ``stream.close()``."""
+    client = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0, timeout=PATIENCE_S)
+    stream = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "go"}],
+                                            max_tokens=2000, stream=True)
+    chunks = iter(stream)
+    next(chunks), next(chunks)
+    return client, stream
+
+
 # -- the engine ---------------------------------------------------------------------------------
 def test_a_cancelled_request_stops_at_the_next_step(tiny_dir):
     """Continuous batching (a real transformers model): the row leaves at the token after the
@@ -136,11 +147,7 @@ def test_serve_stream_disconnect_frees_the_slot(tiny_tokenizer, scripted_lm):
 
     batcher, gate = _gated_engine(scripted_lm, tiny_tokenizer)
     with serve_in_thread(create_app(batcher, tiny_tokenizer, "scripted")) as url:
-        client = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=PATIENCE_S)
-        stream = client.chat.completions.create(model="scripted", messages=[{"role": "user", "content": "go"}],
-                                                max_tokens=2000, stream=True)
-        chunks = iter(stream)
-        next(chunks), next(chunks)
+        client, stream = _stream_started(url, model="scripted")
         stream.close()
         _poll(lambda: _cancelled(batcher), "the hung-up stream's request is cancelled")
         gate.opened.set()
@@ -216,11 +223,7 @@ def test_gateway_one_call_stream_hang_up_finishes_the_session(tiny_tokenizer, sc
     timeout), with the tokens sampled before the engine stopped recorded."""
     batcher, gate = _gated_engine(scripted_lm, tiny_tokenizer)
     with _gateway(batcher, tiny_tokenizer) as (url, gateway):
-        client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=PATIENCE_S)
-        stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}],
-                                                max_tokens=2000, stream=True)
-        chunks = iter(stream)
-        next(chunks), next(chunks)
+        _, stream = _stream_started(f"{url}/v1")
         (session,) = gateway.store.live()
         stream.close()
         _poll(lambda: _cancelled(batcher), "the hung-up stream's request is cancelled")

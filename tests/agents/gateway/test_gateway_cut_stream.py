@@ -16,17 +16,14 @@ from tests.agents.test_serve_disconnect import (  # noqa: E402
     _gated_engine,
     _gateway,
     _poll,
+    _stream_started,
 )
 
 
 def test_a_stream_cut_by_its_client_is_recorded_as_cut(tiny_tokenizer, scripted_lm):
     batcher, gate = _gated_engine(scripted_lm, tiny_tokenizer)
     with _gateway(batcher, tiny_tokenizer) as (url, gateway):
-        client = openai.OpenAI(base_url=f"{url}/sessions/cut/v1", api_key="x", max_retries=0, timeout=PATIENCE_S)
-        stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}],
-                                                max_tokens=2000, stream=True)
-        chunks = iter(stream)
-        next(chunks), next(chunks)
+        client, stream = _stream_started(f"{url}/sessions/cut/v1")
         stream.close()
         _poll(lambda: _cancelled(batcher), "the hung-up stream's request is cancelled")
         gate.opened.set()

@@ -45,7 +45,7 @@ def _check_run(out: Path, steps: int, group_size: int) -> list[dict]:
     assert len(sessions) == steps * trained[0]["sampling/groups_kept"] * group_size
     for row in rows:
         trajectory = Trajectory.from_dict(row)
-        assert trajectory.has_token_ids and trajectory.env_id == "coa/SynthHop-v0"
+        assert trajectory.has_token_ids and trajectory.env_id == "coa/SynthHop-v1"
         assert trajectory.info["gateway"]["tokens"] == "exact"
         assert 0 < sum(trajectory.loss_mask()) < len(trajectory.loss_mask()) + 1
     groups: dict[tuple[int, int], set[str]] = {}
