@@ -380,18 +380,19 @@ def _main(argv: list[str]) -> None:
     names = ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_NOFILE")
     for name, value in zip(names, config["rlimits"], strict=False):
         resource.setrlimit(getattr(resource, name), (int(value), int(value)))
-    # No real-time or raised priority (see _limits), and no core dump: with a pipe in the host's
-    # kernel.core_pattern every crash would run a helper on the host, outside the run's limits.
+    # No real-time or raised priority (see _limits), no core dump (a core_pattern pipe runs on the host).
     for name in ("RLIMIT_RTPRIO", "RLIMIT_NICE", "RLIMIT_CORE"):
         resource.setrlimit(getattr(resource, name), (0, 0))
     exit_now, end = os._exit, lambda status: report_end(status_fd, status)  # the code's os._exit writes it too
     if lockdown is not None:  # as PID 1 (nsjail) the code runs below an init (its record is the code's own);
         lockdown.fork_init(status_fd, lambda _: None, lambda: _report(status_fd, STATUS_DENIED))
         exit_now = lockdown.report_own_exits(end)  # a wrapper's 128 + N is no signal when the code chose it
+    code_pid = os.getpid()  # a fork of the code that leaves the snippet is not the run: no end record
     rc = execute(code, status_fd, quota_dir=quota_dir)
-    if config.get("reap"):
-        lockdown.kill_children()
-    report_end(status_fd, rc)
+    if os.getpid() == code_pid:
+        if config.get("reap"):
+            lockdown.kill_children()
+        report_end(status_fd, rc)
     exit_now(rc)
 
 

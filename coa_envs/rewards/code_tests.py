@@ -32,7 +32,7 @@ from sandbox import ExecResult, Limits, Status
 
 __all__ = ["PRELUDE", "VERSION", "CodeTestsReward", "build", "extract_code", "outputs_match"]
 
-VERSION = 4  # bump when the scores this term gives change (reported in reward_details)
+VERSION = 5  # bump when the scores this term gives change (reported in reward_details)
 # 2: results compared on the host; assert-style tests rewritten into calls (an early exit,
 #    a lying __eq__ or reading the program's own source no longer passes)
 # 3: the sandbox's verdicts (wave 3, round two): a test run that ends past its wall limit fails
