@@ -14,6 +14,8 @@ from agents.engines.hf import HFEngine
 from agents.policy import LLMPolicy
 from agents.rollout import play_episode, policy_factory, run_rollouts
 from agents.trajectory import read_trajectories
+from coa_envs.rewards import math_verify
+from coa_envs.types import Task
 
 
 def _math_env(**overrides):
@@ -87,6 +89,9 @@ def test_bad_outputs_end_their_episode_with_a_status(tiny_tokenizer, scripted_lm
     from agents.rollout import episode_seed
 
     jobs = [(i, episode_seed(0, i, 0)) for i in range(len(modes))]
+    # Start the math reward's helper process first: its cold start (sympy's LaTeX parser) took
+    # past the 8 s episode deadline on a loaded machine, and the "ok" episode read error:timeout.
+    assert math_verify.build()("\\boxed{1}", Task("warm", "q", gold=("1",))).score == 1.0
     result = run_rollouts(_math_env(max_turns=100), agent_factory,
                           task_indices=range(len(modes)), concurrency=3,
                           episode_timeout_s=8, max_tool_calls=5, out=tmp_path / "t.jsonl")
