@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -36,9 +37,22 @@ class _PortRegistry:
         user = os.getuid() if hasattr(os, "getuid") else 0
         self.root = Path(tempfile.gettempdir()) / f"coa-envs-control-ports-{user}"
 
+    def _trusted(self) -> bool:
+        """Whether the directory is this user's own and only theirs. Its name is predictable in a
+        shared temp dir: another user who made it first (or a link in its place) could delete
+        our entries, reopening other processes' control ports, so then it is not used at all."""
+        try:
+            state = os.lstat(self.root)
+        except OSError:
+            return False
+        owner = os.getuid() if hasattr(os, "getuid") else state.st_uid
+        return stat.S_ISDIR(state.st_mode) and state.st_uid == owner and not state.st_mode & 0o077
+
     def add(self, port: int) -> None:
         with contextlib.suppress(OSError):  # an unwritable temp dir leaves this process's own set
             self.root.mkdir(mode=0o700, exist_ok=True)
+            if not self._trusted():
+                return
             for entry in self.root.iterdir():  # drop what killed processes left (a few files at most)
                 self._held(entry)
             (self.root / str(port)).write_text(str(os.getpid()))
@@ -50,7 +64,7 @@ class _PortRegistry:
                 entry.unlink()
 
     def __contains__(self, port: int) -> bool:
-        return self._held(self.root / str(port))
+        return self._trusted() and self._held(self.root / str(port))
 
     @staticmethod
     def _held(entry: Path) -> bool:

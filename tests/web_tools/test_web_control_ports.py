@@ -77,3 +77,43 @@ def test_default_browser_control_ports_need_a_named_entry(port: int) -> None:
     assert named.check(f"http://127.0.0.1:{port}/json/version").allowed
     assert not named.check(f"http://127.0.0.2:{port}/json/version").allowed
     assert UrlGuard(resolver=literal_only_resolver).check(f"http://8.8.8.8:{port}/").allowed  # a public site's port
+
+
+@pytest.mark.parametrize("foreign", ["open-to-all", "symlink"])
+def test_a_registry_directory_others_could_write_is_not_used(tmp_path, monkeypatch, foreign: str) -> None:
+    """The registry's name is predictable in a shared /tmp: one made by someone else first, open to
+    others or a link, is not written to nor read (this process's own ports stay refused)."""
+    from coa_envs.web import control_ports
+
+    root = tmp_path / "coa-envs-control-ports"
+    if foreign == "open-to-all":
+        root.mkdir()
+        root.chmod(0o777)
+    else:
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        root.symlink_to(tmp_path / "elsewhere")
+    monkeypatch.setattr(control_ports._REGISTRY, "root", root)
+    port = 40_000 + int(time.time() * 1000) % 20_000
+    reserve_local_port(port)
+    try:
+        assert list(root.iterdir()) == []  # nothing written where others could delete it
+        assert is_reserved_port(port)  # still refused in this process
+        (root / str(port + 1)).write_text("1")  # an entry planted there is not believed either
+        assert not is_reserved_port(port + 1)
+    finally:
+        release_local_port(port)
+
+
+def test_the_registry_directory_is_private_to_its_user(tmp_path, monkeypatch) -> None:
+    from coa_envs.web import control_ports
+
+    root = tmp_path / "coa-envs-control-ports"
+    monkeypatch.setattr(control_ports._REGISTRY, "root", root)
+    port = 40_000 + int(time.time() * 1000) % 20_000
+    reserve_local_port(port)
+    try:
+        assert (root.stat().st_mode & 0o777) == 0o700 and (root / str(port)).exists()
+        assert port in control_ports._REGISTRY
+    finally:
+        release_local_port(port)
+    assert not (root / str(port)).exists()
