@@ -19,7 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing.context import BaseContext
 from typing import Any
 
-__all__ = ["kill_pool", "owned_pool"]
+__all__ = ["kill_pool", "owned_pool", "process_alive"]
 
 _POLL_S = 1.0
 """How often the fallback watcher (no ``pidfd_open``) checks that the owner is still alive."""
@@ -34,14 +34,22 @@ def _wait_for_exit(pid: int) -> None:
     if handle is not None:
         select.select([handle], [], [])  # a pidfd turns readable when its process ends
         return
-    while True:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        except PermissionError:  # alive, owned by another user
-            pass
+    while process_alive(pid):
         time.sleep(_POLL_S)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (one we may not signal, another user's, counts as running;
+    0 and negative numbers name process groups, not a process)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: alive, owned by another user
+        return True
+    return True
 
 
 def _watch_owner(owner: int) -> None:

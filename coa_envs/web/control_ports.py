@@ -14,6 +14,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from coa_envs.process_pools import process_alive
+
 __all__ = ["WELL_KNOWN_CONTROL_PORTS", "is_reserved_port", "release_local_port", "reserve_local_port",
            "reserved_local_ports"]
 
@@ -73,21 +75,11 @@ class _PortRegistry:
             owner = int(entry.read_text() or 0)
         except (OSError, ValueError):
             return False
-        if owner == os.getpid() or _alive(owner):
+        if owner == os.getpid() or process_alive(owner):
             return True
         with contextlib.suppress(OSError):
             entry.unlink()
         return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        return True  # another user's live process, or a pid we may not signal: keep the entry
-    return pid > 0
 
 
 _REGISTRY = _PortRegistry()
