@@ -28,6 +28,7 @@ import httpx
 from coa_envs.options import Schema
 from coa_envs.types import ErrorKind, ToolContext, ToolResult, ToolSpec
 from coa_envs.web.decoding import BodyTooLarge, accepted_encodings, read_capped
+from coa_envs.web.extract import cut_text
 from coa_envs.web.fetch import api_client, deadline
 
 __all__ = ["BACKENDS", "SPEC", "SearchHit", "WebSearchTool", "build", "option_schema", "render_hits"]
@@ -164,13 +165,9 @@ MAX_HIT_SNIPPET_CHARS = 1_000
 MAX_HIT_URL_CHARS = 2_000
 
 
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
 def _bounded(hits: list[SearchHit], top_k: int) -> list[SearchHit]:
     """The first ``top_k`` hits with a usable URL, titles and snippets cut to their caps."""
-    kept = [SearchHit(_cut(h.title, MAX_HIT_TITLE_CHARS), h.url, _cut(h.snippet, MAX_HIT_SNIPPET_CHARS))
+    kept = [SearchHit(cut_text(h.title, MAX_HIT_TITLE_CHARS), h.url, cut_text(h.snippet, MAX_HIT_SNIPPET_CHARS))
             for h in hits if len(h.url) <= MAX_HIT_URL_CHARS]
     return kept[:top_k]
 

@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 __all__ = ["MAX_LINK_CHARS", "MAX_MAIN_CONTENT_CHARS", "MAX_MAIN_CONTENT_ELEMENTS", "MAX_TITLE_CHARS", "ExtractedPage",
-           "ExtractionError", "decode_text", "extract", "html_links", "looks_binary", "pdf_text"]
+           "ExtractionError", "cut_text", "decode_text", "extract", "html_links", "looks_binary", "pdf_text"]
 
 MAX_MAIN_CONTENT_ELEMENTS = 25_000  # larger pages are shown as plain text (see _html_page)
 MAX_MAIN_CONTENT_CHARS = 2_000_000
@@ -147,9 +147,13 @@ def _tree_links(tree: Any, base_url: str, limit: int) -> tuple[tuple[str, str], 
     return tuple((text, url) for url, text in links.items())
 
 
-def _short(text: str, limit: int) -> str:
-    text = " ".join(text.split())
+def cut_text(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` characters, an ellipsis marking a cut."""
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _short(text: str, limit: int) -> str:
+    return cut_text(" ".join(text.split()), limit)
 
 
 def _tree_title(tree: Any) -> str:
