@@ -20,7 +20,7 @@ import time
 from sandbox._cgroup import write_limits
 from sandbox._harness import STATUS_DENIED, execute, execute_cell, new_main_module, report_end
 from sandbox._limits import apply_rlimits, scratch_profile
-from sandbox._lockdown import fork_init
+from sandbox._lockdown import WAIT_ALL, fork_init
 from sandbox._wire import FrameError, read_frame
 from sandbox.types import Limits
 
@@ -222,16 +222,13 @@ def _write_quietly(fd: int, data: bytes) -> None:
         os.write(fd, data)
 
 
-_WAIT_ALL = 0x40000000  # __WALL (linux/wait.h); the os module does not export it
-
-
 def _no_process_left() -> bool:
     """Is the code's process alone in the run's namespace (its children reaped; besides it only
     PID 1, the init)? Only then may the worker answer before we are gone. Orphans went to the
     init: the namespace's own ``/proc`` lists them until it has reaped them."""
     while True:
         try:  # __WALL: children made by a raw clone() without an exit signal count too
-            pid, _ = os.waitpid(-1, os.WNOHANG | _WAIT_ALL)
+            pid, _ = os.waitpid(-1, os.WNOHANG | WAIT_ALL)
         except ChildProcessError:
             break
         if pid == 0:

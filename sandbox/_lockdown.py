@@ -20,6 +20,7 @@ from typing import NoReturn
 __all__ = [
     "SCRATCH",
     "SHM_DIR",
+    "WAIT_ALL",
     "WORKDIR",
     "CompiledFilter",
     "JailError",
@@ -329,7 +330,7 @@ def report_own_exits(report: Callable[[int], None]) -> Callable[[int], None]:
     return real_exit
 
 
-_WAIT_ALL = 0x40000000  # __WALL (linux/wait.h): children made by a raw clone() count too
+WAIT_ALL = 0x40000000  # __WALL (linux/wait.h; the os module does not export it): raw clone() children count too
 
 
 def serve_as_init(run: int, report_exit: Callable[[int], None], report_denied: Callable[[], None]) -> NoReturn:
@@ -348,7 +349,7 @@ def serve_as_init(run: int, report_exit: Callable[[int], None], report_denied: C
     def reap(block_until: int | None) -> int | None:
         while True:
             try:
-                pid, status = wait(-1, _WAIT_ALL)
+                pid, status = wait(-1, WAIT_ALL)
             except ChildProcessError:
                 return None
             if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGSYS:
