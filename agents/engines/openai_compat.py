@@ -43,6 +43,7 @@ from agents.engines import (
     SamplingParams,
     find_stop,
 )
+from agents.engines.openai_stream import choice_logprobs, gather_stream
 
 __all__ = ["OpenAIEngine", "infer_stop"]
 
@@ -136,8 +137,6 @@ class OpenAIEngine:
     def _cancellable(self, request: GenerationRequest, params: SamplingParams) -> Completion:
         """A request whose ``cancel`` may be set: streamed, and closed when it is, so the server
         stops decoding (a request cancelled before it starts is never sent)."""
-        from agents.engines.openai_stream import gather_stream
-
         if request.cancelled:
             return Completion(text="", finish_reason="abort")
         chat = self.mode != "completions"
@@ -244,10 +243,6 @@ class OpenAIEngine:
             extra = choice.model_extra or {}
             if self.mode == "completions":
                 text = choice.text or ""
-                lp = choice.logprobs
-                logprobs = [float(x) for x in (lp.token_logprobs or [])] if lp else []
-                tokens = list(lp.tokens or []) if lp else []
-                tops = [list((step or {}).items()) for step in (lp.top_logprobs or [])] if lp else []
             else:
                 text = choice.message.content or ""
                 calls = tuple({"id": c.id, "type": "function",
@@ -255,10 +250,7 @@ class OpenAIEngine:
                               for c in choice.message.tool_calls or ())
                 if calls:
                     return Completion(text, (), (), "stop", tool_calls=calls)
-                content = choice.logprobs.content if choice.logprobs else None
-                logprobs = [float(x.logprob) for x in content or []]
-                tokens = [x.token for x in content or []]
-                tops = [[(t.token, t.logprob) for t in x.top_logprobs or ()] for x in content or []]
+            logprobs, tokens, tops = choice_logprobs(choice, chat=self.mode != "completions")
             return self._assembled(text, _sampled_ids(extra.get("token_ids"), tokens), logprobs, tops,
                                    choice.finish_reason, extra.get("stop_reason"), params)
         except Exception as exc:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["StreamedReply", "gather_stream"]
+__all__ = ["StreamedReply", "choice_logprobs", "gather_stream"]
 
 
 @dataclass
@@ -29,23 +29,28 @@ class StreamedReply:
     cancelled: bool = False
 
 
+def choice_logprobs(choice: Any, chat: bool) -> tuple[list[float], list[str], list[list[tuple[str, float]]]]:
+    """A choice's (or a streamed chunk's) sampled-token logprobs, token names and each step's
+    alternatives ``(token, logprob)``, in the chat or the completions shape."""
+    if chat:
+        content = (choice.logprobs.content if choice.logprobs else None) or ()
+        return ([float(entry.logprob) for entry in content], [entry.token for entry in content],
+                [[(t.token, t.logprob) for t in entry.top_logprobs or ()] for entry in content])
+    lp = choice.logprobs
+    if lp is None:
+        return [], [], []
+    return ([float(x) for x in lp.token_logprobs or ()], list(lp.tokens or ()),
+            [list((step or {}).items()) for step in lp.top_logprobs or ()])
+
+
 def _add_chunk(reply: StreamedReply, choice: Any, chat: bool) -> None:
     """Fold one chunk's choice into ``reply``."""
     extra = choice.model_extra or {}
-    if chat:
-        reply.text.append((choice.delta.content if choice.delta else None) or "")
-        content = choice.logprobs.content if choice.logprobs else None
-        for entry in content or ():
-            reply.logprobs.append(float(entry.logprob))
-            reply.tokens.append(entry.token)
-            reply.tops.append([(t.token, t.logprob) for t in entry.top_logprobs or ()])
-    else:
-        reply.text.append(choice.text or "")
-        lp = choice.logprobs
-        if lp is not None:
-            reply.logprobs.extend(float(x) for x in lp.token_logprobs or ())
-            reply.tokens.extend(lp.tokens or ())
-            reply.tops.extend(list((step or {}).items()) for step in lp.top_logprobs or ())
+    reply.text.append(((choice.delta.content if choice.delta else None) if chat else choice.text) or "")
+    logprobs, tokens, tops = choice_logprobs(choice, chat)
+    reply.logprobs.extend(logprobs)
+    reply.tokens.extend(tokens)
+    reply.tops.extend(tops)
     reply.ids.extend(int(t) for t in extra.get("token_ids") or ())
     reply.finish = choice.finish_reason or reply.finish
     reply.stop_reason = extra.get("stop_reason") or reply.stop_reason
