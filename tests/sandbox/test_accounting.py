@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import textwrap
 
 import pytest
 
@@ -76,6 +77,7 @@ def test_one_process_over_its_memory_says_memory_limit(jail):
 # -- CPU: one budget for every process of the run ------------------------------------------------
 FORKED_CPU = r"""
 import os
+import textwrap
 kids = []
 for _ in range(3):
     pid = os.fork()
@@ -99,6 +101,7 @@ def test_forked_children_share_one_cpu_budget(jail):
 
 WIDENED_CPU = r"""
 import os
+import textwrap
 os.sched_setaffinity(0, range(os.cpu_count()))  # every CPU, whatever its caller was pinned to
 for _ in range(os.cpu_count() - 1):
     if os.fork() == 0:
@@ -159,17 +162,21 @@ def test_reported_cpu_time_is_the_runs_and_a_plain_figure(jail, cpu_s):
 
 
 # -- processes: one budget per run, and said so --------------------------------------------------
-FORK_UNTIL_REFUSED = r"""
+# Forks children that sleep until 64 processes run or a fork is refused (``OSError``).
+FORK_BOMB = """\
+while forks < 64:
+    if os.fork() == 0:
+        time.sleep(3)
+        os._exit(0)
+    forks += 1
+"""
+
+FORK_UNTIL_REFUSED = f"""\
 import os, time
-count = 1
+forks = 1
 try:
-    while count < 64:
-        if os.fork() == 0:
-            time.sleep(5)
-            os._exit(0)
-        count += 1
-finally:
-    print(count, flush=True)
+{textwrap.indent(FORK_BOMB, "    ")}finally:
+    print(forks, flush=True)
 """
 
 
@@ -181,16 +188,11 @@ def test_process_limit_counts_the_whole_run_and_is_reported(jail):
     still_correct(jail)
 
 
-CAUGHT_REFUSALS = r"""
+CAUGHT_REFUSALS = f"""\
 import os, threading, time
 forks = threads = 0
 try:
-    while forks < 64:
-        if os.fork() == 0:
-            time.sleep(3)
-            os._exit(0)
-        forks += 1
-except OSError:
+{textwrap.indent(FORK_BOMB, "    ")}except OSError:
     pass
 try:
     while threads < 64:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -57,17 +58,41 @@ def test_byte_floods_stop_at_the_disk_quota(jail, target):
 
 
 UNCOUNTED_MEMORY = {
-    "memfd": "import os\nfds = [os.memfd_create(f'm{i}') for i in range(60)]\n"
-    "for fd in fds:\n    os.ftruncate(fd, 16 * 2**20)\n    os.write(fd, b'x' * 2**20)\nprint('filled')",
-    "sysv-shm": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nids = []\nfor i in range(64):\n"
-    "    ident = libc.shmget(0, 256 * 2**20, 0o1600)\n    if ident < 0:\n"
-    "        raise PermissionError(ctypes.get_errno(), 'shmget refused')\n    ids.append(ident)\nprint('made')",
-    "sysv-msg": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-    "if libc.msgget(0, 0o1600) < 0:\n    raise PermissionError(ctypes.get_errno(), 'msgget refused')\nprint('made')",
+    "memfd": """
+        import os
+        fds = [os.memfd_create(f'm{i}') for i in range(60)]
+        for fd in fds:
+            os.ftruncate(fd, 16 * 2**20)
+            os.write(fd, b'x' * 2**20)
+        print('filled')
+    """,
+    "sysv-shm": """
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        ids = []
+        for i in range(64):
+            ident = libc.shmget(0, 256 * 2**20, 0o1600)
+            if ident < 0:
+                raise PermissionError(ctypes.get_errno(), 'shmget refused')
+            ids.append(ident)
+        print('made')
+    """,
+    "sysv-msg": """
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.msgget(0, 0o1600) < 0:
+            raise PermissionError(ctypes.get_errno(), 'msgget refused')
+        print('made')
+    """,
     # (x86-64's number; nsjail's kafel policy could not name it and let it through)
-    "memfd-secret": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
-    "if libc.syscall(447, 0) < 0:\n    raise PermissionError(ctypes.get_errno(), 'memfd_secret refused')\n"
-    "print('made')",
+    "memfd-secret": """
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        if libc.syscall(447, 0) < 0:
+            raise PermissionError(ctypes.get_errno(), 'memfd_secret refused')
+        print('made')
+    """,
 }
 
 
@@ -77,30 +102,60 @@ def test_memory_no_limit_counts_is_refused(jail, kind):
     # nor the scratch quotas count: the seccomp filter refuses to make them at all.
     if jail.name == "docker":
         pytest.skip("docker: the daemon's own seccomp profile and cgroup memory limit apply")
-    result = jail.run(UNCOUNTED_MEMORY[kind], limits=QUICK)
+    result = jail.run(textwrap.dedent(UNCOUNTED_MEMORY[kind]), limits=QUICK)
     assert result.status is Status.VIOLATION, result
     assert result.stdout == ""
 
 
 # -- processes ----------------------------------------------------------------------------------
 DAEMONS = {
-    "double-fork-setsid": "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-    "        for fd in range(3):\n            os.close(fd)\n        while True:\n            time.sleep(0.05)\n"
-    "    os._exit(0)\nos.wait()\nprint('launched')",
-    "keeps-stdout-open": "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-    "        while True:\n            time.sleep(0.05)\n    os._exit(0)\nos.wait()\nprint('launched')",
-    "popen-new-session": "import subprocess, sys\n"
-    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],"
-    " start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\nprint('launched')",
-    "ignores-sigterm": "import os, signal, time\nif os.fork() == 0:\n"
-    "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n    signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
-    "    os.setsid()\n    while True:\n        time.sleep(0.05)\nprint('launched')",
+    "double-fork-setsid": """
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                for fd in range(3):
+                    os.close(fd)
+                while True:
+                    time.sleep(0.05)
+            os._exit(0)
+        os.wait()
+        print('launched')
+    """,
+    "keeps-stdout-open": """
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                while True:
+                    time.sleep(0.05)
+            os._exit(0)
+        os.wait()
+        print('launched')
+    """,
+    "popen-new-session": """
+        import subprocess, sys
+        sleeper = [sys.executable, '-c', 'import time; time.sleep(600)']
+        quiet = {'stdout': subprocess.DEVNULL, 'stderr': subprocess.DEVNULL}
+        subprocess.Popen(sleeper, start_new_session=True, **quiet)
+        print('launched')
+    """,
+    "ignores-sigterm": """
+        import os, signal, time
+        if os.fork() == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
+            os.setsid()
+            while True:
+                time.sleep(0.05)
+        print('launched')
+    """,
 }
 
 
 @pytest.mark.parametrize("daemon", list(DAEMONS))
 def test_daemonised_grandchildren_die_with_the_run(jail, daemon):
-    result = jail.run(DAEMONS[daemon], limits=QUICK)
+    result = jail.run(textwrap.dedent(DAEMONS[daemon]), limits=QUICK)
     assert (result.status, result.stdout) == (Status.OK, "launched\n"), result
     assert result.wall_s < QUICK.wall_s  # the run ends when its code does, not at the deadline
     assert leftover_processes(jail) == []
