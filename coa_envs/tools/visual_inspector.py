@@ -25,6 +25,7 @@ import httpx
 from coa_envs.options import Schema
 from coa_envs.tools.file_reader import FileReadError, file_kind, read_file
 from coa_envs.types import ErrorKind, ToolContext, ToolResult, ToolSpec
+from coa_envs.web.extract import cut_text
 from coa_envs.web.fetch import api_client
 from coa_envs.web.llm import ChatEndpoint, ChatError, chat
 
@@ -121,7 +122,11 @@ class VisualInspectorTool:
         except ChatError as exc:
             return ToolResult.failure(f"The multimodal model could not read {path.name}: {exc}", exc.kind,
                                       transient=exc.kind == ErrorKind.TOOL_TIMEOUT)
-        return ToolResult(f"File: {path.name}\n{answer}", details={"file": path.name, "kind": kind})
+        # The endpoint's answer keeps to max_chars like a document's text: an endpoint (or a model
+        # that never stops) could fill max_response_bytes, megabytes, in one observation.
+        shown = cut_text(answer, self.max_chars)
+        return ToolResult(f"File: {path.name}\n{shown}",
+                          details={"file": path.name, "kind": kind, "truncated": len(shown) < len(answer)})
 
     def run(self, query: str, ctx: ToolContext) -> ToolResult:
         files = tuple(ctx.task.files) if ctx.task is not None else ()
