@@ -48,7 +48,9 @@ def _base(match: re.Match[str]) -> int | None:
         int(match.group(1), base)
     except ValueError:
         return None
-    return base if base > 10 or match.group(1).isdigit() else None
+    digits = match.group(1)
+    # a numeral has a decimal digit: letters alone (B_{12}, A_{11}) name a point or an entry
+    return base if digits.isdigit() or (base > 10 and any(ch.isdigit() for ch in digits)) else None
 
 
 def base_numeral(text: str) -> tuple[str, int] | None:

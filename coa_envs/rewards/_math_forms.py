@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["gold_rounding", "plain_number_text", "refused_form"]
+__all__ = ["gold_rounding", "join_digit_groups", "plain_number_text", "refused_form"]
 
 _DECIMALS = re.compile(r"\.(\d+)")
 _WORD_SUBSCRIPT = re.compile(r"_\{\s*\\(?:text|textrm|mathrm|mbox)\s*\{(\w+)\}\s*\}")
@@ -32,14 +32,31 @@ _UNIT_TEXT = re.compile(r"\\(?:text|textrm|textnormal|textbf|mathrm|mbox|operato
 _TEXT_COMMAND = re.compile(r"\\(?:text|textrm|textnormal|textbf|mathrm|mathbf|mbox|boxed)\s*\{([^{}]*)\}")
 _DECORATION = re.compile(r"\\(?:left|right|displaystyle)\b|\\[,;! ]|~|\s+|\\?\$|\\?%|\^\{?\\circ\}?")
 _WRAPPERS = ((r"\{", r"\}"), ("(", ")"), ("{", "}"), ("[", "]"))
+# thousands written with a thin space or a plain one (``9\\,901``, ``1\\;000\\;000``, ``9 901``): math-verify
+# reads the groups as a sum (9 + 901 = 910); after a decimal point only LaTeX spacing groups digits
+_TEX_GROUP_SPACE = r"(?:\s*(?:\\[,;:! ]|\\thinspace\b|~|\{\\,\})\s*)"
+_INTEGER_GROUPS = re.compile(r"(?<![\d.])\d{1,3}(?:(?:" + _TEX_GROUP_SPACE + r"|\s+)\d{3}(?!\d))+(?![\d])")
+_DECIMAL_GROUPS = re.compile(r"(?<=\d\.)\d{3}(?:" + _TEX_GROUP_SPACE + r"\d{3}(?!\d))*(?:" + _TEX_GROUP_SPACE
+                             + r"\d{1,3})(?!\d)")
 _INTEGER_NUMERAL = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?(?:_\{?(?:10|ten)\}?)?")
+
+
+def join_digit_groups(text: str) -> str:
+    """``text`` with the spaces that group a number's digits in threes removed (``9\\,901`` ->
+    ``9901``, ``3.141\\,59`` -> ``3.14159``), as LaTeX renders them: a thin space is how MATH and
+    SI write thousands, and math-verify reads the groups as separate numbers added up (9 + 901).
+    Digits not grouped in threes (``3 4``) are left as they are."""
+    def joined(match: re.Match[str]) -> str:
+        return re.sub(r"\D", "", match.group(0))
+
+    return _DECIMAL_GROUPS.sub(joined, _INTEGER_GROUPS.sub(joined, text))
 
 
 def plain_number_text(text: str) -> str:
     """``text`` as a number is written, without what does not change it: spacing, dollar and
     percent signs, degrees, words (``\\text{ ways}``, ``\\mathrm{cm}^2``), ``{,}`` and the
     wrappers of one element (``(9901)``, ``\\{9901\\}``, ``\\text{9901}``)."""
-    text = _WORD_SUBSCRIPT.sub(lambda m: "_{" + m.group(1) + "}", text)
+    text = _WORD_SUBSCRIPT.sub(lambda m: "_{" + m.group(1) + "}", join_digit_groups(text))
     text = _UNIT_TEXT.sub("", text)
     text = _TEXT_COMMAND.sub(lambda m: m.group(1), text)
     text = _DECORATION.sub("", text).replace("{,}", ",").rstrip(".")
@@ -65,7 +82,18 @@ def _integer_written(text: str, value: Any = None) -> bool:
     if value is None:
         return True
     numeral = re.sub(r"_\{?(?:10|ten)\}?$", "", last).replace(",", "")
-    return float(numeral) == int(value)
+    return float(numeral) == int(_percent_number(value))
+
+
+def _percent_number(value: Any) -> Any:
+    """The number of a percentage (50 for math-verify's ``50 * (1/100)``, the parse of ``50\\%``),
+    as MATH's grader reads it: it drops the percent sign. Other values are returned as they are."""
+    from math_verify.grader import is_atomic_or_pct_atomic
+    from sympy import Mul, Number
+
+    if isinstance(value, Mul) and is_atomic_or_pct_atomic(value, Number):
+        return value.args[0]
+    return value
 
 
 def _integer_elements(value: Any) -> bool:

@@ -34,13 +34,14 @@ from typing import Any
 from coa_envs.process_pools import kill_pool, owned_pool
 from coa_envs.rewards._math_bases import base_verdict
 from coa_envs.rewards._math_echo import question_structures, restates_question
-from coa_envs.rewards._math_forms import gold_rounding, refused_form
+from coa_envs.rewards._math_forms import gold_rounding, join_digit_groups, refused_form
 from coa_envs.rewards.base import RewardUnavailable
+from coa_envs.rewards.em_f1 import extract_answer
 from coa_envs.types import RewardResult, Task
 
 __all__ = ["VERSION", "MathVerifyReward", "answer_candidates", "build", "normalise_latex"]
 
-VERSION = 11  # bump when the scores this term gives change (reported in reward_details)
+VERSION = 12  # bump when the scores this term gives change (reported in reward_details)
 # 2: one final answer per reply (several distinct candidates are wrong, alternatives form a
 #    set); the string fallback only when math-verify cannot parse (no OR of two verdicts)
 # 3: a value offered in prose beside the answer ("Alternatively, 3") is a second answer
@@ -59,6 +60,9 @@ VERSION = 11  # bump when the scores this term gives change (reported in reward_
 #    "3 4" as 3 + 4 (paid 7) and drops text holding a second number ("4 \text{ (maybe 3)}" paid 4)
 # 11: more prose hedges are second answers: "maybe", "perhaps", "possibly", "probably", "else",
 #    "(or $x$)", "or $x$", "another candidate: x", also inside a box ("\text{ (maybe } x \text{)}")
+# 12: digits grouped by spaces are one number ("9\,901" is 9901, read as 9 + 901 before); a percent
+#    gold ("8\%") no longer raises on other answers; letters with a subscript (B_{12}) are no
+#    base-n numeral; a reply with <answer> tags is read from its last <answer> span
 
 _SPACE_RE = re.compile(r"\s+")
 _WRAPPERS = (r"\left", r"\right", r"\!", r"\,", r"\;", r"\displaystyle", "$")
@@ -180,6 +184,7 @@ class MathVerifyReward:
         details: dict[str, Any] = {"method": "math_verify"}
         if not prediction or not prediction.strip():
             return RewardResult(0.0, {**details, "reason": "empty answer"})
+        prediction = extract_answer(prediction)  # a whole turn is tolerated: its last <answer> span
         args = ([str(g) for g in task.gold], prediction, self.timeout_s, self.float_rounding, task.question)
         if threading.current_thread() is threading.main_thread():
             score, found = _score(*args)
@@ -193,9 +198,11 @@ def _parse(expression: str, timeout: int) -> list[Any]:
 
     LaTeX extraction only, no fallback: math-verify's other extractors would pick the last
     number out of text they cannot parse ("1 (or 204)" -> 204), a second answer by another road.
+    Digits grouped in threes by spaces are one number (``9\\,901``: :func:`join_digit_groups`).
     """
     from math_verify import LatexExtractionConfig, parse
 
+    expression = join_digit_groups(expression)
     try:
         latex_only = [LatexExtractionConfig(try_extract_without_anchor=False)]
         found = parse(f"\\boxed{{{expression}}}", extraction_config=latex_only,
