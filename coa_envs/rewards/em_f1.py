@@ -15,9 +15,12 @@ Two refusals, because a policy optimises whatever the reward pays for:
 * F1 pays for overlap, so a list of candidates or a copied passage earns partial credit. The
   F1 this term scores (``metric: f1``, ``details["f1"]``) is 0 for an answer longer than
   :func:`length_cap` tokens (2 x the longest gold + 3, after normalisation), and an answer that
-  enumerates candidates (", ", ";", "|", "/", " or ", " and ", one per line) scores its worst
-  candidate (:func:`capped_score`). The official, uncapped figures stay in ``details``
-  (``f1_official``, ``hotpot_f1``) for comparison with published numbers. Within the cap F1
+  enumerates candidates (", ", ";", "|", "/", " or ", " nor ", " and ", " & ", " vs ", a spaced
+  dash or an en/em dash, brackets, "?", "!", a full stop after a word, arrows and bullets, one
+  per line, or a candidate named to be denied: "A not B", "A rather than B") scores its worst
+  candidate (:func:`capped_score`); a separator a gold itself holds does not split. The
+  official, uncapped figures stay in ``details`` (``f1_official``, ``hotpot_f1``) for comparison
+  with published numbers. Within the cap F1
   still gives partial credit for shared words (even "of"): it is a metric, train on EM.
 
 This module must stay pure and dependency-free: rewards run inside env steps.
@@ -50,8 +53,10 @@ __all__ = [
     "normalize_answer",
 ]
 
-VERSION = 2  # bump when the scores this term gives change (reported in reward_details)
+VERSION = 3  # bump when the scores this term gives change (reported in reward_details)
 # 2: golds that normalise to nothing never match; the scored F1 is 0 beyond the length cap
+# 3: the scored F1 splits candidates at more separators ("vs", a spaced dash, brackets, "?", a
+#    sentence's full stop, arrows, "nor", "not"/"rather than"): each part must be right
 
 CAP_FACTOR, CAP_SLACK = 2, 3  # an answer may have 2 x the longest gold's tokens + 3
 
@@ -90,7 +95,14 @@ def length_cap(golds: Iterable[str]) -> int:
 
 
 _LIST_SEPARATORS = {  # how answers enumerate candidates; a separator some gold itself contains is kept
-    ";": r";", "|": r"\|", "newline": r"\n", "comma": r",\s", "slash": r"\s/\s", "or": r"\bor\b", "and": r"\band\b",
+    ";": r";", "|": r"\|", "newline": r"\n", "tab": r"\t", "comma": r",\s", "slash": r"\s/\s", "or": r"\bn?or\b",
+    "and": r"\band\b", "plus": r"\s[&+]\s",
+    # "Paris vs Lyon", "Paris - Lyon", "Paris (or Lyon)", "Paris? Lyon?", "Paris. Lyon", "Paris -> Lyon"
+    "versus": r"\bvs\b\.?|\bversus\b", "dash": r"\s-+\s|[\u2012-\u2015]", "bracket": r"[()\[\]{}]",
+    "exclamation": r"[?!]", "sentence": r"(?<=[^\W\d_]{4})\.\s", "marks": r"->|=>|[~\u2026\u2022\u00b7\u2190-\u21ff]",
+    "wide": r"[\u3001\u3002\uff0c\uff1b\uff0f]",
+    # "Paris not Lyon", "Paris rather than Lyon": a second candidate named to be denied
+    "denial": r"\b(?:not|but|rather than|instead of|except|unlike)\b",
 }
 
 
@@ -100,10 +112,11 @@ _GLUED_SEPARATORS = {"glued": r"(?<=[^\W\d_])\s*[,/&+|]\s*(?=[^\W\d_])"}
 
 
 def answer_parts(answer: str, golds: Iterable[str], glued: bool = False) -> list[str]:
-    """The candidates an answer enumerates ("Wudia, Giarelora or Repae" -> three), or the answer
-    itself. A separator that occurs in a gold (", " in "Washington, D.C.", " and " in "Tom and
-    Jerry") does not split. ``glued``: also split at ``, / & + |`` written between two letters
-    without spaces ("Wudia,Giarelora")."""
+    """The candidates an answer enumerates ("Wudia, Giarelora or Repae" -> three; "Wudia vs
+    Giarelora", "Wudia (or Giarelora)", "Wudia - Giarelora", "Wudia not Giarelora" -> two), or the
+    answer itself. A separator that occurs in a gold (", " in "Washington, D.C.", " and " in "Tom
+    and Jerry", "(" in "Queen (band)") does not split. ``glued``: also split at ``, / & + |``
+    written between two letters without spaces ("Wudia,Giarelora")."""
     lowered = [f" {str(g).lower()} " for g in golds]
     separators = {**_LIST_SEPARATORS, **(_GLUED_SEPARATORS if glued else {})}
     kinds = [pattern for kind, pattern in separators.items()

@@ -16,11 +16,17 @@ A sub-string test pays for length: the whole retrieved passage contains the answ
 does a list of every name on the page. So an answer scores only within the length cap of
 :func:`~coa_envs.rewards.em_f1.length_cap` (2 x the longest gold's tokens + 3, after
 normalisation), and 0 beyond it (``details["over_length_cap"]``); an answer that enumerates
-candidates ("Wudia, Giarelora", and glued: "Wudia,Giarelora", "Wudia/Giarelora") scores only
-when every candidate contains a gold (:func:`~coa_envs.rewards.em_f1.capped_score`); words glued
-by punctuation count one each toward the cap. What the cap leaves: an answer of at most
-2 x gold + 3 words that holds the gold still scores ("Wudia Giarelora" for "Giarelora"), as it
-must for "the river Thames in London"; train on EM, which pays for nothing extra.
+candidates ("Wudia, Giarelora", "Wudia vs Giarelora", "Wudia - Giarelora", "Wudia (or
+Giarelora)", "Wudia? Giarelora", "Wudia not Giarelora", and glued: "Wudia,Giarelora",
+"Wudia/Giarelora") scores only when every candidate contains a gold
+(:func:`~coa_envs.rewards.em_f1.capped_score`; the separators are listed at
+:func:`~coa_envs.rewards.em_f1.answer_parts`, and one a gold itself holds does not split); words
+glued by punctuation count one each toward the cap. So a qualification set off by a separator
+("Paris (France)", "Paris, France") scores like a second candidate: the separator cannot tell
+them apart, and a policy trained on subem would learn to list candidates that way. What the cap
+leaves: an answer of at most 2 x gold + 3 words that holds the gold still scores ("Wudia
+Giarelora" for "Giarelora", names joined by nothing but a space), as it must for "the river
+Thames in London"; train on EM, which pays for nothing extra.
 """
 
 from __future__ import annotations
@@ -33,11 +39,13 @@ from coa_envs.types import RewardResult, Task
 
 __all__ = ["VERSION", "SubExactMatch", "build", "sub_exact_match"]
 
-VERSION = 3  # bump when the scores this term gives change (reported in reward_details)
+VERSION = 4  # bump when the scores this term gives change (reported in reward_details)
 # 2: answers longer than the length cap score 0 (a copied passage matched every gold); a list
 #    of candidates scores only when every candidate matches
 # 3: whole words by default (a glued "0123456789" held every one-digit gold); glued lists
 #    ("A,B/C") split, and their words count toward the cap
+# 4: more list separators split candidates ("A vs B", "A - B", "A (B)", "A? B", "A. B", "A -> B",
+#    "A nor B", "A not B", "A rather than B"): within the cap they paid whichever one was the gold
 
 
 def sub_exact_match(prediction: str, gold: str, word_boundary: bool = True) -> bool:
