@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from coa_envs.rewards.llm_judge import VERSION
 from tests.rewards.episodes import answer_once
 from tests.web_envs.judge_server import judge_server
 
@@ -29,7 +30,7 @@ def test_judge_and_exact_match_each_count_their_weight(judge):
     reward, info = _episode(judge, "I am sure it is {gold}.")  # the judge accepts it, EM does not
     terms = info["reward_details"]["terms"]
     assert reward == 0.5 and terms["em_f1"]["score"] == 0.0 and terms["llm_judge"]["score"] == 1.0
-    assert terms["llm_judge"]["version"] == 5 and terms["llm_judge"]["details"]["prompt_version"] == "generic-v2"
+    assert terms["llm_judge"]["version"] == VERSION and terms["llm_judge"]["details"]["prompt_version"] == "generic-v2"
 
 
 def test_a_judge_that_is_down_costs_only_its_own_term(judge):
