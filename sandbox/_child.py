@@ -18,7 +18,7 @@ import sys
 import time
 
 from sandbox._cgroup import write_limits
-from sandbox._harness import STATUS_DENIED, execute, execute_cell, new_main_module, report_end
+from sandbox._harness import STATUS_DENIED, cpu_used, execute, execute_cell, new_main_module, report_end
 from sandbox._limits import apply_rlimits, scratch_profile
 from sandbox._lockdown import WAIT_ALL, fork_init
 from sandbox._wire import FrameError, read_frame
@@ -237,12 +237,6 @@ def _no_process_left() -> bool:
     return all(entry in alone for entry in os.listdir("/proc") if entry.isdigit())
 
 
-def _cpu_used() -> float:
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
 def serve_cells(
     req_r: int,
     out_w: int,
@@ -277,7 +271,7 @@ def serve_cells(
             apply_rlimits(limits.with_(cpu_s=session_cpu_s), _vm_size_bytes(), process_base + init)
             write_limits(limit_fds or [], limits.memory_mb, limits.max_processes + init)
             limited = True
-        before = _cpu_used()
+        before = cpu_used()
         soft = int(before + limits.cpu_s) + 1  # SIGXCPU at the cell's budget; the worker's watch backs it
         _, hard = resource.getrlimit(resource.RLIMIT_CPU)
         resource.setrlimit(resource.RLIMIT_CPU, (min(soft, hard), hard))
@@ -291,4 +285,4 @@ def serve_cells(
                 while wait(-1, os.WNOHANG)[0]:
                     pass
         nonce = bytes.fromhex(request.get("nonce", "00" * 16))
-        os.write(done_w, CELL_DONE.pack(b"C", nonce, rc & 0xFF, _cpu_used() - before))
+        os.write(done_w, CELL_DONE.pack(b"C", nonce, rc & 0xFF, cpu_used() - before))

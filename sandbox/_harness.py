@@ -1,9 +1,8 @@
 """Child-side runner: executes untrusted code as ``__main__`` and reports how it ended.
 
-Used by every Python-based backend, either imported by a forked pool child or run as a
-script (``python -I _harness.py CONFIG_JSON``, see :func:`_main`). It must import nothing from
-the project, because it runs inside a jail that may not see the project; under bubblewrap it
-loads :mod:`sandbox._lockdown` from the file bound beside it.
+Used by every Python-based backend, either imported by a forked pool child or loaded by the
+entry script of a run in a process of its own (:mod:`sandbox._boot`, which sets the run up). It
+must import nothing from the project, because it runs inside a jail that may not see the project.
 
 Why a harness instead of ``python -c``: it tells a *denied* operation (``PermissionError``, a
 read-only file system, no network, a child the seccomp filter killed), a ``MemoryError`` or a
@@ -24,8 +23,8 @@ import sys
 import types
 
 __all__ = ["END_RECORD", "QUOTA_TAGS", "STATUS_DENIED", "STATUS_END", "STATUS_MEMORY",
-           "STATUS_PROCESS_LIMIT", "execute", "execute_cell", "install_process_limit_markers", "is_denial",
-           "new_main_module", "report_end"]  # fmt: skip
+           "STATUS_PROCESS_LIMIT", "cpu_used", "execute", "execute_cell", "install_process_limit_markers",
+           "is_denial", "new_main_module", "report_end", "write_tag"]  # fmt: skip
 
 STATUS_DENIED = b"V"
 #: A denial that was the process limit: a fork or a new thread refused (EAGAIN).
@@ -109,7 +108,7 @@ _refusal_sink: list[int | None] = [None]
 
 def _report_refusal() -> None:
     sink, _refusal_sink[0] = _refusal_sink[0], None  # once per run: the first tag is what counts
-    _report(sink, STATUS_PROCESS_LIMIT)
+    write_tag(sink, STATUS_PROCESS_LIMIT)
 
 
 def _mark_process_limit(function):  # type: ignore[no-untyped-def]
@@ -166,7 +165,7 @@ def _mark_seccomp_kills(function):  # type: ignore[no-untyped-def]
             status = result[1] if result and result[0] else 0
             killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGSYS
         if killed:
-            _report(_channel[2], STATUS_DENIED)
+            write_tag(_channel[2], STATUS_DENIED)
         return result
 
     wrapper.__wrapped__ = function  # type: ignore[attr-defined]
@@ -179,7 +178,7 @@ def _mark_seccomp_kills(function):  # type: ignore[no-untyped-def]
 _channel: list = [None, False, None]
 
 
-def _report(status_fd: int | None, tag: bytes) -> None:
+def write_tag(status_fd: int | None, tag: bytes) -> None:
     if status_fd is None:
         return
     try:
@@ -205,13 +204,17 @@ def _settle(rc: int) -> int:
     return rc or int(_channel[1])
 
 
-def report_end(status_fd: int, rc: int) -> None:
-    """Write the end record (see :data:`STATUS_END`): the run's code is done, output flushed."""
+def cpu_used() -> float:
+    """CPU seconds (user and system) of this process and of every child it has reaped."""
     import resource
 
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu_s = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-    _report(status_fd, END_RECORD.pack(STATUS_END, rc, cpu_s))
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def report_end(status_fd: int, rc: int) -> None:
+    """Write the end record (see :data:`STATUS_END`): the run's code is done, output flushed."""
+    write_tag(status_fd, END_RECORD.pack(STATUS_END, rc, cpu_used()))
 
 
 def _exit_code(exc: SystemExit) -> int:
@@ -243,15 +246,15 @@ def _run_in(namespace: dict, code: str, status_fd: int | None, filename: str, qu
     except SystemExit as exc:
         return _exit_code(exc)
     except MemoryError as exc:
-        _report(status_fd, STATUS_MEMORY)
+        write_tag(status_fd, STATUS_MEMORY)
         _print_traceback(exc)
         return 1
     except BaseException as exc:
         tag = quota_tag(exc, quota_dir)
         if tag is not None:
-            _report(status_fd, tag)
+            write_tag(status_fd, tag)
         elif is_denial(exc):
-            _report(status_fd, STATUS_PROCESS_LIMIT if hit_process_limit(exc) else STATUS_DENIED)
+            write_tag(status_fd, STATUS_PROCESS_LIMIT if hit_process_limit(exc) else STATUS_DENIED)
         _print_traceback(exc)
         return 1
     return 0
@@ -304,7 +307,7 @@ def execute(code: str, status_fd: int | None = None, filename: str = "<sandbox>"
             pass
     exhausted = _scratch_exhausted(quota_dir)
     if exhausted is not None:
-        _report(status_fd, exhausted)
+        write_tag(status_fd, exhausted)
     return _settle(rc)
 
 
@@ -318,83 +321,3 @@ def execute_cell(
     _refusal_sink[0] = status_fd
     _open_channel(status_fd)
     return _settle(_flush(_run_in(main.__dict__, code, status_fd, filename, quota_dir)))
-
-
-def _load_lockdown():  # type: ignore[no-untyped-def]
-    """:mod:`sandbox._lockdown` from the file bound beside this one (the jail has no project)."""
-    import importlib.util
-
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lockdown.py")
-    spec = importlib.util.spec_from_file_location("_coa_lockdown", path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
-def _main(argv: list[str]) -> None:
-    """``_harness.py CONFIG_JSON``: set up, limit self, run the code, clean up.
-
-    The config says where the code is (``code_fd``), where to report (``status_fd``), the five
-    rlimits (CPU, AS, NPROC, FSIZE, NOFILE), and optionally: ``cgroup_fds`` (the run's cgroup,
-    joined first), ``scratch`` (mount the quota'd ``/tmp``, drop to ``uid``, load ``seccomp_fd``'s
-    program: bubblewrap), ``scratch_dirs`` (lay out a ``/tmp`` the wrapper mounted, load the program
-    on top of the wrapper's: nsjail), ``reap`` (a subreaper killing every descendant at the end:
-    the unjailed path). Limits are applied here: ``preexec_fn`` is unsafe in a threaded parent.
-    """
-    import json
-    import resource
-
-    config = json.loads(argv[1])
-    for fd in config.get("cgroup_fds", ()):  # first: into the run's cgroup, before anything of the run
-        os.write(fd, b"0")
-        os.close(fd)
-    code_fd, status_fd = config["code_fd"], config["status_fd"]
-    code = b"".join(iter(lambda: os.read(code_fd, 1 << 20), b"")).decode("utf-8")
-    os.close(code_fd)
-    quota_dir = None
-    lockdown = _load_lockdown() if config.get("scratch") or config.get("scratch_dirs") or config.get("reap") else None
-    if lockdown is not None:  # orphans come to us: a seccomp kill among them is seen (reap: killed at the end)
-        lockdown.become_subreaper()
-    if config.get("scratch") or config.get("scratch_dirs"):
-        quota_dir = lockdown.SCRATCH
-        if config.get("scratch"):
-            scratch = config["scratch"]
-            if config.get("cgroup_fds"):
-                lockdown.enter_cgroup_namespace()  # joined above: the run sees its cgroup as "/"
-            carry = [(path, writable) for path, writable in scratch.get("carry", [])]
-            hide = scratch.get("hide", [])
-            lockdown.make_scratch(scratch["disk_mb"], scratch["max_files"], scratch["uid"], carry, hide)
-            handed = config.get("seccomp_fd")
-            seccomp = lockdown.CompiledFilter.handed_over(handed) if handed is not None else None
-            os.chdir(lockdown.WORKDIR)
-            lockdown.drop_privileges(scratch["uid"], seccomp, lockdown.writable_in_jail(scratch.get("writable", [])))
-        else:
-            lockdown.make_scratch_dirs()
-            if config.get("writable") is not None:  # nsjail dropped privileges (no_new_privs set)
-                lockdown.restrict_writes(lockdown.writable_in_jail(config["writable"]))
-            if config.get("seccomp_fd") is not None:  # on top of the wrapper's own policy
-                lockdown.CompiledFilter.handed_over(config["seccomp_fd"]).load()
-        os.chdir(lockdown.WORKDIR)
-    elif config.get("reap"):
-        os.chdir(os.environ.get("HOME") or "/")
-    names = ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_NOFILE")
-    for name, value in zip(names, config["rlimits"], strict=False):
-        resource.setrlimit(getattr(resource, name), (int(value), int(value)))
-    # No real-time or raised priority (see _limits), no core dump (a core_pattern pipe runs on the host).
-    for name in ("RLIMIT_RTPRIO", "RLIMIT_NICE", "RLIMIT_CORE"):
-        resource.setrlimit(getattr(resource, name), (0, 0))
-    exit_now, end = os._exit, lambda status: report_end(status_fd, status)  # the code's os._exit writes it too
-    if lockdown is not None:  # as PID 1 (nsjail) the code runs below an init (its record is the code's own);
-        lockdown.fork_init(status_fd, lambda _: None, lambda: _report(status_fd, STATUS_DENIED))
-        exit_now = lockdown.report_own_exits(end)  # a wrapper's 128 + N is no signal when the code chose it
-    code_pid = os.getpid()  # a fork of the code that leaves the snippet is not the run: no end record
-    rc = execute(code, status_fd, quota_dir=quota_dir)
-    if os.getpid() == code_pid:
-        if config.get("reap"):
-            lockdown.kill_children()
-        report_end(status_fd, rc)
-    exit_now(rc)
-
-
-if __name__ == "__main__":
-    _main(sys.argv)

@@ -19,7 +19,7 @@ from sandbox._lockdown import SCRATCH, SHM_DIR
 from sandbox._root import RootPolicy
 from sandbox.backends.base import BackendUnavailable
 from sandbox.backends.jailed import JailedBackend
-from sandbox.backends.subprocess_backend import HARNESS, JAIL_HARNESS_DIR, LOCKDOWN
+from sandbox.backends.subprocess_backend import JAIL_FILES, JAIL_HARNESS_DIR
 from sandbox.types import Limits
 
 __all__ = ["BwrapBackend", "bwrap_root_args", "dev_links"]
@@ -65,7 +65,7 @@ def bwrap_root_args(policy: RootPolicy) -> list[str]:
 
 
 class BwrapBackend(JailedBackend):
-    """``bwrap ... python -I harness.py`` per run (see the module docstring)."""
+    """``bwrap ... python -I _boot.py`` per run (see the module docstring)."""
 
     name = "bwrap"
 
@@ -101,9 +101,9 @@ class BwrapBackend(JailedBackend):
                    "hide": list(self.root.hidden), "writable": list(self.root.writable)}  # fmt: skip
         config = {**config, "scratch": scratch}
         argv = [self.bwrap, *self._root_args[limits.network]]
+        for path in JAIL_FILES:
+            argv += ["--ro-bind", path, f"{JAIL_HARNESS_DIR}/{os.path.basename(path)}"]
         argv += [
-            "--ro-bind", HARNESS, f"{JAIL_HARNESS_DIR}/_harness.py",
-            "--ro-bind", LOCKDOWN, f"{JAIL_HARNESS_DIR}/_lockdown.py",
             "--chdir", "/",
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--hostname", "sandbox",
@@ -119,8 +119,8 @@ class BwrapBackend(JailedBackend):
             argv.append("--unshare-user")
         for key, value in self._environment_in_jail().items():
             argv += ["--setenv", key, value]
-        harness = f"{JAIL_HARNESS_DIR}/_harness.py"
-        return [*argv, "--remount-ro", "/", "--", self.python, "-I", "-B", harness, json.dumps(config)]
+        boot = f"{JAIL_HARNESS_DIR}/{os.path.basename(JAIL_FILES[0])}"
+        return [*argv, "--remount-ro", "/", "--", self.python, "-I", "-B", boot, json.dumps(config)]
 
     def _environment_in_jail(self) -> dict[str, str]:
         from sandbox._limits import clean_environment

@@ -36,7 +36,7 @@ from sandbox._root import RootPolicy
 from sandbox.backends.base import BackendUnavailable
 from sandbox.backends.bwrap import dev_links
 from sandbox.backends.jailed import JailedBackend
-from sandbox.backends.subprocess_backend import HARNESS, JAIL_HARNESS_DIR, LOCKDOWN
+from sandbox.backends.subprocess_backend import JAIL_FILES, JAIL_HARNESS_DIR
 from sandbox.types import NSJAIL_SEED_PRESET, ExecResult, Limits
 
 __all__ = ["NsjailBackend", "find_nsjail", "kafel_policy", "nsjail_argv"]
@@ -82,7 +82,7 @@ def nsjail_argv(
     """
     if limits.network:
         root = root.with_network_files()
-    harness_files = 3  # their directory and two mount points live in the quota'd /tmp
+    harness_files = 1 + len(JAIL_FILES)  # their directory and mount points live in the quota'd /tmp
     # The harness's own figure (one above max_processes with a cgroup, whose pids controller must
     # refuse first): nsjail's is a hard limit the harness could not raise.
     processes = harness_config.get("rlimits", [0, 0, limits.max_processes])[2]
@@ -121,8 +121,8 @@ def nsjail_argv(
         argv += ["--bindmount" if writable else "--bindmount_ro", f"{path}:{path}"]
     for path in root.hidden:  # the project's own packages: an empty directory, no inode to spare
         argv += ["--mount", f"none:{path}:tmpfs:size=4096,nr_inodes=1,mode=0555"]
-    argv += ["--bindmount_ro", f"{HARNESS}:{JAIL_HARNESS_DIR}/_harness.py"]
-    argv += ["--bindmount_ro", f"{LOCKDOWN}:{JAIL_HARNESS_DIR}/_lockdown.py"]
+    for path in JAIL_FILES:
+        argv += ["--bindmount_ro", f"{path}:{JAIL_HARNESS_DIR}/{os.path.basename(path)}"]
     if as_root:
         argv += ["--disable_clone_newuser", "--user", str(uid), "--group", str(uid)]
     for key, value in clean_environment().items():
@@ -132,7 +132,7 @@ def nsjail_argv(
     else:
         argv.append("--iface_no_lo")  # not even a loopback of its own: every connect is refused
     config = {**harness_config, "scratch_dirs": True, "writable": list(root.writable)}
-    argv += ["--", python, "-I", "-B", f"{JAIL_HARNESS_DIR}/_harness.py", json.dumps(config)]
+    argv += ["--", python, "-I", "-B", f"{JAIL_HARNESS_DIR}/{os.path.basename(JAIL_FILES[0])}", json.dumps(config)]
     return argv
 
 

@@ -37,11 +37,14 @@ from sandbox._uids import UidPool
 from sandbox.backends.base import BackendUnavailable, refuse_unsendable, refuse_unsupported
 from sandbox.types import ExecResult, Limits, Status
 
-__all__ = ["HARNESS", "LOCKDOWN", "UNISOLATED_WARNING", "SubprocessBackend"]
+__all__ = ["BOOT", "JAIL_FILES", "UNISOLATED_WARNING", "SubprocessBackend"]
 
 _log = logging.getLogger(__name__)
-HARNESS = str(Path(__file__).resolve().parent.parent / "_harness.py")
-LOCKDOWN = str(Path(__file__).resolve().parent.parent / "_lockdown.py")
+#: The entry script of a run (``python -I -B _boot.py CONFIG_JSON``) and the two modules it
+#: loads from beside it: the files a wrapper binds into the jail's JAIL_HARNESS_DIR.
+_HERE = Path(__file__).resolve().parent.parent
+JAIL_FILES = tuple(str(_HERE / f"{name}.py") for name in ("_boot", "_harness", "_lockdown"))
+BOOT = JAIL_FILES[0]
 #: Where wrappers bind the harness inside the jail: below /tmp, so the run's own scratch tmpfs
 #: covers it before any untrusted code runs.
 JAIL_HARNESS_DIR = "/tmp/.sandbox"
@@ -54,7 +57,7 @@ UNISOLATED_WARNING = (
 
 
 class SubprocessBackend:
-    """``python -I _harness.py`` per run, killed by process group at the wall deadline."""
+    """``python -I _boot.py`` per run, killed by process group at the wall deadline."""
 
     name = "subprocess"
     #: False for wrappers (bwrap, nsjail): their rusage does not include the jailed run.
@@ -281,8 +284,8 @@ class SubprocessBackend:
 
     def _argv(self, config: dict, limits: Limits, uid: int | None = None) -> list[str]:
         """The command line; jailing backends wrap it (``uid``: the run's, from :meth:`_take_uid`).
-        ``config`` is the harness's (see _harness._main)."""
-        return [self.python, "-I", "-B", HARNESS, json.dumps({**config, "reap": True})]
+        ``config`` is the entry script's (see _boot.main)."""
+        return [self.python, "-I", "-B", BOOT, json.dumps({**config, "reap": True})]
 
     def _environment(self, workdir: str | None) -> dict[str, str]:
         assert workdir is not None
