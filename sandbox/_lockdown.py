@@ -2,9 +2,9 @@
 
 A run's scratch space (``/tmp`` with its workdir and the ``/dev/shm`` target: one tmpfs with a
 byte *and* an inode quota), then privileges dropped and the seccomp filter loaded. The pool's
-run child calls this after forking into fresh namespaces; under bubblewrap the harness calls it
-inside the jail, which is why this module imports nothing but the standard library and may be
-loaded from a file by path.
+run child calls this after forking into fresh namespaces; under bubblewrap the entry script
+(:mod:`sandbox._boot`) calls it inside the jail, which is why this module imports nothing but the
+standard library and may be loaded from a file by path.
 """
 
 from __future__ import annotations
@@ -17,28 +17,10 @@ import stat
 from collections.abc import Callable, Iterable
 from typing import NoReturn
 
-__all__ = [
-    "SCRATCH",
-    "SHM_DIR",
-    "WAIT_ALL",
-    "WORKDIR",
-    "CompiledFilter",
-    "JailError",
-    "become_subreaper",
-    "drop_privileges",
-    "enter_cgroup_namespace",
-    "exit_code_of_init",
-    "fork_init",
-    "hide",
-    "kill_children",
-    "landlock_abi",
-    "make_scratch",
-    "mount",
-    "restrict_writes",
-    "scratch_options",
-    "serve_as_init",
-    "writable_in_jail",
-]
+__all__ = ["SCRATCH", "SHM_DIR", "WAIT_ALL", "WORKDIR", "CompiledFilter", "JailError", "become_subreaper",
+           "drop_privileges", "enter_cgroup_namespace", "exit_code_of_init", "fork_init", "hide",
+           "kill_children", "landlock_abi", "make_scratch", "mount", "restrict_writes", "scratch_options",
+           "serve_as_init", "writable_in_jail"]  # fmt: skip
 
 #: The run's writable space: ``/tmp`` (a fresh tmpfs), its workdir, and the directory that
 #: ``/dev/shm`` points at, so POSIX shared memory and semaphores work and count against the quota.
@@ -333,7 +315,12 @@ def report_own_exits(report: Callable[[int], None]) -> Callable[[int], None]:
 WAIT_ALL = 0x40000000  # __WALL (linux/wait.h; the os module does not export it): raw clone() children count too
 
 
-def serve_as_init(run: int, report_exit: Callable[[int], None], report_denied: Callable[[], None]) -> NoReturn:
+def serve_as_init(
+    run: int,
+    report_exit: Callable[[int], None],
+    report_denied: Callable[[], None],
+    report_signal: Callable[[int], None] = lambda _: None,
+) -> NoReturn:
     """Stay PID 1 of the run's PID namespace while its code runs as ``run`` (PID 2); never returns.
 
     The kernel gives a namespace's init only the signals it has a handler for: code running as
@@ -342,7 +329,7 @@ def serve_as_init(run: int, report_exit: Callable[[int], None], report_denied: C
     nothing of the run's but ``report_exit``'s channel. It reaps every process (``report_denied``
     for one the seccomp filter killed: orphans come here). When ``run`` ends, what is left is
     killed and reaped, then an exit is reported (the end record) and passed on; a death by signal
-    N exits 128 + N without a record, as the wrappers report one (read back as the signal).
+    N exits 128 + N without a record (read back as the signal; ``report_signal`` is told N).
     """
     wait = getattr(os.waitpid, "__wrapped__", os.waitpid)  # the harness's wrapper reports for the code
 
@@ -362,26 +349,37 @@ def serve_as_init(run: int, report_exit: Callable[[int], None], report_denied: C
         os.kill(-1, signal.SIGKILL)  # as init: every other process of the namespace
     reap(None)
     if status is None or os.WIFSIGNALED(status):
-        os._exit(128 + (os.WTERMSIG(status) if status is not None else signal.SIGKILL))
+        number = os.WTERMSIG(status) if status is not None else signal.SIGKILL
+        report_signal(number)
+        os._exit(128 + number)
     code = os.waitstatus_to_exitcode(status)
     report_exit(code)
     os._exit(code)
 
 
-def fork_init(channel: int, report_exit: Callable[[int], None], report_denied: Callable[[], None]) -> bool:
+def fork_init(
+    channel: int,
+    report_exit: Callable[[int], None],
+    report_denied: Callable[[], None],
+    report_signal: Callable[[int], None] = lambda _: None,
+    keep: tuple[int, ...] = (),
+) -> bool:
     """As PID 1 of a PID namespace: fork the process the code runs in, which returns True (as
     PID 2), and stay behind as the namespace's init (:func:`serve_as_init`), holding only
-    ``channel`` (the reports' descriptor) of what the run was given. Not PID 1: False, nothing
-    done. Raises OSError when it cannot fork."""
+    ``channel`` (the reports' descriptor) and ``keep`` of what the run was given. Not PID 1:
+    False, nothing done. Raises OSError when it cannot fork."""
     if os.getpid() != 1:
         return False
     run = os.fork()
     if run == 0:
         return True
     try:
-        os.closerange(0, channel)
-        os.closerange(channel + 1, 1 << 20)
-        serve_as_init(run, report_exit, report_denied)
+        low = 0
+        for fd in sorted({channel, *keep}):
+            os.closerange(low, fd)
+            low = fd + 1
+        os.closerange(low, 1 << 20)
+        serve_as_init(run, report_exit, report_denied, report_signal)
     finally:
         os._exit(70)
 

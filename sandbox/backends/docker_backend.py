@@ -5,7 +5,9 @@ the image's (not the host's), read-only; ``/tmp`` is a tmpfs with the run's byte
 quotas (``Limits.disk_mb``, ``Limits.max_files``) and holds the workdir; granted host paths are
 volumes; no network unless ``Limits.network``, a private IPC namespace, no capabilities,
 ``no-new-privileges``, an unprivileged user, and memory/pids/CPU limits enforced by the daemon;
-our wall-clock watchdog kills it. Needs ``pip install docker``, a reachable daemon and the image
+our wall-clock watchdog kills it. The code runs as PID 2 below an init of ours (see
+:mod:`sandbox._container_boot`), whose last line on stderr says how it ended and what CPU the run
+used. Needs ``pip install docker``, a reachable daemon and the image
 (``COA_SANDBOX_DOCKER_IMAGE``, default ``python:3.11-slim``); otherwise the constructor raises
 :class:`BackendUnavailable` (tests skip with that reason).
 """
@@ -13,6 +15,7 @@ our wall-clock watchdog kills it. Needs ``pip install docker``, a reachable daem
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import threading
@@ -20,34 +23,76 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sandbox._collect import TRUNCATION_MARKER, hard_output_cap, quota_note
-from sandbox._harness import QUOTA_TAGS
-from sandbox._lockdown import SCRATCH, WORKDIR, scratch_options
+from sandbox._cgroup import RunUsage
+from sandbox._collect import Collected, RunEnd, hard_output_cap, outcome
+from sandbox._container_boot import DENIED_EXIT, END_LINE, FIRST_QUOTA_EXIT, MEMORY_EXIT, boot_program
+from sandbox._harness import QUOTA_TAGS, STATUS_DENIED, STATUS_MEMORY
+from sandbox._lockdown import SCRATCH, SHM_DIR, WORKDIR, scratch_options
 from sandbox._root import Grants
 from sandbox.backends.base import BackendUnavailable, refuse_unsendable, refuse_unsupported
 from sandbox.types import ExecResult, Limits, Status
 
-__all__ = ["DockerBackend"]
+__all__ = ["DockerBackend", "judge_container", "read_end_line"]
 
-_HARNESS_SOURCE = (Path(__file__).resolve().parent.parent / "_harness.py").read_text(encoding="utf-8")
-_DENIED_EXIT, _MEMORY_EXIT = 212, 213
-#: Exit codes standing for the quota tags (disk, files, file size), in QUOTA_TAGS' order.
-_QUOTA_EXITS = {214 + index: tag for index, tag in enumerate(QUOTA_TAGS)}
-# The image has no copy of our harness, so it travels in the command line; the code is
-# argv[1]. Tags reported by the harness become reserved exit codes.
-_BOOT = (
-    _HARNESS_SOURCE.replace('if __name__ == "__main__":\n    _main(sys.argv)', "")
-    + f"\nos.makedirs({WORKDIR!r}, exist_ok=True)\nos.makedirs('/tmp/.shm', exist_ok=True)\nos.chdir({WORKDIR!r})\n"
-    + f"_r, _w = os.pipe()\n_rc = execute(sys.argv[1], _w, quota_dir=({SCRATCH!r}, '/dev/shm'))\n"
-    # Every tag counts wherever it is (a junk byte the code wrote first hid them), as the judge's.
-    + "os.set_blocking(_r, False)\n_tags = b''\n"
-    "while True:\n    try:\n        _chunk = os.read(_r, 65536)\n    except BlockingIOError:\n        break\n"
-    "    if not _chunk:\n        break\n    _tags += _chunk\n"
-    "_seen = {bytes([_byte]) for _byte in set(_tags)}\n"
-    f"_quota = [code for code, tag in {_QUOTA_EXITS!r}.items() if tag in _seen]\n"
-    f"os._exit({_MEMORY_EXIT} if STATUS_MEMORY in _seen else {_DENIED_EXIT} if STATUS_PROCESS_LIMIT in _seen"
-    f" else _quota[0] if _quota else {_DENIED_EXIT} if STATUS_DENIED in _seen else _rc)\n"
+_SANDBOX_DIR = Path(__file__).resolve().parent.parent
+#: The image has no copy of our harness, so it travels in the command line (the code is argv[1]):
+#: the code runs as PID 2 below an init that writes the run's end line (see _container_boot).
+_BOOT = boot_program(
+    (_SANDBOX_DIR / "_harness.py").read_text(encoding="utf-8"),
+    (_SANDBOX_DIR / "_lockdown.py").read_text(encoding="utf-8"),
+    WORKDIR,
+    SHM_DIR,
 )
+_DENIED_EXIT, _MEMORY_EXIT = DENIED_EXIT, MEMORY_EXIT
+#: Exit codes standing for the quota tags (disk, files, file size), in QUOTA_TAGS' order: without
+#: an end line (an image run with an init of its own) the code's process reports tags this way.
+_QUOTA_EXITS = {FIRST_QUOTA_EXIT + index: tag for index, tag in enumerate(QUOTA_TAGS)}
+
+
+def read_end_line(stderr: bytes) -> tuple[bytes, dict | None]:
+    """(stderr without it, the init's end line) when stderr ends with one, else (stderr, None).
+
+    Only a line that ends stderr is the init's: it writes it once every process of the run is
+    gone. A look-alike the code wrote anywhere else is left in the output as text.
+    """
+    at = stderr.rfind(END_LINE)
+    if at < 0 or not stderr.endswith(b"\n"):
+        return stderr, None
+    try:
+        line = json.loads(stderr[at + len(END_LINE) : -1])
+        how = -int(line["signal"]) if "signal" in line else int(line["exit"])
+        cpu_s, tags = float(line["cpu_s"]), str(line["tags"]).encode("latin-1")
+    except (ValueError, KeyError, TypeError, UnicodeEncodeError):
+        return stderr, None
+    if not (-64 <= how <= 255 and math.isfinite(cpu_s) and cpu_s >= 0):
+        return stderr, None
+    return stderr[:at], {"returncode": how, "cpu_s": cpu_s, "tags": tags}
+
+
+def judge_container(
+    stdout: bytes, stderr: bytes, status_code: int, limits: Limits, *, timed_out: bool = False, oom: bool = False
+) -> dict[str, Any]:
+    """A finished container's result fields (as :func:`sandbox._collect.outcome` gives every
+    backend's): from the init's end line when stderr ends with one, else from the exit status
+    alone (128 + N: signal N; the reserved statuses: the harness's tags)."""
+    stderr, end = read_end_line(stderr)
+    if timed_out:  # we killed it, init and all: a line ending stderr may be the code's (a run we killed
+        end = None  # is reported by how it was killed, never by a record it could have written)
+    cap = hard_output_cap(limits)
+    collected = Collected(stdout=stdout[:cap], stderr=stderr[:cap], wall_killed=timed_out,
+                          output_killed=len(stdout) + len(stderr) > cap)  # fmt: skip
+    if end is not None:  # the init counted every process of the run: a figure like a cgroup's
+        collected.tags = end["tags"] + (STATUS_MEMORY if oom else b"")
+        usage = RunUsage(cpu_s=end["cpu_s"], oom_kills=int(oom))
+        return outcome(RunEnd(collected, end["returncode"], end["cpu_s"], usage), limits)
+    returncode, tags = status_code, b""
+    if status_code in (_DENIED_EXIT, _MEMORY_EXIT, *_QUOTA_EXITS):
+        tags = {_DENIED_EXIT: STATUS_DENIED, _MEMORY_EXIT: STATUS_MEMORY}.get(status_code) or _QUOTA_EXITS[status_code]
+        returncode = 1
+    elif 128 < status_code <= 128 + 64:
+        returncode = 128 - status_code  # PID 1 died of signal N (Docker reports 128 + N)
+    collected.tags = tags + (STATUS_MEMORY if oom else b"")
+    return outcome(RunEnd(collected, returncode, 0.0, cpu_known=False), limits)
 
 
 class DockerBackend:
@@ -119,7 +164,7 @@ class DockerBackend:
             environment={"HOME": WORKDIR, "TMPDIR": WORKDIR, "PYTHONIOENCODING": "utf-8"},
             mem_limit=f"{limits.memory_mb}m",
             memswap_limit=f"{limits.memory_mb}m",
-            pids_limit=limits.max_processes,
+            pids_limit=limits.max_processes + 1,  # the init is one more process, not the code's
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             ulimits=[
@@ -152,37 +197,13 @@ class DockerBackend:
         finally:
             timer.cancel()
             raw.close()
-        exit_code = int(state.get("StatusCode", -1))
-        cap = hard_output_cap(limits)
-        stdout = container.logs(stdout=True, stderr=False)[:cap].decode("utf-8", errors="replace")
-        stderr = container.logs(stdout=False, stderr=True)[:cap].decode("utf-8", errors="replace")
+        stdout = container.logs(stdout=True, stderr=False)
+        stderr = container.logs(stdout=False, stderr=True)
         container.reload()
         oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
-        note = ""
-        if timed_out.is_set():
-            status = Status.TIMEOUT
-        elif oom or exit_code == _MEMORY_EXIT:
-            status = Status.MEMORY
-        elif exit_code in _QUOTA_EXITS:
-            status = Status.OUTPUT_LIMIT
-            note = quota_note(_QUOTA_EXITS[exit_code], limits).decode()
-        elif exit_code == _DENIED_EXIT or exit_code == 128 + 31:
-            status = Status.VIOLATION
-        elif exit_code == 137:
-            status = Status.TIMEOUT  # SIGKILL from RLIMIT_CPU
-        else:
-            status = Status.OK if exit_code == 0 else Status.ERROR
-        truncated = False
-        if len(stdout) > limits.max_output_chars:
-            stdout = stdout[: limits.max_output_chars] + TRUNCATION_MARKER.format(limit=limits.max_output_chars)
-            truncated = True
-        if len(stderr) > limits.max_output_chars:
-            stderr = stderr[: limits.max_output_chars] + TRUNCATION_MARKER.format(limit=limits.max_output_chars)
-            truncated = True
-        stderr += note
-        if exit_code in (_DENIED_EXIT, _MEMORY_EXIT, *_QUOTA_EXITS):
-            exit_code = 1
-        return ExecResult(stdout, stderr, exit_code, status, time.monotonic() - started, 0.0, truncated)
+        fields = judge_container(stdout, stderr, int(state.get("StatusCode", -1)), limits,
+                                 timed_out=timed_out.is_set(), oom=oom)  # fmt: skip
+        return ExecResult(**{**fields, "status": Status(fields["status"]), "wall_s": time.monotonic() - started})
 
     def close(self) -> None:
         self.client.close()
