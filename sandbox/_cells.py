@@ -133,7 +133,7 @@ def run_cell(worker: Worker, request: dict[str, Any]) -> dict[str, Any]:
         worker.current, worker.lost_state = None, True
         returncode, cpu_s = exit_code_of_init(os.waitstatus_to_exitcode(wait_status), worker.jail), used
     else:
-        returncode, cpu_s = done
+        returncode, cpu_s = done[0], max(done[1], used)  # the record's figure is the cell's to write
         if cgroup is not None:
             cgroup.freeze()  # what the cell left running waits for the next cell
             child.counted = cgroup.usage()

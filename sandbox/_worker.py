@@ -281,7 +281,7 @@ class Worker:
             if collected.end is not None:
                 self.exiting = child
                 usage = child.cgroup.usage() if child.cgroup is not None else None
-                returncode, cpu_s = collected.end
+                returncode, cpu_s = collected.end[0], child.cpu_after(collected.end[1])
                 return timed_outcome(RunEnd(collected, returncode, cpu_s, usage), limits, started)
             select.select([child.pidfd], [], [])  # exited (collect waited for it or killed it)
             wait_status, cpu_s = self.zygote.reap(child.token)

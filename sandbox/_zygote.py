@@ -178,6 +178,12 @@ class Prepared:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
 
+    def cpu_after(self, reported: float) -> float:
+        """A run's CPU s once it wrote its end record: the record's figure is the code's to write
+        (it can replace ``resource.getrusage`` first), so in the per-process mode it is never
+        below what ``/proc`` counts for the run's processes (a cgroup's figure replaces both)."""
+        return reported if self.cgroup is not None else max(reported, tree_cpu_s(self.pid))
+
     def close(self) -> None:
         for fd in (self.req_w, self.out_r, self.err_r, self.status_r, self.done_r, self.pidfd):
             with contextlib.suppress(OSError):

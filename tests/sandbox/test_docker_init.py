@@ -14,8 +14,8 @@ import signal
 import pytest
 
 from sandbox import Limits, Status
+from tests.sandbox import test_self_signals as self_signals
 from tests.sandbox.docker_double import available, local_client
-from tests.sandbox.test_self_signals import AFTER, SELF_SIGNALS
 
 pytest.importorskip("docker")
 LIMITS = Limits(cpu_s=5, wall_s=60)
@@ -46,18 +46,15 @@ def test_the_container_spec_counts_the_init_and_is_locked_down(docker):
     assert spec["network_disabled"] is True and docker.created[-1].removed
 
 
-@pytest.mark.parametrize("name", SELF_SIGNALS)
+@pytest.mark.parametrize("name", self_signals.SELF_SIGNALS)
 def test_code_that_signals_itself_dies_of_that_signal(docker, name):
-    code, sig = SELF_SIGNALS[name]
-    result = docker.run(code + AFTER, limits=LIMITS)
-    assert "still running" not in result.stdout, result
-    assert (result.status, result.exit_code) == (Status.ERROR, -sig), result
+    self_signals.test_code_that_signals_itself_dies_of_that_signal(docker, name)
 
 
 @pytest.mark.parametrize("status", [130, 137, 143])
 def test_an_exit_status_the_code_chose_is_no_signal(docker, status):
-    result = docker.run(f"import sys\nprint('bye', flush=True)\nsys.exit({status})\n", limits=LIMITS)
-    assert (result.status, result.exit_code, result.stdout) == (Status.ERROR, status, "bye\n"), result
+    """``sys.exit(137)`` is no SIGKILL (Docker reports both as 137: the end line tells them apart)."""
+    self_signals.test_an_exit_status_the_code_chose_is_no_signal(docker, status)
 
 
 def test_the_cpu_of_every_process_is_charged(docker):
@@ -82,7 +79,8 @@ def test_a_forged_end_line_does_not_hide_the_cpu_limit(docker):
             "sys.stderr.flush()\nprint('answer', flush=True)\nwhile True:\n    pass\n")  # fmt: skip
     result = docker.run(code, limits=LIMITS.with_(cpu_s=1))
     assert (result.status, result.limit_hit) == (Status.TIMEOUT, "timeout"), result
-    assert FORGED in result.stderr and result.cpu_s >= 0.5, result
+    assert FORGED in result.stderr, result
+    assert result.cpu_s >= 0.5 or "wall-clock limit" in result.stderr, result  # (a loaded host: killed at 60 s)
 
 
 def test_the_code_cannot_reach_its_init(docker):
