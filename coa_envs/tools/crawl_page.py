@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -52,7 +53,8 @@ _SUMMARY_PROMPT = (
 @dataclass(frozen=True, slots=True)
 class CrawlConfig:
     """Options of the crawl tool (all optional). ``allow_hosts`` opens hosts/CIDRs to the
-    agent (e.g. ``["127.0.0.1"]`` for the local mini-web); ``resolve_dns=False`` accepts IP
+    agent (e.g. ``["127.0.0.1:8000"]`` for a local site; a bare ``127.0.0.1`` opens only servers
+    this process runs); ``resolve_dns=False`` accepts IP
     literals only (offline setups: no DNS query ever leaves the machine); ``summary`` is an OpenAI-compatible
     endpoint block (``base_url``, ``model``, ``api_key_env``, ``max_input_chars``)."""
 
@@ -180,14 +182,15 @@ class CrawlPageTool:
 
     def _via_browser(self, url: str) -> _PageOutcome:
         assert self._renderer is not None
+        started = time.monotonic()
         verdict = self.guard.check(url)  # refuse before the browser opens any connection
         if verdict.status == "blocked":
             return _PageOutcome(url, error=f"refused to fetch {url}: {verdict.reason}", kind=ErrorKind.BLOCKED_URL)
         if not verdict.allowed:
             return _PageOutcome(url, error=verdict.reason, kind=ErrorKind.TOOL_ERROR,
                                 transient=verdict.status == "dns_error")
-        try:
-            rendered = self._renderer.render(url)
+        try:  # the page load gets what the check's DNS wait left of timeout_s: one deadline per crawl
+            rendered = self._renderer.render(url, max(0.05, self.config.timeout_s - (time.monotonic() - started)))
         except BrowserError as exc:
             if "download" in str(exc).lower():  # non-HTML bodies make Chromium start a download
                 return self._via_http(url)

@@ -72,7 +72,7 @@ class BrowserRenderer:
         self._settle_ms = int(settle_ms)
         self._max_chars = int(max_chars)
         self._workers = max(1, int(workers))
-        self._jobs: queue.Queue[tuple[Future, str] | None] = queue.Queue()
+        self._jobs: queue.Queue[tuple[Future, str, float | None] | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
         self._proxy: GuardedProxy | None = None
         self._lock = threading.Lock()
@@ -119,11 +119,11 @@ class BrowserRenderer:
         session: BrowserSession | None = None
         try:
             while (job := self._jobs.get()) is not None:
-                future, url = job
+                future, url, timeout_s = job
                 try:
                     if session is None:
                         session = factory()
-                    future.set_result(session.render(url))
+                    future.set_result(session.render(url, timeout_s))
                 except BrowserError as exc:
                     future.set_exception(exc)
                 except Exception as exc:  # launch failures and driver crashes of any type
@@ -135,7 +135,8 @@ class BrowserRenderer:
             if session is not None:
                 close_quietly(session)
 
-    def render(self, url: str) -> RenderedPage:
+    def render(self, url: str, timeout_s: float | None = None) -> RenderedPage:
+        """Load ``url`` within ``timeout_s`` (what is left of a crawl's; the renderer's own if None)."""
         future: Future[RenderedPage] = Future()
         with self._lock:
             if self._closed:
@@ -143,7 +144,7 @@ class BrowserRenderer:
             self._start()
             assert self._proxy is not None
             mark = self._proxy.refused_total
-            self._jobs.put((future, url))
+            self._jobs.put((future, url, timeout_s))
         try:
             # The session enforces its own page timeout; this outer bound also covers launch.
             return future.result(timeout=self.timeout_s + 60)

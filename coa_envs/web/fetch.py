@@ -160,7 +160,9 @@ class _GuardedBackend(httpcore.SyncBackend):
         local_address: str | None = None,
         socket_options: Any = None,
     ) -> httpcore.NetworkStream:
-        verdict = self._guard.resolve(host, port)
+        # DNS shares the fetch's deadline: the first check already waited for it (a resolver that
+        # answered it slowly and then went silent made a fetch last twice its timeout_s).
+        verdict = self._guard.resolve(host, port, timeout_s=_time_left(timeout, "connect"))
         if verdict.status == "blocked":
             raise _BlockedConnectionError(verdict.reason)
         if not verdict.allowed:
@@ -260,7 +262,11 @@ class HttpFetcher:
         seen = {current}
         redirects: list[str] = []
         for _ in range(self.max_redirects + 1):
-            verdict = self.guard.check(current)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return FetchFailure(current, ErrorKind.TOOL_TIMEOUT, f"timed out after {self.timeout_s:g}s fetching "
+                                    f"{url}", transient=True)
+            verdict = self.guard.check(current, timeout_s=left)  # DNS within what is left of the fetch
             if verdict.status == "blocked":
                 return FetchFailure(current, ErrorKind.BLOCKED_URL, f"refused to fetch {current}: {verdict.reason}")
             if not verdict.allowed:

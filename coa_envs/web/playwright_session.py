@@ -51,14 +51,17 @@ class PlaywrightSession:
             self._stop()
             raise
 
-    def render(self, url: str) -> RenderedPage:
+    def render(self, url: str, timeout_s: float | None = None) -> RenderedPage:
+        """Load ``url`` within ``timeout_s`` (the session's page-load timeout if None)."""
+        timeout_ms = self._timeout_ms if timeout_s is None else max(1, int(timeout_s * 1000))
+        budget_s = self._budget_s - (self._timeout_ms - timeout_ms) / 1000
         try:
-            return self._loop.run_until_complete(asyncio.wait_for(self._render(url), self._budget_s))
+            return self._loop.run_until_complete(asyncio.wait_for(self._render(url, timeout_ms), budget_s))
         except TimeoutError as exc:  # the page never let the DOM be read; its context is closed by now
-            message = f"page did not answer within {self._budget_s:g}s: {url}"
+            message = f"page did not answer within {budget_s:g}s: {url}"
             raise BrowserError(message, ErrorKind.TOOL_TIMEOUT) from exc
 
-    async def _render(self, url: str) -> RenderedPage:
+    async def _render(self, url: str, timeout_ms: int) -> RenderedPage:
         from playwright.async_api import Error as PlaywrightError
         from playwright.async_api import TimeoutError as PlaywrightTimeout
 
@@ -71,7 +74,7 @@ class PlaywrightSession:
             page = self._page = await context.new_page()
             page.on("response", self._note_navigation)
             self._last_navigation = None
-            response = await page.goto(url, wait_until="load", timeout=self._timeout_ms)
+            response = await page.goto(url, wait_until="load", timeout=timeout_ms)
             if self._settle_ms > 0:  # let late XHR-driven rendering finish, but never wait long
                 with contextlib.suppress(PlaywrightTimeout):
                     await page.wait_for_load_state("networkidle", timeout=self._settle_ms)

@@ -75,6 +75,7 @@ class SeleniumSession:
         # BiDi's WebSocket (websocket-client) would take HTTP_PROXY from the environment too.
         install_direct_bidi(self._driver)
         self._driver.set_page_load_timeout(timeout_s)
+        self._timeout_s = self._page_load_timeout_s = timeout_s
         self._driver.set_script_timeout(timeout_s)  # a page that never yields holds a read this long (30 s by default)
         # Every document of every user context starts with dialogs that return at once (Playwright
         # dismisses each as it opens); the prompt behaviour above handles a dialog opened otherwise.
@@ -83,8 +84,14 @@ class SeleniumSession:
         self._settle_s = settle_ms / 1000
         self._html_js = DOM_HTML_JS.format(n=int(max_chars))
 
-    def render(self, url: str) -> RenderedPage:
+    def render(self, url: str, timeout_s: float | None = None) -> RenderedPage:
+        """Load ``url`` within ``timeout_s`` (the session's page-load timeout if None)."""
         from selenium.common.exceptions import TimeoutException, WebDriverException
+
+        wanted = self._timeout_s if timeout_s is None else max(0.001, timeout_s)
+        if abs(wanted - self._page_load_timeout_s) > 0.25:  # a WebDriver command; skipped for a few ms
+            self._driver.set_page_load_timeout(wanted)
+            self._page_load_timeout_s = wanted
 
         # A user context of its own per render (cookies, storage, cache, service workers), removed
         # with every window the page opened once it has been read: what one episode's page stored

@@ -29,6 +29,7 @@ from coa_envs.web.control_ports import (
     reserve_local_port,
     reserved_local_ports,
 )
+from coa_envs.web.local_services import foreign_listener, is_machine_address
 
 __all__ = ["ALLOWED_SCHEMES", "METADATA_ADDRESSES", "WELL_KNOWN_CONTROL_PORTS", "UrlGuard", "UrlVerdict",
            "canonical_host", "literal_only_resolver", "release_local_port", "reserve_local_port",
@@ -150,17 +151,28 @@ def _embedded_ipv4(ip: IPAddress) -> IPAddress:
 
 
 def _local_address(ip_text: str) -> bool:
+    """Whether ``ip_text`` leads to this machine: loopback, unspecified or one of its own addresses
+    (a service bound to ``0.0.0.0`` answers on the machine's ``10.x`` or public address too)."""
     try:
         ip = _embedded_ipv4(ipaddress.ip_address(ip_text))
     except ValueError:
         return False
-    return ip.is_loopback or ip.is_unspecified
+    return is_machine_address(ip)
 
 
-def _reserved_endpoint(ip_text: str, port: int | None) -> bool:
-    if port is None or not _local_address(ip_text):
-        return False
-    return is_reserved_port(port)
+def _endpoint_text(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _foreign_service(host: str, ip_text: str, port: int) -> str:
+    """Why ``ip_text:port`` (on this machine) is refused: another program listens there. Entries that
+    open it by name, network or ``allow_private`` reach only this process's servers on this machine."""
+    ip = _embedded_ipv4(ipaddress.ip_address(ip_text))
+    if not foreign_listener(ip, port):
+        return ""
+    return (f"a service of another program on this machine (an allow_hosts host or network entry, or "
+            f"allow_private, opens only the servers this process runs here; name it as "
+            f"'{_endpoint_text(host, port)}' in allow_hosts to open it)")
 
 
 def _blocked_reason(ip: IPAddress) -> str:
@@ -199,7 +211,11 @@ class UrlGuard:
     ``host:port`` / ``[v6]:port`` (that port only). A host name on the list is allowed
     whatever it resolves to; otherwise every resolved address
     must be public or inside an allowed network. ``allow_private=True`` turns the address
-    check off entirely (schemes are still enforced) — only for trusted, offline setups.
+    check off (schemes are still enforced) — only for trusted, offline setups.
+
+    On this machine (loopback, ``0.0.0.0``, its own interface addresses) names, networks and
+    ``allow_private`` open only the servers this process runs and unused ports; a port another
+    program listens on needs its ``host:port`` entry (see :mod:`coa_envs.web.local_services`).
     """
 
     def __init__(
@@ -250,14 +266,22 @@ class UrlGuard:
 
     def check_address(self, host: str, ip_text: str, port: int | None = None) -> str:
         """Return ``""`` if ``ip_text`` (resolved from ``host``) may be contacted, else why not."""
-        if _reserved_endpoint(ip_text, port):
+        local = port is not None and _local_address(ip_text)  # this machine: its services are judged by port
+        if local and is_reserved_port(port):
             return "a control port of a crawler's own browser or proxy"
         named = port is not None and bool({(host.lower().rstrip("."), port), (ip_text, port)} & self._allowed_endpoints)
         if named:
             return ""
-        if port in WELL_KNOWN_CONTROL_PORTS and _local_address(ip_text):
+        if local and port in WELL_KNOWN_CONTROL_PORTS:
             return (f"the default port of {WELL_KNOWN_CONTROL_PORTS[port]} on this machine (name it as "
                     f"'host:{port}' in allow_hosts to open it)")
+        reason = self._policy_reason(host, ip_text)
+        if reason or not local or port is None:
+            return reason
+        return _foreign_service(host, ip_text, port)
+
+    def _policy_reason(self, host: str, ip_text: str) -> str:
+        """The allow-list's and the address ranges' answer, before this machine's own services are looked at."""
         if self.allow_private or self._name_allowed(host):
             return ""
         try:
@@ -268,13 +292,16 @@ class UrlGuard:
             return ""
         return _blocked_reason(ip)
 
-    def _resolve_within(self, host: str, port: int) -> list[str]:
-        """The resolver's answer, waited for ``dns_timeout_s`` at most: ``getaddrinfo`` has no timeout
-        of its own, and a name whose DNS server never answers held a fetch for the system resolver's
-        retries (tens of seconds) whatever the crawl's ``timeout_s``. A thread per lookup, not a
-        shared pool: a page naming many silent hosts would fill a pool and stall every other crawl."""
-        if self.dns_timeout_s is None:
+    def _resolve_within(self, host: str, port: int, timeout_s: float | None) -> list[str]:
+        """The resolver's answer, waited for ``dns_timeout_s`` (and the caller's ``timeout_s``) at most:
+        ``getaddrinfo`` has no timeout of its own, and a name whose DNS server never answers held a
+        fetch for the system resolver's retries (tens of seconds) whatever the crawl's ``timeout_s``.
+        A thread per lookup, not a shared pool: a page naming many silent hosts would fill a pool
+        and stall every other crawl."""
+        waits = [w for w in (self.dns_timeout_s, timeout_s) if w is not None]
+        if not waits:
             return self._resolver(host, port)
+        wait = max(0.0, min(waits))
         outcome: list[list[str] | BaseException] = []
         done = threading.Event()
 
@@ -287,21 +314,22 @@ class UrlGuard:
                 done.set()
 
         threading.Thread(target=lookup, name="coa-dns", daemon=True).start()
-        if not done.wait(self.dns_timeout_s):
-            raise OSError(f"no DNS answer within {self.dns_timeout_s:g}s")
+        if not done.wait(wait):
+            raise OSError(f"no DNS answer within {wait:.3g}s")
         if isinstance(outcome[0], BaseException):
             raise outcome[0]
         return outcome[0]
 
-    def resolve(self, host: str, port: int) -> UrlVerdict:
-        """Resolve ``host`` and check every address; refuse if any one is forbidden.
+    def resolve(self, host: str, port: int, *, timeout_s: float | None = None) -> UrlVerdict:
+        """Resolve ``host`` and check every address; refuse if any one is forbidden. DNS is waited
+        for ``timeout_s`` at most (what is left of a fetch), and ``dns_timeout_s`` at most.
 
         Refusing on *any* bad address (not just the first) stops a name that returns a
         public and a private record from being used to reach the private one.
         """
         host = canonical_host(host)
         try:
-            addresses = self._resolve_within(host, port)
+            addresses = self._resolve_within(host, port, timeout_s)
         except (OSError, UnicodeError, ValueError) as exc:  # ValueError: a NUL in the name
             return UrlVerdict("dns_error", "", f"cannot resolve host {host!r}: {exc}", host=host, port=port)
         if not addresses:
@@ -314,22 +342,23 @@ class UrlGuard:
                 )
         return UrlVerdict("ok", "", host=host, port=port, addresses=tuple(addresses))
 
-    def check(self, url: str) -> UrlVerdict:
-        """Full check of one URL: scheme, host syntax, resolution and every address.
+    def check(self, url: str, *, timeout_s: float | None = None) -> UrlVerdict:
+        """Full check of one URL: scheme, host syntax, resolution (within ``timeout_s``, see
+        :meth:`resolve`) and every address.
 
         A backslash is a path separator to browsers in http(s) URLs but not to urllib or httpx:
         ``http://127.0.0.1\\@example.org/`` is example.org to one and loopback to the other, so a
         URL with one must pass under both readings.
         """
-        verdict = self._check_reading(url)
+        verdict = self._check_reading(url, timeout_s)
         if verdict.allowed and "\\" in url:
-            browser_reading = self._check_reading(url.replace("\\", "/"))
+            browser_reading = self._check_reading(url.replace("\\", "/"), timeout_s)
             if not browser_reading.allowed:
                 return UrlVerdict(browser_reading.status, url, f"{browser_reading.reason} (as a browser reads the URL)",
                                   browser_reading.scheme, browser_reading.host, browser_reading.port)
         return verdict
 
-    def _check_reading(self, url: str) -> UrlVerdict:
+    def _check_reading(self, url: str, timeout_s: float | None) -> UrlVerdict:
         try:
             parts = urlsplit(url.strip())
             scheme = parts.scheme.lower()
@@ -344,7 +373,7 @@ class UrlGuard:
             )
         if not host:
             return UrlVerdict("bad_url", url, "URL has no host", scheme=scheme)
-        verdict = self.resolve(host, port)
+        verdict = self.resolve(host, port, timeout_s=timeout_s)
         return UrlVerdict(
             verdict.status, url, verdict.reason, scheme, host, port, verdict.addresses
         )
