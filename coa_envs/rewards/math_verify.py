@@ -62,7 +62,8 @@ VERSION = 12  # bump when the scores this term gives change (reported in reward_
 #    "(or $x$)", "or $x$", "another candidate: x", also inside a box ("\text{ (maybe } x \text{)}")
 # 12: digits grouped by spaces are one number ("9\,901" is 9901, read as 9 + 901 before); a percent
 #    gold ("8\%") no longer raises on other answers; letters with a subscript (B_{12}) are no
-#    base-n numeral; a reply with <answer> tags is read from its last <answer> span
+#    base-n numeral; a reply with <answer> tags is read from its last <answer> span; a percentage
+#    gold ("62.5%") is paid by its number ("62.5"), as MATH's grader drops the sign
 
 _SPACE_RE = re.compile(r"\s+")
 _WRAPPERS = (r"\left", r"\right", r"\!", r"\,", r"\;", r"\displaystyle", "$")
@@ -272,6 +273,16 @@ def _hedged(text: str, timeout: int) -> list[tuple[str, list[Any]]]:
     return found
 
 
+_PERCENT_GOLD = re.compile(r"^\s*\$?\s*([-+]?\d[\d.,]*)\s*\\?%\s*\$?\s*$")
+
+
+def _without_percent(gold: str) -> str:
+    """A percentage gold's number (``62.5`` for ``62.5%``), which MATH's grader accepts: it drops the
+    sign. math-verify pays ``0.625`` for it, and ``8`` for ``8\\%``, but not ``62.5``."""
+    match = _PERCENT_GOLD.match(gold)
+    return match.group(1) if match else gold
+
+
 def _score(golds: list[str], prediction: str, timeout: int, rounding: int,
            question: str = "") -> tuple[float, dict[str, Any]]:
     """Score and details; runs in this process or in the helper (arguments and result pickle)."""
@@ -285,6 +296,7 @@ def _score(golds: list[str], prediction: str, timeout: int, rounding: int,
     if any(not _same(values[0], v, timeout, rounding) for v in values[1:]):
         return 0.0, {**details, "reason": "several different final answers"}
     answer = values[0]
+    golds = golds + [bare for bare in map(_without_percent, golds) if bare not in golds]
     gold_values = [(gold, _parse(gold, timeout)) for gold in golds]
     written_as_gold = any(normalise_latex(gold) == normalise_latex(answer[0]) for gold in golds)
     if not written_as_gold and restates_question(answer, gold_values,

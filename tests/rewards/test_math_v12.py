@@ -94,3 +94,14 @@ def test_the_base_ten_rule_gives_its_reasons():
                                    "<answer>34</answer> <answer>The final answer is $33$.</answer>"])
 def test_a_reply_passed_whole_is_read_from_its_last_answer_span(reply):
     assert reward(reply, Task("t", "Find it.", gold=("33",))).score == 1.0
+
+
+@pytest.mark.parametrize("task_id", ["OlympiadBench-139", "OlympiadBench-188"])
+def test_a_percentage_gold_is_paid_by_its_number(task_id):
+    """``62.5%`` (OlympiadBench-139): math-verify paid ``62.5\\%`` and ``0.625`` but not ``62.5``,
+    which MATH's grader accepts (it drops the sign); ``8`` already paid ``8\\%``."""
+    task = next(t for t in load_tasks(dataset="olympiadbench") if t.task_id == task_id)
+    number = task.gold[0].rstrip("%")
+    assert reward(f"\\boxed{{{number}}}", task).score == 1.0
+    assert reward(f"\\boxed{{{number}\\%}}", task).score == 1.0
+    assert reward(f"\\boxed{{{float(number) + 1}}}", task).score == 0.0
