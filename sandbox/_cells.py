@@ -129,6 +129,8 @@ def run_cell(worker: Worker, request: dict[str, Any]) -> dict[str, Any]:
     used = max(0.0, watch.used())
     worker.session_cpu_spent += used  # before a dead child's figures are gone
     if done is None:  # the cell killed the session (or we did): report how it died
+        # No record of its own by its wall limit (none came, or none that held): killed for it now.
+        collected.wall_killed |= not killed and time.monotonic() >= started + limits.wall_s
         wait_status, _ = worker.discard(child)
         worker.current, worker.lost_state = None, True
         returncode, cpu_s = exit_code_of_init(os.waitstatus_to_exitcode(wait_status), worker.jail), used
