@@ -323,9 +323,21 @@ def _parse_general(text: str, allow_parallel: bool, grammar: _Grammar) -> Parsed
     return _finish(roles, tools, answer, spans, allow_parallel)
 
 
+_OBSERVATION_MARKS = re.compile(rf"<(/?){OBSERVATION_TAG}>")
+
+
 def render_observation(text: str) -> str:
-    """The seed's observation convention, appended verbatim after the model's turn."""
-    return f"\n<{OBSERVATION_TAG}>\n{text}\n</{OBSERVATION_TAG}>\n\n"
+    """The seed's observation convention, appended after the model's turn.
+
+    A tool's text that holds the observation tags itself (a page, a program's output, a file)
+    has them written ``&lt;observation&gt;`` / ``&lt;/observation&gt;``: a transcript is cut
+    into observations and model text at these tags (``trainers.data.split_observations``,
+    ``rewards.format.segments_from_text``), so a forged ``</observation>`` would make the rest
+    of the tool's output read as text the model wrote (trained on in SFT, credited by a format
+    check). Nothing else in the text changes.
+    """
+    safe = _OBSERVATION_MARKS.sub(lambda m: f"&lt;{m.group(1)}{OBSERVATION_TAG}&gt;", text)
+    return f"\n<{OBSERVATION_TAG}>\n{safe}\n</{OBSERVATION_TAG}>\n\n"
 
 
 def render_turn(
