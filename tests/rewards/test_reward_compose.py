@@ -8,7 +8,7 @@ import gymnasium as gym
 import pytest
 
 import coa_envs  # noqa: F401  (registers ids)
-from coa_envs.rewards import EpisodeView, build_reward
+from coa_envs.rewards import EpisodeView, build_reward, em_f1
 from coa_envs.rewards.compose import describe_reward, primary_score, term_errors
 from coa_envs.types import RewardResult, Task
 from tests.rewards.episodes import answer_once
@@ -33,7 +33,7 @@ def test_one_term_form_gives_exactly_the_terms_score_and_its_details_at_the_top(
     assert result.score == direct.score == pytest.approx(0.5)  # exactly equal, not just close
     assert {k: result.details[k] for k in direct.details} == dict(direct.details)
     entry = result.details["terms"]["em_f1"]
-    assert entry == {"name": "em_f1", "version": 2, "scope": "episode", "weight": 1.0,
+    assert entry == {"name": "em_f1", "version": em_f1.VERSION, "scope": "episode", "weight": 1.0,
                      "score": direct.score, "weighted": direct.score}
     assert result.details["primary"] == "em_f1" and primary_score(result.details) == direct.score
 
