@@ -61,7 +61,8 @@ class Gateway:
                  out: str | Path | None = None, allow_client_reward: bool = False,
                  env_overrides: Mapping[str, Any] | None = None, client_env_overrides: frozenset[str] | None = None,
                  env_ids: list[str] | None = None, accept_any_model: bool = False, max_sessions: int = 4096,
-                 idle_timeout_s: float = 3600.0, keep_finished: int = 256) -> None:
+                 idle_timeout_s: float = 3600.0, keep_finished: int = 256, env_pool_size: int = 64) -> None:
+        from coa_envs.service.envpool import EnvPool
         from coa_envs.service.sessions import DEFAULT_CLIENT_OVERRIDES
 
         self.backend = backend
@@ -76,8 +77,7 @@ class Gateway:
                                   on_expire=self._expire)
         self.out = Path(out) if out else None
         self._out_lock = threading.Lock()
-        self._env_pool: dict[str, list[Any]] = {}
-        self._env_lock = threading.Lock()
+        self._env_pool = EnvPool(per_key=env_pool_size, total=env_pool_size)  # finished sessions' idle envs
         if self.out is not None:
             self.out.parent.mkdir(parents=True, exist_ok=True)
 
@@ -154,18 +154,16 @@ class Gateway:
                                    f"{sorted(self.client_env_overrides)}", code="invalid_value", param="env_kwargs")
         kwargs = deep_merge(self.env_overrides, client)
         key = f"{env_id}|{json.dumps(kwargs, sort_keys=True, default=str)}"
-        with self._env_lock:
-            pooled = self._env_pool.get(key)
-            if pooled:
-                return pooled.pop(), key
+        pooled = self._env_pool.take(key)
+        if pooled is not None:
+            return pooled, key
         try:
             return make_env(env_id, **kwargs), key
         except (TypeError, ValueError) as exc:
             raise APIError(400, f"{env_id}: {exc}", code="invalid_value", param="env_kwargs") from None
 
     def _return_env(self, key: str, env: Any) -> None:
-        with self._env_lock:
-            self._env_pool.setdefault(key, []).append(env)
+        self._env_pool.put(key, env)  # past its bounds the least recently used idle env is closed
 
     def _release(self, task: EnvTask) -> None:
         key = getattr(task, "pool_key", None)
@@ -273,9 +271,4 @@ class Gateway:
         closer = getattr(self.backend, "close", None)
         if callable(closer):
             closer()
-        with self._env_lock:
-            envs = [env for pool in self._env_pool.values() for env in pool]
-            self._env_pool.clear()
-        for env in envs:
-            with contextlib.suppress(Exception):  # closing the rest matters more than one failure
-                env.close()
+        self._env_pool.close()

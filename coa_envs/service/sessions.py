@@ -4,11 +4,14 @@ The manager owns every live env. It opens sessions under a cap (a refusal, not a
 full server answers at once), runs each reset/step on a thread pool (a slow tool blocks only
 its own session), serialises the calls of one session, expires idle sessions and keeps a
 small pool of closed sessions' envs per configuration so that clients which open a session
-per episode do not pay for building an env each time (envs are fully reset on ``reset``).
+per episode do not pay for building an env each time (envs are fully reset on ``reset``;
+:class:`~coa_envs.service.envpool.EnvPool` bounds it per configuration and in all).
 
 Overrides: the operator's (``coa serve-env -e``) apply to every session; a client may add
 only the keys in ``client_overrides`` (default: episode-shaping settings that read no server
-files and start nothing), and under ``task_options`` only ``split`` and ``limit``.
+files and start nothing), and under ``task_options`` only ``split`` and ``limit``. A reset,
+open or tasks request that names other overrides for an open session gets them: the session's
+env is swapped for one of that configuration and its episode ends.
 Transport (HTTP, WebSocket) lives in :mod:`coa_envs.service.app`; this module knows none.
 """
 
@@ -23,10 +26,11 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from coa_envs.configkit import merge_mappings as deep_merge
+from coa_envs.service.envpool import EnvPool
+from coa_envs.service.session import BusySession, Session, encodable
 from coa_envs.service.wire import ErrorCode, ServiceError, jsonable
 
 __all__ = ["DEFAULT_CLIENT_OVERRIDES", "Session", "SessionManager"]
@@ -42,61 +46,6 @@ _RESET_KEYS = frozenset({"seed", "options", "task_id", "task_index", "episode_id
 _EXPIRED_MEMORY = 4096  # how many expired ids keep their precise error message
 
 
-@dataclass(eq=False)
-class Session:
-    """One client's env. ``lock`` orders its calls; ``on_expire`` lets a transport hang up."""
-
-    session_id: str
-    env_id: str
-    env: Any
-    pool_key: str
-    created_at: float = field(default_factory=time.time)
-    last_activity: float = field(default_factory=time.monotonic)
-    last_activity_at: float = field(default_factory=time.time)
-    episode_id: str | None = None
-    task_id: str | None = None
-    step_count: int = 0
-    in_episode: bool = False
-    done: bool = False
-    busy: int = 0
-    closed: bool = False
-    closed_reason: str = ""
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    on_expire: Callable[[], None] | None = None
-
-    def touch(self) -> None:
-        self.last_activity, self.last_activity_at = time.monotonic(), time.time()
-
-    def describe(self) -> dict[str, Any]:
-        config = self.env.config
-        return {
-            "session_id": self.session_id,
-            "env_id": self.env_id,
-            "family": config.family,
-            "description": config.description,
-            "tools": list(config.tools),
-            "max_turns": config.max_turns,
-            "protocol": getattr(config, "protocol", "tags"),
-            "num_tasks": len(self.env.tasks),
-            "observation_max_length": self.env.observation_space.max_length,
-            "action_max_length": self.env.action_space.max_length,
-        }
-
-    def state(self) -> dict[str, Any]:
-        return {
-            "episode_id": self.episode_id,
-            "step_count": self.step_count,
-            "session_id": self.session_id,
-            "env_id": self.env_id,
-            "task_id": self.task_id,
-            "turn": getattr(self.env, "turn", self.step_count),
-            "in_episode": self.in_episode,
-            "done": self.done,
-            "created_at": self.created_at,
-            "last_activity_at": self.last_activity_at,
-        }
-
-
 def _pool_key(env_id: str, overrides: Mapping[str, Any]) -> str:
     return f"{env_id}|{json.dumps(overrides, sort_keys=True, default=str)}"
 
@@ -105,13 +54,6 @@ def _refuse_unknown(given: Iterable[str], allowed: Iterable[str], what: str, cod
     extra = sorted(set(given) - set(allowed))
     if extra:
         raise ServiceError(code, f"{what} {extra} not allowed here; allowed: {sorted(allowed)}")
-
-
-def _close_env(env: Any) -> None:
-    try:
-        env.close()
-    except Exception:  # one env failing to close must not stop the others
-        log.exception("closing an env failed")
 
 
 class SessionManager:
@@ -127,6 +69,7 @@ class SessionManager:
         idle_timeout_s: float = 600.0,
         step_threads: int = 64,
         pool_size: int = 16,
+        pool_total: int = 64,
         expose_answers: bool = False,
     ):
         from coa_envs.registry import ids, suggest_id
@@ -149,7 +92,7 @@ class SessionManager:
         self.sessions: dict[str, Session] = {}
         self._opening = 0
         self._expired: OrderedDict[str, str] = OrderedDict()
-        self._idle: dict[str, list[Any]] = {}
+        self._pool = EnvPool(pool_size, pool_total)
         self._executor = ThreadPoolExecutor(step_threads, thread_name_prefix="coa-serve-env")
         self._counter = itertools.count()
 
@@ -214,8 +157,7 @@ class SessionManager:
         key = _pool_key(env_id, effective)
         self._opening += 1
         try:
-            pooled = self._idle.get(key)
-            env = pooled.pop() if pooled else await self._run(self._build, env_id, effective)
+            env = self._pool.take(key) or await self._run(self._build, env_id, effective)
         finally:
             self._opening -= 1
         session = Session(session_id=f"s-{next(self._counter)}-{uuid.uuid4().hex[:12]}", env_id=env_id,
@@ -243,11 +185,34 @@ class SessionManager:
             await self._run(self._release, session.pool_key, session.env)
 
     def _release(self, key: str, env: Any) -> None:
-        idle = self._idle.setdefault(key, [])
-        if len(idle) < self.pool_size:
-            idle.append(env)
+        self._pool.put(key, env)
+
+    async def reconfigure(self, session: Session, overrides: Mapping[str, Any] | None) -> None:
+        """Give ``session`` the configuration ``overrides`` name (None: keep its own)."""
+        key, effective = self._configuration(session, overrides)
+        if key != session.pool_key:
+            async with self._busy(session):
+                await self._swap_env(session, key, effective)
+
+    def _configuration(self, session: Session, overrides: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
+        """The pool key and overrides a request asks of ``session`` (its own when it names none)."""
+        if overrides is None:
+            return session.pool_key, {}
+        effective = self.effective_overrides(overrides)
+        return _pool_key(session.env_id, effective), effective
+
+    async def _swap_env(self, session: Session, key: str, effective: dict[str, Any]) -> None:
+        """Replace the session's env (the caller holds its lock) with one of configuration ``key``.
+        A reset carrying new overrides kept the session's first env: the client believed it had
+        the configuration it asked for. The episode ends; a failed build keeps the old env."""
+        if key == session.pool_key:
             return
-        _close_env(env)
+        env = self._pool.take(key) or await self._run(self._build, session.env_id, effective)
+        old_key, old_env = session.pool_key, session.env
+        session.env, session.pool_key = env, key
+        session.episode_id, session.task_id, session.step_count = None, None, 0
+        session.in_episode = session.done = False
+        await self._run(self._release, old_key, old_env)
 
     def _remember(self, session_id: str, reason: str) -> None:
         self._expired[session_id] = reason
@@ -276,10 +241,7 @@ class SessionManager:
     async def shutdown(self) -> None:
         for session_id in list(self.sessions):
             await self.close(session_id, "closed: the server shut down")
-        for envs in self._idle.values():
-            for env in envs:
-                _close_env(env)
-        self._idle.clear()
+        self._pool.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     # -- env calls -------------------------------------------------------------------------
@@ -310,11 +272,13 @@ class SessionManager:
             raise ServiceError(ErrorCode.VALIDATION_ERROR, "task_index must be an integer")
         episode_id = data.get("episode_id")
         if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > 255
-                                       or not _encodable(episode_id)):
+                                       or not encodable(episode_id)):
             # a lone surrogate ("\ud800" in JSON) was kept, and every later state reply failed (500)
             raise ServiceError(ErrorCode.VALIDATION_ERROR, "episode_id must be a string of at most 255 characters "
                                                            "of valid Unicode")
+        key, effective = self._configuration(session, data.get("overrides"))
         async with self._busy(session):
+            await self._swap_env(session, key, effective)
             try:
                 observation, info = await self._run(lambda: session.env.reset(seed=seed, options=options))
             except KeyError as exc:  # an unknown task_id
@@ -360,36 +324,5 @@ class SessionManager:
             rows = [{"task_id": t.task_id, "question": t.question} for t in session.env.tasks]
         return {"tasks": rows, "answers": self.expose_answers}
 
-    def _busy(self, session: Session) -> _BusySession:
-        return _BusySession(session)
-
-
-def _encodable(text: str) -> bool:
-    """Whether ``text`` is valid Unicode (no lone surrogate), so a JSON reply can carry it."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-class _BusySession:
-    """Holds a session's lock for one call and keeps the reaper off it meanwhile."""
-
-    def __init__(self, session: Session):
-        self.session = session
-
-    async def __aenter__(self) -> Session:
-        self.session.busy += 1
-        await self.session.lock.acquire()
-        if self.session.closed:  # closed (expired) while this call waited for the lock
-            self.session.lock.release()
-            self.session.busy -= 1
-            raise ServiceError(ErrorCode.UNKNOWN_SESSION, self.session.closed_reason)
-        self.session.touch()
-        return self.session
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.session.touch()
-        self.session.lock.release()
-        self.session.busy -= 1
+    def _busy(self, session: Session) -> BusySession:
+        return BusySession(session)

@@ -62,12 +62,19 @@ def ws_routes(manager: SessionManager, token: str | None, max_request_bytes: int
             task.add_done_callback(farewells.discard)
 
         async def ensure(env_id: Any, overrides: Any) -> Session:
+            """The connection's session, opened on its first frame; a later frame naming other
+            overrides reconfigures it (they were ignored), one naming another env is refused."""
             nonlocal session
+            if path_env_id is not None and env_id not in (None, path_env_id):
+                raise ServiceError(ErrorCode.VALIDATION_ERROR, f"this URL serves {path_env_id}, not {env_id}")
             if session is None:
-                if path_env_id is not None and env_id not in (None, path_env_id):
-                    raise ServiceError(ErrorCode.VALIDATION_ERROR, f"this URL serves {path_env_id}, not {env_id}")
                 session = await manager.open(path_env_id or env_id, overrides)
                 session.on_expire = hang_up
+                return session
+            if env_id not in (None, session.env_id):
+                raise ServiceError(ErrorCode.VALIDATION_ERROR, f"this connection's session serves {session.env_id}; "
+                                                               "open another connection for another env")
+            await manager.reconfigure(session, overrides)
             return session
 
         try:
