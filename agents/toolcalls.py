@@ -129,6 +129,18 @@ def calls_delta(calls: Sequence[Mapping[str, Any]], unsent_content: str) -> dict
     return delta
 
 
+def merge_call_deltas(calls: dict[int, dict[str, Any]], deltas: Sequence[Mapping[str, Any]] | None) -> None:
+    """Fold one streamed delta's ``tool_calls`` into ``calls`` (by ``index``): the id when it
+    comes, name and arguments as their pieces arrive, the way OpenAI's clients gather them."""
+    for call in deltas or ():
+        slot = calls.setdefault(call.get("index") or 0, {"id": "", "type": "function",
+                                                          "function": {"name": "", "arguments": ""}})
+        slot["id"] = call.get("id") or slot["id"]
+        function = call.get("function") or {}
+        slot["function"]["name"] += function.get("name") or ""
+        slot["function"]["arguments"] += function.get("arguments") or ""
+
+
 def observation_text(tokenizer: Any, history: Sequence[Mapping[str, Any]], reply: Mapping[str, Any],
                      results: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> str:
     """The text the template puts after the model's reply (which ended at its end-of-turn

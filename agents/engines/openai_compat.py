@@ -18,8 +18,9 @@ api.openai.com) asks for the sampled token ids (``return_token_ids``,
 logprobs only, and infers which closing tag stopped the text.
 
 A request with ``GenerationRequest.cancel`` (its caller may leave: a gateway or server client)
-is streamed (:mod:`agents.engines.openai_stream`) and closed at the next chunk after the cancel
-is set, so the server stops decoding; it returns ``abort`` with what had arrived.
+is streamed (:mod:`agents.engines.openai_stream`), ``tools`` or not, and cut as soon as the
+cancel is set (not at the next chunk), so the server stops decoding; it returns ``abort`` with
+what had arrived.
 
 Retries (exponential backoff on connection errors, 408/409/429/5xx) and timeouts are the
 ``openai`` client's; a concurrency cap bounds in-flight requests per engine. Failures come
@@ -121,7 +122,7 @@ class OpenAIEngine:
 
     def _one(self, request: GenerationRequest, params: SamplingParams) -> Completion:
         with self._slots:
-            if request.cancel is not None and not request.tools:  # its caller may leave: streamed
+            if request.cancel is not None:  # its caller may leave: streamed
                 return self._cancellable(request, params)
             try:
                 if self.mode == "completions":
@@ -156,6 +157,8 @@ class OpenAIEngine:
                 ids = []
             return Completion(text, tuple(ids), tuple(reply.logprobs[:len(ids)] if ids else reply.logprobs), "abort",
                               eos_text=getattr(self.tokenizer, "eos_token", "") or "")
+        if reply.calls:  # as _parse reads a JSON reply's calls
+            return Completion(text, (), (), "stop", tool_calls=tuple(reply.calls[k] for k in sorted(reply.calls)))
         return self._assembled(text, ids, reply.logprobs, reply.tops, reply.finish, reply.stop_reason, params)
 
     # -- async ----------------------------------------------------------------------------

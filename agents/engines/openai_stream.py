@@ -3,14 +3,25 @@ the reply (``GenerationRequest.cancel``, a gateway or ``coa serve`` client that 
 it by closing the stream, which the server sees as a disconnect and stops decoding.
 
 The chunks are gathered into what the non-streamed reply holds (text, sampled ids, logprobs,
-each step's alternatives, finish reason and stop string). A cancelled request ends ``abort``
-with what had arrived.
+each step's alternatives, tool calls, finish reason and stop string). A cancelled request ends
+``abort`` with what had arrived.
+
+A cancel is acted on when it is set, not at the next chunk: a watcher thread shuts the
+stream's socket down, which wakes the read waiting for a server that sends nothing (a request
+queued behind others, a long prefill) and tells the server at once. It only ever touches a
+socket still carrying this stream, never one returned to the client's pool.
 """
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from agents.toolcalls import merge_call_deltas
 
 __all__ = ["StreamedReply", "choice_logprobs", "gather_stream"]
 
@@ -24,6 +35,7 @@ class StreamedReply:
     logprobs: list[float] = field(default_factory=list)
     tokens: list[str] = field(default_factory=list)
     tops: list[list[tuple[str, float]]] = field(default_factory=list)
+    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
     finish: str | None = None
     stop_reason: Any = None
     cancelled: bool = False
@@ -47,6 +59,8 @@ def _add_chunk(reply: StreamedReply, choice: Any, chat: bool) -> None:
     """Fold one chunk's choice into ``reply``."""
     extra = choice.model_extra or {}
     reply.text.append(((choice.delta.content if choice.delta else None) if chat else choice.text) or "")
+    if chat and choice.delta is not None and choice.delta.tool_calls:
+        merge_call_deltas(reply.calls, [call.model_dump() for call in choice.delta.tool_calls])
     logprobs, tokens, tops = choice_logprobs(choice, chat)
     reply.logprobs.extend(logprobs)
     reply.tokens.extend(tokens)
@@ -56,19 +70,58 @@ def _add_chunk(reply: StreamedReply, choice: Any, chat: bool) -> None:
     reply.stop_reason = extra.get("stop_reason") or reply.stop_reason
 
 
-def gather_stream(stream: Any, *, chat: bool, cancel: Any = None) -> StreamedReply:
+def gather_stream(stream: Any, *, chat: bool, cancel: threading.Event | None = None) -> StreamedReply:
     """Read ``stream`` (an ``openai`` ``Stream`` of chunks) to its end, or until ``cancel`` is
-    set: then the stream is closed (the server stops) and the reply is ``cancelled``."""
+    set: then the stream is cut (the server stops) and the reply is ``cancelled``."""
     reply = StreamedReply()
     try:
-        for chunk in stream:
-            for choice in chunk.choices or ():
-                if choice.index != 0:
-                    continue
-                _add_chunk(reply, choice, chat)
-            if cancel is not None and cancel.is_set() and reply.finish is None:
-                reply.cancelled = True
-                break
+        with _cut_when_cancelled(stream, cancel):
+            try:
+                for chunk in stream:
+                    for choice in chunk.choices or ():
+                        if choice.index == 0:
+                            _add_chunk(reply, choice, chat)
+                    if cancel is not None and cancel.is_set() and reply.finish is None:
+                        break
+            except Exception:
+                if cancel is None or not cancel.is_set():
+                    raise  # the read failed by itself, not because the watcher cut it
+        reply.cancelled = cancel is not None and cancel.is_set() and reply.finish is None
     finally:
         stream.close()
     return reply
+
+
+@contextlib.contextmanager
+def _cut_when_cancelled(stream: Any, cancel: threading.Event | None) -> Iterator[None]:
+    """While the block reads ``stream``, a thread that shuts its socket down once ``cancel``
+    is set. Leaving the block stops the thread first, so a socket handed back to the pool
+    (the stream closed after its end) is never touched."""
+    if cancel is None:
+        yield
+        return
+    done, lock = threading.Event(), threading.Lock()
+
+    def watch() -> None:
+        while not done.is_set():
+            if cancel.wait(0.05):
+                with lock:
+                    if not done.is_set():
+                        _shut_down(stream)
+                return
+
+    watcher = threading.Thread(target=watch, name="coa-http-cancel", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        with lock:
+            done.set()
+
+
+def _shut_down(stream: Any) -> None:
+    """Shut down the socket under ``stream`` (its blocked read returns at once); a stream whose
+    socket cannot be reached is left to the chunk loop's check."""
+    with contextlib.suppress(Exception):
+        network = stream.response.extensions["network_stream"]
+        network.get_extra_info("socket").shutdown(socket.SHUT_RDWR)

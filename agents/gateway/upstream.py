@@ -25,6 +25,7 @@ from agents.gateway.sessions import GatewayCall, GatewaySession
 from agents.gateway.wire import ChatRequest
 from agents.openai_errors import APIError
 from agents.openai_wire import sse, sse_lines
+from agents.toolcalls import merge_call_deltas
 
 __all__ = ["UpstreamBackend"]
 
@@ -247,13 +248,7 @@ class _StreamedChoice:
     def add(self, choice: dict[str, Any]) -> None:
         delta = choice.get("delta") or {}
         self.content.append(delta.get("content") or "")
-        for call in delta.get("tool_calls") or ():
-            slot = self.calls.setdefault(call.get("index", 0), {"id": "", "type": "function",
-                                                                 "function": {"name": "", "arguments": ""}})
-            slot["id"] = call.get("id") or slot["id"]
-            function = call.get("function") or {}
-            slot["function"]["name"] += function.get("name") or ""
-            slot["function"]["arguments"] += function.get("arguments") or ""
+        merge_call_deltas(self.calls, delta.get("tool_calls"))
         self.entries.extend((choice.get("logprobs") or {}).get("content") or [])
         self.ids.extend(choice.get("token_ids") or [])
         self.finish = choice.get("finish_reason") or self.finish
