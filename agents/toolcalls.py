@@ -103,13 +103,15 @@ def parse_reply(tokenizer: Any, text: str, prefix: str, tools: Sequence[Mapping[
     return message
 
 
-def wire_message(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A message as the chat API sends it (drops parse notes such as a call's ``error``)."""
+def wire_message(message: Mapping[str, Any], parallel: bool | None = True) -> dict[str, Any]:
+    """A message as the chat API sends it (drops parse notes such as a call's ``error``).
+    ``parallel=False`` (a request's ``parallel_tool_calls: false``) keeps the first call only,
+    as vLLM does: the client asked for at most one and would get every call the model wrote."""
     out = {"role": "assistant", "content": message.get("content")}
     if message.get("tool_calls"):
         out["tool_calls"] = [{"id": c["id"], "type": "function",
                               "function": {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}}
-                             for c in message["tool_calls"]]
+                             for c in message["tool_calls"][:None if parallel is not False else 1]]
     return out
 
 

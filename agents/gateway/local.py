@@ -115,7 +115,8 @@ class LocalBackend:
         """The assistant message for ``completion`` and its finish reason."""
         content = visible_text(completion.action_text, completion.stop_string, request.include_stop_str_in_output)
         if request.tools_active:
-            parsed = wire_message(parse_reply(self.tokenizer, completion.text, plan.text, request.tools))
+            parsed = wire_message(parse_reply(self.tokenizer, completion.text, plan.text, request.tools),
+                                  request.parallel_tool_calls)
             calls = parsed.get("tool_calls") or []
             if calls and all(call["function"]["name"] for call in calls):
                 return parsed, "tool_calls"

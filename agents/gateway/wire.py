@@ -42,6 +42,7 @@ class ChatRequest(BaseModel):
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None  # false: at most one call comes back
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     temperature: float | None = None

@@ -49,3 +49,4 @@ class ChatBody(CommonBody):
     continue_final_message: bool = False
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None  # false: at most one call comes back

@@ -42,7 +42,8 @@ async def chat(served: ServedModel, body: ChatBody) -> Any:
         message: dict[str, Any] = {"role": "assistant", "content": text}
         finish = finish_reason(completion)
         if use_tools:  # read the calls the model wrote in its template's format
-            reply = wire_message(parse_reply(served.tokenizer, completion.text, prompt_text, body.tools))
+            reply = wire_message(parse_reply(served.tokenizer, completion.text, prompt_text, body.tools),
+                                 body.parallel_tool_calls)
             if reply.get("tool_calls"):  # a reply without calls is its text, as when streamed
                 message, finish = reply, "tool_calls"
         choice: dict[str, Any] = {

@@ -172,7 +172,8 @@ class _Stream:
         text still held back, with the ids and logprobs of every sampled token not sent yet."""
         pending = sampled(completion)[self.sent_tokens:]
         if self.tools:
-            reply = wire_message(parse_reply(self.served.tokenizer, completion.text, self.prompt_text, self.tools))
+            reply = wire_message(parse_reply(self.served.tokenizer, completion.text, self.prompt_text, self.tools),
+                                 self.body.parallel_tool_calls)
             if reply.get("tool_calls"):
                 before = completion.text.split(self.opener, 1)[0].rstrip() if self.opener else ""
                 return self.chunk(calls_delta(reply["tool_calls"], releaser.rest(before)), "tool_calls",
