@@ -65,6 +65,11 @@ VERSION = 12  # bump when the scores this term gives change (reported in reward_
 #    base-n numeral; a reply with <answer> tags is read from its last <answer> span; a percentage
 #    gold ("62.5%") is paid by its number ("62.5"), as MATH's grader drops the sign
 
+RETRY_FACTOR = 4
+"""A parse or comparison cut by math-verify's wall-clock alarm is tried once more with this many
+times the time (:func:`_patiently`)."""
+_ALARM_SLACK_S = 0.05
+
 _SPACE_RE = re.compile(r"\s+")
 _WRAPPERS = (r"\left", r"\right", r"\!", r"\,", r"\;", r"\displaystyle", "$")
 _BOX_OPENERS = (r"\boxed{", r"\fbox{")
@@ -204,13 +209,33 @@ def _parse(expression: str, timeout: int) -> list[Any]:
     from math_verify import LatexExtractionConfig, parse
 
     expression = join_digit_groups(expression)
-    try:
-        latex_only = [LatexExtractionConfig(try_extract_without_anchor=False)]
-        found = parse(f"\\boxed{{{expression}}}", extraction_config=latex_only,
-                      fallback_mode="no_fallback", parsing_timeout=timeout)
-    except Exception:  # math-verify/sympy can fail on odd LaTeX: treat as unparseable
-        return []
+    latex_only = [LatexExtractionConfig(try_extract_without_anchor=False)]
+
+    def attempt(seconds: int) -> list[Any]:
+        try:
+            return parse(f"\\boxed{{{expression}}}", extraction_config=latex_only,
+                         fallback_mode="no_fallback", parsing_timeout=seconds)
+        except Exception:  # math-verify/sympy can fail on odd LaTeX: treat as unparseable
+            return []
+
+    found = _patiently(attempt, timeout, lambda result: not result)
     return [value for value in found if not isinstance(value, str)]
+
+
+def _patiently(attempt: Any, timeout: int, failed: Any) -> Any:
+    """``attempt(timeout)``, and once more with ``RETRY_FACTOR`` times the time when it failed
+    only because math-verify's alarm fired (it gives up silently: [] / False).
+
+    The alarm measures wall-clock time, so on a loaded machine (an RL run's rollout workers) a
+    correct answer that needs a second of sympy could time out and score 0: a false negative
+    the policy would be trained on. A pathological answer still ends, at ``(1 + RETRY_FACTOR)
+    * timeout`` seconds, and scores as unparseable / unequal.
+    """
+    started = time.monotonic()
+    result = attempt(timeout)
+    if failed(result) and time.monotonic() - started >= timeout - _ALARM_SLACK_S:
+        result = attempt(timeout * RETRY_FACTOR)
+    return result
 
 
 def _same(a: tuple[str, list[Any]], b: tuple[str, list[Any]], timeout: int, rounding: int) -> bool:
@@ -218,10 +243,13 @@ def _same(a: tuple[str, list[Any]], b: tuple[str, list[Any]], timeout: int, roun
     from math_verify import verify
 
     if a[1] and b[1]:
-        try:
-            return bool(verify(a[1], b[1], float_rounding=rounding, timeout_seconds=timeout))
-        except Exception:
-            return False
+        def attempt(seconds: int) -> bool:
+            try:
+                return bool(verify(a[1], b[1], float_rounding=rounding, timeout_seconds=seconds))
+            except Exception:
+                return False
+
+        return _patiently(attempt, timeout, lambda equal: not equal)
     return normalise_latex(a[0]) == normalise_latex(b[0])
 
 
@@ -377,7 +405,7 @@ def _score_in_helper(golds: list[str], prediction: str, timeout: int, rounding: 
     verdict (:class:`RewardUnavailable`: an unscored episode, not a wrong one)."""
     # math-verify's own alarms fire inside the helper; the margin covers a stuck helper and the
     # several parses one reply may need (each candidate, each alternative, each gold).
-    limit = 4 * timeout + 10
+    limit = (4 + RETRY_FACTOR) * timeout + 10
     for attempt in range(2):
         pool, ready = _helper_pool()
         try:
