@@ -16,7 +16,9 @@ __all__ = ["BusySession", "Session", "encodable"]
 
 @dataclass(eq=False)
 class Session:
-    """One client's env. ``lock`` orders its calls; ``on_expire`` lets a transport hang up."""
+    """One client's env. ``lock`` orders its calls; ``on_expire`` lets a transport hang up;
+    ``pool_key`` names the env's configuration (env id and overrides), under which the env goes
+    back to the server's pool of idle envs when the session ends or is reconfigured."""
 
     session_id: str
     env_id: str
