@@ -70,6 +70,7 @@ class CrawlConfig:
     verify_tls: bool | str = True
     summary: Mapping[str, Any] | None = None
     browser_workers: int = 1
+    browser_max_memory_mb: int = 1024
     settle_ms: int = 300
     executable_path: str | None = None
     chromedriver_path: str | None = None
@@ -145,6 +146,7 @@ class CrawlPageTool:
                 chromedriver_path=self.config.chromedriver_path, timeout_s=self.config.timeout_s,
                 settle_ms=self.config.settle_ms, workers=self.config.browser_workers,
                 max_chars=self.config.max_bytes + 1,  # one more than fits: the cut shows as truncation
+                max_memory_mb=self.config.browser_max_memory_mb,
             )
 
     def close(self) -> None:
@@ -321,7 +323,7 @@ def option_schema(backend: str) -> Schema:
     """The fields of :class:`CrawlConfig` (checked at make time)."""
     return Schema.of_dataclass("tools.crawl_page", CrawlConfig, minimums={
         "timeout_s": 0, "max_bytes": 1, "max_redirects": 0, "max_chars": 1, "max_links": 0, "max_urls": 1,
-        "browser_workers": 1, "settle_ms": 0})
+        "browser_workers": 1, "settle_ms": 0, "browser_max_memory_mb": 64})
 
 
 def build(backend: str = "httpx", **config: Any) -> CrawlPageTool:

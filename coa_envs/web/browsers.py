@@ -47,7 +47,8 @@ class BrowserRenderer:
 
     ``render`` is thread-safe and blocks until one of the ``workers`` browser threads
     has loaded the page. It raises :class:`BrowserError` (never anything else). The HTML
-    returned is at most ``max_chars`` characters of the DOM.
+    returned is at most ``max_chars`` characters of the DOM; a page whose renderers together pass
+    ``max_memory_mb`` of resident memory is stopped (see :mod:`coa_envs.web.render_memory`).
     """
 
     def __init__(
@@ -61,6 +62,7 @@ class BrowserRenderer:
         settle_ms: int = 300,
         workers: int = 1,
         max_chars: int = 10_000_000,
+        max_memory_mb: int = 1024,
     ) -> None:
         if engine not in ("playwright", "selenium"):
             raise ValueError(f"unknown browser engine {engine!r}; use 'playwright' or 'selenium'")
@@ -71,6 +73,7 @@ class BrowserRenderer:
         self._driver_path = chromedriver_path
         self._settle_ms = int(settle_ms)
         self._max_chars = int(max_chars)
+        self._max_memory_mb = int(max_memory_mb)
         self._workers = max(1, int(workers))
         self._jobs: queue.Queue[tuple[Future, str, float | None] | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
@@ -94,13 +97,14 @@ class BrowserRenderer:
             raise BrowserError("chromedriver not found (apt-get install -y chromium-driver)",
                                ErrorKind.NOT_CONFIGURED)
         timeout_s, settle_ms, max_chars = self.timeout_s, self._settle_ms, self._max_chars
+        memory_mb = self._max_memory_mb
 
         def make() -> BrowserSession:
             assert self._proxy is not None
             if self.engine == "playwright":
-                return PlaywrightSession(executable, self._proxy.url, timeout_s, settle_ms, max_chars)
+                return PlaywrightSession(executable, self._proxy.url, timeout_s, settle_ms, max_chars, memory_mb)
             assert driver is not None
-            return SeleniumSession(executable, driver, self._proxy.url, timeout_s, settle_ms, max_chars)
+            return SeleniumSession(executable, driver, self._proxy.url, timeout_s, settle_ms, max_chars, memory_mb)
 
         return make
 

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from coa_envs.types import ErrorKind
 from coa_envs.web.proxy import BLOCKED_MARKER, UNREACHABLE_MARKER
+from coa_envs.web.render_memory import RendererMemoryCap
 
 __all__ = ["CHROMEDRIVER_CANDIDATES", "CHROMIUM_CANDIDATES", "CHROMIUM_FLAGS", "DOM_HTML_JS", "ERROR_PAGE_JS",
            "NAVIGATION_STATUS_JS",
            "BrowserError", "BrowserSession", "RenderedPage", "close_quietly", "find_chromedriver", "find_chromium",
-           "raise_if_error_page", "raise_if_proxy_answered"]
+           "raise_if_error_page", "raise_if_proxy_answered", "render_under_cap"]
 
 CHROMIUM_CANDIDATES = ("/usr/lib/chromium/chromium", "/usr/bin/chromium", "/usr/bin/chromium-browser",
                        "/usr/bin/google-chrome")
@@ -107,6 +109,23 @@ def raise_if_proxy_answered(url: str, blocked: object, unreachable: object) -> N
         raise BrowserError(f"refused to fetch {url}: {BLOCKED_MARKER}", ErrorKind.BLOCKED_URL)
     if unreachable:
         raise BrowserError(f"could not fetch {url}: {UNREACHABLE_MARKER}", ErrorKind.TOOL_ERROR)
+
+
+def render_under_cap(memory: RendererMemoryCap, url: str, render: Callable[[], RenderedPage]) -> RenderedPage:
+    """``render()`` with ``memory`` watching the browser's renderers: a page that passed the cap
+    (its renderer was killed, so the render failed or read a crashed page) is an error saying so."""
+    stopped = BrowserError(f"browser stopped {url}: the page used more than {memory.limit_mb} MB of memory "
+                           "(browser_max_memory_mb)")
+    with memory.watch() as exceeded:
+        try:
+            page = render()
+        except BrowserError as exc:
+            if exceeded.is_set():
+                raise stopped from exc
+            raise
+    if exceeded.is_set():
+        raise stopped
+    return page
 
 
 def close_quietly(session: Any) -> None:

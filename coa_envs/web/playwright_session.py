@@ -20,9 +20,11 @@ from coa_envs.web.chromium import (
     RenderedPage,
     raise_if_error_page,
     raise_if_proxy_answered,
+    render_under_cap,
 )
 from coa_envs.web.fetch import DEFAULT_USER_AGENT
 from coa_envs.web.proxy import BLOCKED_HEADER, UNREACHABLE_HEADER
+from coa_envs.web.render_memory import RendererMemoryCap, browser_marker
 
 __all__ = ["PlaywrightSession"]
 
@@ -30,9 +32,12 @@ _READ_MARGIN_S = 5.0  # on top of the page-load timeout and the settle time: rea
 
 
 class PlaywrightSession:
-    def __init__(self, executable: str, proxy_url: str, timeout_s: float, settle_ms: int, max_chars: int) -> None:
+    def __init__(self, executable: str, proxy_url: str, timeout_s: float, settle_ms: int, max_chars: int,
+                 max_memory_mb: int) -> None:
         from playwright.async_api import async_playwright
 
+        marker = browser_marker()
+        self._memory = RendererMemoryCap(marker, max_memory_mb)
         self._timeout_ms = int(timeout_s * 1000)
         self._settle_ms = settle_ms
         self._budget_s = timeout_s + settle_ms / 1000 + _READ_MARGIN_S
@@ -43,7 +48,7 @@ class PlaywrightSession:
         self._pw = self._loop.run_until_complete(async_playwright().start())
         try:
             self._browser = self._loop.run_until_complete(self._pw.chromium.launch(
-                executable_path=executable, args=[*CHROMIUM_FLAGS, f"--proxy-server={proxy_url}"],
+                executable_path=executable, args=[*CHROMIUM_FLAGS, f"--proxy-server={proxy_url}", marker],
                 # Playwright turns Chromium's popup blocker off: a page could open windows without end.
                 ignore_default_args=["--disable-popup-blocking"],
             ))
@@ -52,7 +57,11 @@ class PlaywrightSession:
             raise
 
     def render(self, url: str, timeout_s: float | None = None) -> RenderedPage:
-        """Load ``url`` within ``timeout_s`` (the session's page-load timeout if None)."""
+        """Load ``url`` within ``timeout_s`` (the session's page-load timeout if None), its renderer
+        kept under the memory cap."""
+        return render_under_cap(self._memory, url, lambda: self._render_within(url, timeout_s))
+
+    def _render_within(self, url: str, timeout_s: float | None) -> RenderedPage:
         timeout_ms = self._timeout_ms if timeout_s is None else max(1, int(timeout_s * 1000))
         budget_s = self._budget_s - (self._timeout_ms - timeout_ms) / 1000
         try:

@@ -19,9 +19,11 @@ from coa_envs.web.chromium import (
     RenderedPage,
     raise_if_error_page,
     raise_if_proxy_answered,
+    render_under_cap,
 )
 from coa_envs.web.fetch import DEFAULT_USER_AGENT
 from coa_envs.web.proxy import BLOCKED_MARKER, UNREACHABLE_MARKER
+from coa_envs.web.render_memory import RendererMemoryCap, browser_marker
 from coa_envs.web.ssrf import release_local_port, reserve_local_port
 
 __all__ = ["SeleniumSession", "install_direct_bidi"]
@@ -33,14 +35,16 @@ _QUIET_DIALOGS_JS = ("() => { const answers = {alert: undefined, confirm: false,
 
 class SeleniumSession:
     def __init__(self, executable: str, driver_path: str, proxy_url: str, timeout_s: float,
-                 settle_ms: int, max_chars: int) -> None:
+                 settle_ms: int, max_chars: int, max_memory_mb: int) -> None:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
 
+        marker = browser_marker()
+        self._memory = RendererMemoryCap(marker, max_memory_mb)
         options = webdriver.ChromeOptions()
         options.binary_location = executable
         for flag in ("--headless=new", *CHROMIUM_FLAGS, f"--proxy-server={proxy_url}",
-                     f"--user-agent={DEFAULT_USER_AGENT}"):
+                     f"--user-agent={DEFAULT_USER_AGENT}", marker):
             options.add_argument(flag)
         # Chromium would save every downloaded response in ~/Downloads: pages could write files to the host.
         options.add_experimental_option("prefs", {"download_restrictions": 3})  # 3: block all downloads
@@ -81,11 +85,16 @@ class SeleniumSession:
         # dismisses each as it opens); the prompt behaviour above handles a dialog opened otherwise.
         self._driver.script.add_preload_script(_QUIET_DIALOGS_JS)
         self._home = self._driver.current_window_handle  # the first tab: idle at about:blank between renders
+        self._memory.protect_current()  # the BiDi mapper's and the first tab's renderers are no page's
         self._settle_s = settle_ms / 1000
         self._html_js = DOM_HTML_JS.format(n=int(max_chars))
 
     def render(self, url: str, timeout_s: float | None = None) -> RenderedPage:
-        """Load ``url`` within ``timeout_s`` (the session's page-load timeout if None)."""
+        """Load ``url`` within ``timeout_s`` (the session's page-load timeout if None), its renderer
+        kept under the memory cap."""
+        return render_under_cap(self._memory, url, lambda: self._render_within(url, timeout_s))
+
+    def _render_within(self, url: str, timeout_s: float | None) -> RenderedPage:
         from selenium.common.exceptions import TimeoutException, WebDriverException
 
         wanted = self._timeout_s if timeout_s is None else max(0.001, timeout_s)

@@ -160,6 +160,14 @@ def _local_address(ip_text: str) -> bool:
     return is_machine_address(ip)
 
 
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def _endpoint_text(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -299,7 +307,7 @@ class UrlGuard:
         A thread per lookup, not a shared pool: a page naming many silent hosts would fill a pool
         and stall every other crawl."""
         waits = [w for w in (self.dns_timeout_s, timeout_s) if w is not None]
-        if not waits:
+        if not waits or _is_ip_literal(host):  # an address needs no DNS: no thread to wait on
             return self._resolver(host, port)
         wait = max(0.0, min(waits))
         outcome: list[list[str] | BaseException] = []
