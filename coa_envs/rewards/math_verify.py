@@ -34,7 +34,9 @@ from typing import Any
 from coa_envs.process_pools import kill_pool, owned_pool
 from coa_envs.rewards._math_bases import base_verdict
 from coa_envs.rewards._math_echo import question_structures, restates_question
-from coa_envs.rewards._math_forms import gold_rounding, join_digit_groups, refused_form
+from coa_envs.rewards._math_forms import gold_rounding, refused_form
+from coa_envs.rewards._math_parse import RETRY_FACTOR, verify_values
+from coa_envs.rewards._math_parse import parse_boxed as _parse
 from coa_envs.rewards.base import RewardUnavailable
 from coa_envs.rewards.em_f1 import extract_answer
 from coa_envs.types import RewardResult, Task
@@ -64,11 +66,6 @@ VERSION = 12  # bump when the scores this term gives change (reported in reward_
 #    gold ("8\%") no longer raises on other answers; letters with a subscript (B_{12}) are no
 #    base-n numeral; a reply with <answer> tags is read from its last <answer> span; a percentage
 #    gold ("62.5%") is paid by its number ("62.5"), as MATH's grader drops the sign
-
-RETRY_FACTOR = 4
-"""A parse or comparison cut by math-verify's wall-clock alarm is tried once more with this many
-times the time (:func:`_patiently`)."""
-_ALARM_SLACK_S = 0.05
 
 _SPACE_RE = re.compile(r"\s+")
 _WRAPPERS = (r"\left", r"\right", r"\!", r"\,", r"\;", r"\displaystyle", "$")
@@ -199,57 +196,10 @@ class MathVerifyReward:
         return RewardResult(score, {**details, **found})
 
 
-def _parse(expression: str, timeout: int) -> list[Any]:
-    """The expression math-verify reads in ``\\boxed{expression}``, or [] when it reads none.
-
-    LaTeX extraction only, no fallback: math-verify's other extractors would pick the last
-    number out of text they cannot parse ("1 (or 204)" -> 204), a second answer by another road.
-    Digits grouped in threes by spaces are one number (``9\\,901``: :func:`join_digit_groups`).
-    """
-    from math_verify import LatexExtractionConfig, parse
-
-    expression = join_digit_groups(expression)
-    latex_only = [LatexExtractionConfig(try_extract_without_anchor=False)]
-
-    def attempt(seconds: int) -> list[Any]:
-        try:
-            return parse(f"\\boxed{{{expression}}}", extraction_config=latex_only,
-                         fallback_mode="no_fallback", parsing_timeout=seconds)
-        except Exception:  # math-verify/sympy can fail on odd LaTeX: treat as unparseable
-            return []
-
-    found = _patiently(attempt, timeout, lambda result: not result)
-    return [value for value in found if not isinstance(value, str)]
-
-
-def _patiently(attempt: Any, timeout: int, failed: Any) -> Any:
-    """``attempt(timeout)``, and once more with ``RETRY_FACTOR`` times the time when it failed
-    only because math-verify's alarm fired (it gives up silently: [] / False).
-
-    The alarm measures wall-clock time, so on a loaded machine (an RL run's rollout workers) a
-    correct answer that needs a second of sympy could time out and score 0: a false negative
-    the policy would be trained on. A pathological answer still ends, at ``(1 + RETRY_FACTOR)
-    * timeout`` seconds, and scores as unparseable / unequal.
-    """
-    started = time.monotonic()
-    result = attempt(timeout)
-    if failed(result) and time.monotonic() - started >= timeout - _ALARM_SLACK_S:
-        result = attempt(timeout * RETRY_FACTOR)
-    return result
-
-
 def _same(a: tuple[str, list[Any]], b: tuple[str, list[Any]], timeout: int, rounding: int) -> bool:
     """Equal by math-verify when both parse, else by the string normal form."""
-    from math_verify import verify
-
     if a[1] and b[1]:
-        def attempt(seconds: int) -> bool:
-            try:
-                return bool(verify(a[1], b[1], float_rounding=rounding, timeout_seconds=seconds))
-            except Exception:
-                return False
-
-        return _patiently(attempt, timeout, lambda equal: not equal)
+        return verify_values(a[1], b[1], timeout, rounding)
     return normalise_latex(a[0]) == normalise_latex(b[0])
 
 
