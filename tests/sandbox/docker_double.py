@@ -42,11 +42,15 @@ class LocalContainer:
 
     def _argv(self) -> list[str]:
         command = list(self.spec["command"])
-        command[0] = sys.executable  # the image's python
+        # The image's python: the interpreter itself, not a venv's link to it, since a venv
+        # under /tmp (CI's) would be hidden by the container's private /tmp. The harness runs
+        # isolated (-I), on the standard library alone.
+        command[0] = os.path.realpath(sys.executable)
+        private_tmp = "" if command[0].startswith("/tmp/") else "mount -t tmpfs -o mode=1777 none /tmp && "
         uid, gid = self.spec["user"].split(":")
         ulimits = {limit.name: limit for limit in self.spec.get("ulimits", [])}
         cpu = ulimits["cpu"]["Hard"] if "cpu" in ulimits else "unlimited"
-        script = (f"mount -t tmpfs -o mode=1777 none /tmp && ulimit -t {cpu} && exec setpriv --reuid {uid} "
+        script = (f"{private_tmp}ulimit -t {cpu} && exec setpriv --reuid {uid} "
                   f"--regid {gid} --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs "
                   + shlex.join(command))  # fmt: skip
         return ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--propagation", "private",

@@ -112,7 +112,8 @@ def test_a_session_that_fails_to_start_quits_its_browser(require_browser, no_pro
     monkeypatch.setattr(webdriver, "Chrome", chrome)
     try:
         with pytest.raises(BrowserError, match="refused for the test"):
-            selenium_session.SeleniumSession(find_chromium(), find_chromedriver(), "http://127.0.0.1:9", 5, 0, 1000)
+            selenium_session.SeleniumSession(find_chromium(), find_chromedriver(), "http://127.0.0.1:9",
+                                             5, 0, 1000, 1024)
         assert len(started) == 1
         process = started[0].service.process
         try:
