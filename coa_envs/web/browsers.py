@@ -56,13 +56,13 @@ class BrowserRenderer:
         engine: str,
         guard: UrlGuard,
         *,
-        executable_path: str | None = None,
-        chromedriver_path: str | None = None,
         timeout_s: float = 20.0,
         settle_ms: int = 300,
         workers: int = 1,
         max_chars: int = 10_000_000,
         max_memory_mb: int = 1024,
+        executable_path: str | None = None,
+        chromedriver_path: str | None = None,
     ) -> None:
         if engine not in ("playwright", "selenium"):
             raise ValueError(f"unknown browser engine {engine!r}; use 'playwright' or 'selenium'")
