@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from coa_envs.process_pools import descendants
 from coa_envs.types import ToolContext, ToolResult
 
 __all__ = ["CHECKS", "NoOpTool", "bench_env_step", "bench_protocol", "bench_sandbox", "noop_tool_step",
@@ -103,21 +104,6 @@ def bench_env_step(seconds: float = 1.0) -> dict[str, float]:
             "overhead_us": (step_s - tool_s) * 1e6, "target_overhead_us": 50.0}
 
 
-def _descendants(pid: int) -> list[int]:
-    """``pid`` and every live process below it (from /proc/PID/task/*/children)."""
-    found, pending = [], [pid]
-    while pending:
-        current = pending.pop()
-        found.append(current)
-        try:
-            for task in os.listdir(f"/proc/{current}/task"):
-                with open(f"/proc/{current}/task/{task}/children") as handle:
-                    pending += [int(child) for child in handle.read().split()]
-        except OSError:
-            continue  # exited meanwhile
-    return found
-
-
 def _process_tree_cpu_s(backend: Any) -> float:
     """CPU seconds of this process and of the backend's workers with everything below them
     (their zygotes and every run child those reaped; user + system): the sandbox's own cost,
@@ -129,7 +115,7 @@ def _process_tree_cpu_s(backend: Any) -> float:
     total = own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
     tick = os.sysconf("SC_CLK_TCK")
     for worker in getattr(backend, "worker_pids", list)():
-        for pid in _descendants(worker):
+        for pid in (worker, *descendants(worker)):
             try:
                 with open(f"/proc/{pid}/stat") as handle:
                     fields = handle.read().rsplit(")", 1)[1].split()

@@ -19,7 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing.context import BaseContext
 from typing import Any
 
-__all__ = ["kill_pool", "owned_pool", "process_alive"]
+__all__ = ["descendants", "kill_pool", "owned_pool", "process_alive"]
 
 _POLL_S = 1.0
 """How often the fallback watcher (no ``pidfd_open``) checks that the owner is still alive."""
@@ -85,3 +85,31 @@ def kill_pool(pool: ProcessPoolExecutor) -> None:
         for process in list((getattr(pool, "_processes", None) or {}).values()):
             process.kill()
     pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of ``pid``, whichever of its threads started them ([] once it exited)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as handle:
+                found.extend(int(child) for child in handle.read().split())
+        except (OSError, ValueError):
+            continue  # the thread or the process exited meanwhile
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (from ``/proc/PID/task/*/children``; [] without /proc)."""
+    found: list[int] = []
+    pending = _children(pid)
+    while pending:
+        child = pending.pop()
+        if child not in found:
+            found.append(child)
+            pending.extend(_children(child))
+    return found

@@ -21,6 +21,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from coa_envs.process_pools import descendants
+
 __all__ = ["RendererMemoryCap", "browser_marker"]
 
 _MARKER_SWITCH = "--coa-envs-browser"
@@ -30,27 +32,6 @@ _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 def browser_marker() -> str:
     """A switch (ignored by Chromium) that tells this session's browser process from any other."""
     return f"{_MARKER_SWITCH}={uuid.uuid4().hex}"
-
-
-def _children(pid: int) -> list[int]:
-    """Direct children of ``pid``, whichever of its threads started them."""
-    found: list[int] = []
-    with contextlib.suppress(OSError):
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError, ValueError):
-                found.extend(int(child) for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split())
-    return found
-
-
-def _descendants(pid: int) -> list[int]:
-    seen: list[int] = []
-    pending = _children(pid)
-    while pending:
-        child = pending.pop()
-        if child not in seen:
-            seen.append(child)
-            pending.extend(_children(child))
-    return seen
 
 
 def _cmdline(pid: int) -> bytes:
@@ -86,7 +67,7 @@ class RendererMemoryCap:
     def _browser(self) -> int | None:
         """The marked browser process among this process's descendants (found once)."""
         if self._browser_pid is None or self.marker not in _cmdline(self._browser_pid):
-            self._browser_pid = next((pid for pid in _descendants(os.getpid())
+            self._browser_pid = next((pid for pid in descendants(os.getpid())
                                       if self.marker in _cmdline(pid) and b"--type=" not in _cmdline(pid)), None)
         return self._browser_pid
 
@@ -101,7 +82,7 @@ class RendererMemoryCap:
         browser = self._browser()
         if browser is None:
             return []
-        return sorted(((_private_bytes(pid), pid) for pid in _descendants(browser)
+        return sorted(((_private_bytes(pid), pid) for pid in descendants(browser)
                        if pid not in self._protected and b"--type=renderer" in _cmdline(pid)), reverse=True)
 
     def _clear_leftovers(self) -> None:
